@@ -1,0 +1,78 @@
+// SECURITY-CRITICAL: the bubblewrap command line that defines what a sandboxed process can see.
+// Every namespace is new; nothing of the host is visible except read-only /usr (and its /bin, /lib*
+// symlinks), a generated /etc, and the sandbox's own writable dirs. bwrap runs as the sandbox's
+// unprivileged host uid (never root), so the user namespace maps sandbox uid 1000 to that uid only.
+import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from './rootfs.js';
+
+export interface BwrapLayout {
+  /** Generated /etc, bound read-only. */
+  readonly etcDir: string;
+  /** The sandbox's /workspace: overlay mount, a plain dir on the sandbox disk, or a host dir (ro). */
+  readonly workspaceDir: string;
+  readonly workspaceReadOnly: boolean;
+  /** Sandbox-private dirs on its size-capped disk. */
+  readonly tmpDir: string;
+  readonly homeDir: string;
+}
+
+/** File descriptors passed to bwrap through Node's stdio array (dash cannot redirect fds >= 10). */
+export const FD = { args: 3, seccomp: 4, info: 5, block: 6 } as const;
+
+const SYSTEM_RO = ['/usr'];
+const USR_SYMLINKS: ReadonlyArray<[string, string]> = [
+  ['usr/bin', '/bin'],
+  ['usr/sbin', '/sbin'],
+  ['usr/lib', '/lib'],
+  ['usr/lib64', '/lib64'],
+  ['usr/lib32', '/lib32'],
+  ['usr/libx32', '/libx32'],
+];
+
+/**
+ * Options passed on the --args fd (NUL-separated), so nothing in them, env values included, shows up
+ * in the host's process list. Only the command itself stays on bwrap's argv.
+ */
+export function bwrapOptions(
+  layout: BwrapLayout,
+  cwd: string,
+  env: Readonly<Record<string, string>>,
+): string[] {
+  const a: string[] = [
+    '--unshare-all', // user, ipc, pid, net, uts, cgroup
+    '--unshare-user', // explicit: required by --disable-userns
+    '--disable-userns', // no nested user namespaces (also blocked by seccomp)
+    '--die-with-parent', // if Airlock dies, the sandbox dies with it
+    '--new-session', // setsid: no TIOCSTI into a controlling terminal
+    '--uid',
+    String(SANDBOX_UID),
+    '--gid',
+    String(SANDBOX_UID),
+    '--hostname',
+    SANDBOX_HOSTNAME,
+    '--cap-drop',
+    'ALL',
+  ];
+  for (const d of SYSTEM_RO) a.push('--ro-bind', d, d);
+  for (const [target, link] of USR_SYMLINKS) a.push('--symlink', target, link);
+  a.push('--ro-bind', layout.etcDir, '/etc');
+  a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
+  a.push('--dev', '/dev'); // minimal: null, zero, full, random, urandom, tty, pts, shm
+  a.push('--bind', layout.tmpDir, '/tmp');
+  a.push('--dir', '/home');
+  a.push('--bind', layout.homeDir, SANDBOX_HOME);
+  a.push(layout.workspaceReadOnly ? '--ro-bind' : '--bind', layout.workspaceDir, '/workspace');
+  a.push('--chdir', cwd);
+  a.push('--clearenv');
+  for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);
+  a.push('--seccomp', String(FD.seccomp), '--info-fd', String(FD.info), '--block-fd', String(FD.block));
+  return a;
+}
+
+export function defaultEnv(): Record<string, string> {
+  return {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    HOME: SANDBOX_HOME,
+    USER: 'user',
+    LANG: 'C.UTF-8',
+  };
+}

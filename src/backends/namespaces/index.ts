@@ -1,0 +1,364 @@
+// The namespaces tier: bubblewrap + a size-capped tmpfs disk + overlayfs workspace + cgroups + seccomp.
+// A sandbox is host state (disk, workspace mount, cgroup, uid lease); each exec is one bwrap process
+// tree entering fresh namespaces over that state. See docs/threat-model.md for what this stops.
+import { execFileSync } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import type {
+  BackendContext,
+  BackendProbe,
+  BackendProcess,
+  BackendSandbox,
+  BackendV1,
+  LimitCounters,
+  ProbeCheck,
+  ReapReport,
+  SpawnRequest,
+} from '../../core/backend.js';
+import { AirlockError } from '../../core/errors.js';
+import type { SandboxSpec } from '../../core/spec.js';
+import { bwrapOptions, type BwrapLayout } from './bwrap.js';
+import {
+  attachCgroup,
+  createCgroup,
+  detectCgroups,
+  listCgroups,
+  type CgroupHandle,
+  type CgroupLayout,
+} from './cgroups.privileged.js';
+import { mountOverlay, mountTmpfs, unmount } from './mount.privileged.js';
+import { startSandboxedProcess } from './process.js';
+import { ensureEtc } from './rootfs.js';
+import { buildSeccompFilter } from './seccomp.privileged.js';
+import { DEFAULT_UID_RANGE, ownerAlive, selfOwner, StateDirs, type Owner, type UidRange } from './state.js';
+
+export interface NamespacesOptions {
+  readonly uidRange?: UidRange;
+  readonly bwrapPath?: string;
+}
+
+interface OwnerFile {
+  readonly id: string;
+  readonly uid: number;
+  readonly owner: Owner;
+}
+
+export class NamespacesBackend implements BackendV1 {
+  readonly specificationVersion = 'v1' as const;
+  readonly name = 'namespaces' as const;
+  private readonly dirs: StateDirs;
+  private readonly uidRange: UidRange;
+  private readonly bwrapPath: string;
+  private cgroupLayout: CgroupLayout | undefined;
+  private etcDir: string | undefined;
+  private seccomp: Buffer | undefined;
+  private probed: BackendProbe | undefined;
+
+  constructor(
+    private readonly ctx: BackendContext,
+    opts: NamespacesOptions = {},
+  ) {
+    this.dirs = new StateDirs(ctx.stateDir);
+    this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
+    this.bwrapPath = opts.bwrapPath ?? findBwrap();
+  }
+
+  async probe(): Promise<BackendProbe> {
+    if (this.probed) return this.probed;
+    const checks: ProbeCheck[] = [];
+    const isRoot = process.getuid?.() === 0;
+    checks.push({
+      name: 'root',
+      ok: isRoot,
+      detail: isRoot
+        ? 'running as root'
+        : 'the namespaces tier mounts overlayfs and writes cgroups: run Airlock as root',
+    });
+    try {
+      const v = execFileSync(this.bwrapPath, ['--version'], { encoding: 'utf8' }).trim();
+      checks.push({ name: 'bwrap', ok: true, detail: `${v} at ${this.bwrapPath}` });
+    } catch {
+      checks.push({ name: 'bwrap', ok: false, detail: 'bubblewrap not found: apt-get install bubblewrap' });
+    }
+    const userns = readTrim('/proc/sys/user/max_user_namespaces');
+    const usernsOk =
+      userns !== undefined &&
+      Number(userns) > 0 &&
+      readTrim('/proc/sys/kernel/unprivileged_userns_clone') !== '0';
+    checks.push({
+      name: 'userns',
+      ok: usernsOk,
+      detail: usernsOk
+        ? `unprivileged user namespaces enabled (max ${userns})`
+        : 'unprivileged user namespaces are disabled (sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone)',
+    });
+    const layout = this.layout();
+    checks.push({
+      name: 'cgroups',
+      ok: layout.version !== 0,
+      detail:
+        layout.version === 1
+          ? `cgroup v1 (${Object.entries(layout.mounts)
+              .map(([c, m]) => `${c}:${m}`)
+              .join(' ')})`
+          : layout.version === 2
+            ? `cgroup v2 at ${layout.root}`
+            : layout.reason,
+    });
+    const overlayOk =
+      /\toverlay$/m.test(readTrim('/proc/filesystems') ?? '') || existsSync('/sys/module/overlay');
+    checks.push({
+      name: 'overlayfs',
+      ok: overlayOk,
+      detail: overlayOk
+        ? 'overlay filesystem available'
+        : 'overlayfs not in /proc/filesystems (modprobe overlay)',
+    });
+    const seccompOk = existsSync('/proc/sys/kernel/seccomp/actions_avail');
+    checks.push({
+      name: 'seccomp',
+      ok: seccompOk,
+      detail: seccompOk
+        ? `filter actions: ${readTrim('/proc/sys/kernel/seccomp/actions_avail')}`
+        : 'kernel lacks seccomp filters',
+    });
+    const failed = checks.filter((c) => !c.ok);
+    this.probed = failed.length
+      ? { available: false, reason: failed.map((c) => `${c.name}: ${c.detail}`).join('; '), checks }
+      : { available: true, checks };
+    return this.probed;
+  }
+
+  private layout(): CgroupLayout {
+    this.cgroupLayout ??= detectCgroups();
+    return this.cgroupLayout;
+  }
+
+  async create(id: string, spec: SandboxSpec): Promise<BackendSandbox> {
+    const probe = await this.probe();
+    if (!probe.available)
+      throw new AirlockError('BACKEND_UNAVAILABLE', `namespaces backend unavailable: ${probe.reason}`);
+    this.dirs.ensure();
+    this.etcDir ??= ensureEtc(this.ctx.stateDir);
+    this.seccomp ??= buildSeccompFilter();
+
+    const ws = spec.workspace;
+    let hostDir: string | undefined;
+    if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir);
+
+    const owner = selfOwner();
+    const uid = this.dirs.leaseUid(this.uidRange, id, owner);
+    const dir = this.dirs.sandboxDir(id);
+    const res = new HostResources(dir, uid, this.dirs);
+    try {
+      mkdirSync(dir, { mode: 0o711 });
+      writeFileSync(join(dir, 'owner.json'), JSON.stringify({ id, uid, owner } satisfies OwnerFile), {
+        mode: 0o600,
+      });
+      const disk = join(dir, 'disk');
+      mkdirSync(disk, { mode: 0o700 });
+      mountTmpfs(disk, spec.limits.diskBytes, uid, 0o700);
+      const tmpDir = mkOwned(join(disk, 'tmp'), uid, 0o1777);
+      const homeDir = mkOwned(join(disk, 'home'), uid, 0o700);
+      let workspaceDir: string;
+      if (ws.mode === 'empty') {
+        workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
+      } else if (ws.mode === 'ro') {
+        workspaceDir = hostDir!;
+      } else {
+        const upper = mkOwned(join(disk, 'upper'), uid, 0o755);
+        const work = mkOwned(join(disk, 'work'), 0, 0o700);
+        workspaceDir = join(dir, 'ws');
+        mkdirSync(workspaceDir, { mode: 0o755 });
+        mountOverlay(workspaceDir, hostDir!, upper, work);
+      }
+      res.cgroup = createCgroup(this.layout(), id, spec.limits);
+      const layout: BwrapLayout = {
+        etcDir: this.etcDir,
+        workspaceDir,
+        workspaceReadOnly: ws.mode === 'ro',
+        tmpDir,
+        homeDir,
+      };
+      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp);
+    } catch (e) {
+      await res.release().catch(() => {});
+      throw e;
+    }
+  }
+
+  async reapOrphans(): Promise<ReapReport> {
+    const layout = this.layout();
+    let reaped = 0;
+    const live = new Set<string>();
+    for (const id of this.dirs.listSandboxIds()) {
+      const dir = this.dirs.sandboxDir(id);
+      let meta: OwnerFile | undefined;
+      try {
+        meta = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as OwnerFile;
+      } catch {
+        meta = undefined;
+      }
+      if (meta && ownerAlive(meta.owner)) {
+        live.add(id);
+        continue;
+      }
+      if (!meta && recentlyCreated(dir)) {
+        live.add(id); // being created right now by another process: owner.json is next
+        continue;
+      }
+      const res = new HostResources(dir, meta?.uid, this.dirs);
+      const cg = listCgroups(layout).get(id);
+      if (cg) res.cgroup = attachCgroup(layout, cg);
+      await res.release();
+      reaped++;
+    }
+    // Cgroups without a sandbox dir, and leases whose owner died.
+    for (const [id, cgDirs] of listCgroups(layout)) {
+      if (live.has(id) || existsSync(this.dirs.sandboxDir(id))) continue;
+      await attachCgroup(layout, cgDirs).destroy();
+    }
+    for (const l of this.dirs.listLeases()) {
+      if (!ownerAlive(l.owner) && !live.has(l.sandboxId)) this.dirs.releaseUid(l.uid);
+    }
+    return { sandboxes: reaped };
+  }
+}
+
+/** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
+class HostResources {
+  cgroup: CgroupHandle | undefined;
+  constructor(
+    readonly dir: string,
+    readonly uid: number | undefined,
+    private readonly dirs: StateDirs,
+  ) {}
+
+  async release(): Promise<void> {
+    const errors: unknown[] = [];
+    const step = async (f: () => unknown): Promise<void> => {
+      try {
+        await f();
+      } catch (e) {
+        errors.push(e);
+      }
+    };
+    // 1. processes (they pin the mounts), 2. mounts, innermost first, 3. files, 4. uid lease.
+    await step(() => this.cgroup?.destroy());
+    await step(() => unmount(join(this.dir, 'ws')));
+    await step(() => unmount(join(this.dir, 'disk')));
+    await step(() => rmSync(this.dir, { recursive: true, force: true }));
+    if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
+    if (errors.length) {
+      throw new AirlockError(
+        'INTERNAL',
+        `sandbox cleanup incomplete: ${errors.map((e) => (e as Error).message).join('; ')}`,
+      );
+    }
+  }
+}
+
+class NamespacesSandbox implements BackendSandbox {
+  private readonly procs = new Set<BackendProcess>();
+  private destroyed: Promise<void> | undefined;
+
+  constructor(
+    readonly id: string,
+    readonly hostUid: number,
+    private readonly layout: BwrapLayout,
+    private readonly res: HostResources,
+    private readonly bwrapPath: string,
+    private readonly seccomp: Buffer,
+  ) {}
+
+  async spawn(req: SpawnRequest): Promise<BackendProcess> {
+    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+    const p = await startSandboxedProcess({
+      bwrapPath: this.bwrapPath,
+      hostUid: this.hostUid,
+      options: bwrapOptions(this.layout, req.cwd, req.env),
+      argv: req.argv,
+      seccomp: this.seccomp,
+      stdin: req.stdin,
+      enroll: (pids) => {
+        for (const pid of pids) this.res.cgroup!.addProcess(pid);
+      },
+    });
+    this.procs.add(p);
+    void p.exited.then(() => this.procs.delete(p));
+    if (this.destroyed) p.kill();
+    return p;
+  }
+
+  async counters(): Promise<LimitCounters> {
+    return this.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };
+  }
+
+  destroy(): Promise<void> {
+    this.destroyed ??= (async () => {
+      for (const p of this.procs) p.kill();
+      await Promise.all([...this.procs].map((p) => p.exited));
+      await this.res.release();
+    })();
+    return this.destroyed;
+  }
+}
+
+function mkOwned(path: string, uid: number, mode: number): string {
+  mkdirSync(path);
+  chownSync(path, uid, uid);
+  chmodSync(path, mode); // after chown, and not subject to the umask
+  return path;
+}
+
+function checkHostDir(p: string): string {
+  let real: string;
+  try {
+    real = realpathSync(p);
+  } catch {
+    throw new AirlockError('INVALID_SPEC', `workspace.hostDir "${p}" does not exist`, {
+      field: 'workspace.hostDir',
+    });
+  }
+  if (!statSync(real).isDirectory()) {
+    throw new AirlockError('INVALID_SPEC', `workspace.hostDir "${p}" is not a directory`, {
+      field: 'workspace.hostDir',
+    });
+  }
+  if (real === '/')
+    throw new AirlockError('INVALID_SPEC', 'workspace.hostDir resolves to "/"', {
+      field: 'workspace.hostDir',
+    });
+  return real;
+}
+
+function recentlyCreated(dir: string): boolean {
+  try {
+    return Date.now() - statSync(dir).mtimeMs < 10_000;
+  } catch {
+    return false;
+  }
+}
+
+function readTrim(p: string): string | undefined {
+  try {
+    return readFileSync(p, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function findBwrap(): string {
+  for (const p of ['/usr/bin/bwrap', '/usr/local/bin/bwrap']) if (existsSync(p)) return p;
+  return 'bwrap';
+}

@@ -1,0 +1,120 @@
+// Host-side bookkeeping for the namespaces tier: where each sandbox's files live, which host uid it
+// holds, and which process owns it (so a restarted Airlock can reap what a killed one left behind).
+// Leases are files created with O_EXCL, so concurrent Airlock processes never hand out one uid twice.
+import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { AirlockError } from '../../core/errors.js';
+
+export interface Owner {
+  readonly pid: number;
+  /** Kernel start time of `pid` (field 22 of /proc/<pid>/stat), to survive pid reuse. */
+  readonly startTicks: string;
+}
+
+export interface UidRange {
+  readonly first: number;
+  readonly count: number;
+}
+
+export const DEFAULT_UID_RANGE: UidRange = { first: 3_000_000, count: 65_536 };
+
+export function processStartTicks(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // comm (field 2) may contain spaces and parens: split after the last ')'.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+export function selfOwner(): Owner {
+  return { pid: process.pid, startTicks: processStartTicks(process.pid) ?? '0' };
+}
+
+export function ownerAlive(o: Owner): boolean {
+  return processStartTicks(o.pid) === o.startTicks;
+}
+
+export class StateDirs {
+  readonly sandboxes: string;
+  readonly leases: string;
+  readonly spill: string;
+
+  constructor(readonly root: string) {
+    this.sandboxes = join(root, 'sandboxes');
+    this.leases = join(root, 'uid-leases');
+    this.spill = join(root, 'spill');
+  }
+
+  ensure(): void {
+    // 0711: sandbox uids may traverse to their own (bind-mounted) dirs but never list others.
+    for (const d of [this.root, this.sandboxes]) mkdirSync(d, { recursive: true, mode: 0o711 });
+    mkdirSync(this.leases, { recursive: true, mode: 0o700 });
+    mkdirSync(this.spill, { recursive: true, mode: 0o700 });
+  }
+
+  sandboxDir(id: string): string {
+    return join(this.sandboxes, id);
+  }
+
+  /** Take the first free uid in the range; the lease file records the sandbox id and owner. */
+  leaseUid(range: UidRange, sandboxId: string, owner: Owner): number {
+    // Start at a pseudo-random offset so concurrent processes rarely race on the same file.
+    const start = Math.floor(Math.random() * range.count);
+    for (let i = 0; i < range.count; i++) {
+      const uid = range.first + ((start + i) % range.count);
+      let fd: number;
+      try {
+        fd = openSync(join(this.leases, String(uid)), 'wx', 0o600);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
+        throw e;
+      }
+      writeSync(fd, JSON.stringify({ sandboxId, ...owner }));
+      closeSync(fd);
+      return uid;
+    }
+    throw new AirlockError(
+      'CAPACITY_EXHAUSTED',
+      `all ${range.count} sandbox uids from ${range.first} are leased; kill idle sandboxes or widen the uid range`,
+    );
+  }
+
+  releaseUid(uid: number): void {
+    rmSync(join(this.leases, String(uid)), { force: true });
+  }
+
+  listLeases(): Array<{ uid: number; sandboxId: string; owner: Owner }> {
+    const out: Array<{ uid: number; sandboxId: string; owner: Owner }> = [];
+    for (const name of safeReaddir(this.leases)) {
+      try {
+        const j = JSON.parse(readFileSync(join(this.leases, name), 'utf8')) as {
+          sandboxId: string;
+          pid: number;
+          startTicks: string;
+        };
+        out.push({
+          uid: Number(name),
+          sandboxId: j.sandboxId,
+          owner: { pid: j.pid, startTicks: j.startTicks },
+        });
+      } catch {
+        // A lease being written right now (empty) or corrupt: the reaper decides by sandbox dir.
+      }
+    }
+    return out;
+  }
+
+  listSandboxIds(): string[] {
+    return safeReaddir(this.sandboxes);
+  }
+}
+
+function safeReaddir(d: string): string[] {
+  try {
+    return readdirSync(d);
+  } catch {
+    return [];
+  }
+}

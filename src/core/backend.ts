@@ -1,0 +1,86 @@
+// The Backend contract, versioned (STYLE.md habit 1). Each isolation tier implements it in its own
+// folder under src/backends/<tier>/. The Sandbox facade (src/sandbox/) is the only caller; it owns
+// output shaping, timeouts, TTL and result classification, so a backend only runs processes.
+import type { Readable, Writable } from 'node:stream';
+import type { BackendName, SandboxSpec } from './spec.js';
+
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+export interface BackendContext {
+  /** Root of Airlock's host-side state (sandbox dirs, uid leases, spills). Root-owned. */
+  readonly stateDir: string;
+  readonly logger: Logger;
+}
+
+export interface ProbeCheck {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail: string;
+}
+
+export interface BackendProbe {
+  readonly available: boolean;
+  /** When unavailable: one line saying why and what to do. */
+  readonly reason?: string;
+  readonly checks: readonly ProbeCheck[];
+}
+
+export interface SpawnRequest {
+  readonly argv: readonly string[];
+  /** The complete environment of the process (the facade has already merged spec.env and exec env). */
+  readonly env: Readonly<Record<string, string>>;
+  readonly cwd: string;
+  /** Whether the caller will write to stdin; otherwise stdin is /dev/null. */
+  readonly stdin: boolean;
+}
+
+export interface ProcessExit {
+  readonly exitCode: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+export interface BackendProcess {
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  readonly stdin: Writable | null;
+  /** Resolves once the process and every descendant of it are gone. Never rejects. */
+  readonly exited: Promise<ProcessExit>;
+  /** SIGKILL the whole process tree of this exec. Idempotent. */
+  kill(): void;
+}
+
+/** Counters the kernel keeps for the sandbox's limits; deltas classify why a process died. */
+export interface LimitCounters {
+  readonly oomKills: number;
+  readonly pidsLimitHits: number;
+}
+
+export interface BackendSandbox {
+  readonly id: string;
+  /** Host uid the sandbox's processes run as (never 0). */
+  readonly hostUid: number;
+  spawn(req: SpawnRequest): Promise<BackendProcess>;
+  counters(): Promise<LimitCounters>;
+  /** Kill everything, release every host resource (mounts, cgroups, uid, dirs). Idempotent. */
+  destroy(): Promise<void>;
+}
+
+export interface ReapReport {
+  readonly sandboxes: number;
+}
+
+export interface BackendV1 {
+  readonly specificationVersion: 'v1';
+  readonly name: BackendName;
+  probe(): Promise<BackendProbe>;
+  create(id: string, spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox>;
+  /** Remove residue of sandboxes whose owning process died (SIGKILL, crash). */
+  reapOrphans(): Promise<ReapReport>;
+}

@@ -1,0 +1,57 @@
+// Typed errors with stable string codes (STYLE.md habit 4). Callers branch on `code`, never on message
+// text. The mapping from code to CLI exit code / HTTP status lives here and only here.
+
+export const ERROR_CODES = {
+  INVALID_SPEC: { exit: 2, http: 400 },
+  INVALID_ARGUMENT: { exit: 2, http: 400 },
+  SANDBOX_NOT_FOUND: { exit: 3, http: 404 },
+  SANDBOX_GONE: { exit: 3, http: 410 },
+  BACKEND_UNAVAILABLE: { exit: 4, http: 503 },
+  PERMISSION_DENIED: { exit: 4, http: 403 },
+  FILE_NOT_FOUND: { exit: 1, http: 404 },
+  FILE_TOO_LARGE: { exit: 1, http: 413 },
+  CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
+  ABORTED: { exit: 130, http: 499 },
+  INTERNAL: { exit: 70, http: 500 },
+} as const satisfies Record<string, { exit: number; http: number }>;
+
+export type AirlockErrorCode = keyof typeof ERROR_CODES;
+
+const MARKER = Symbol.for('airlock.error');
+
+export class AirlockError extends Error {
+  readonly [MARKER] = true;
+  readonly code: AirlockErrorCode;
+  /** Dotted path of the offending field, for spec/argument errors. */
+  readonly field: string | undefined;
+
+  constructor(code: AirlockErrorCode, message: string, opts: { field?: string; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'AirlockError';
+    this.code = code;
+    this.field = opts.field;
+  }
+
+  /** Works across module copies (a symbol from the global registry, not `instanceof`). */
+  static isInstance(e: unknown): e is AirlockError {
+    return typeof e === 'object' && e !== null && (e as Record<symbol, unknown>)[MARKER] === true;
+  }
+
+  static is(e: unknown, code: AirlockErrorCode): e is AirlockError {
+    return AirlockError.isInstance(e) && e.code === code;
+  }
+
+  toJSON(): { code: AirlockErrorCode; message: string; field?: string } {
+    return this.field === undefined
+      ? { code: this.code, message: this.message }
+      : { code: this.code, message: this.message, field: this.field };
+  }
+}
+
+export function exitCodeFor(e: unknown): number {
+  return AirlockError.isInstance(e) ? ERROR_CODES[e.code].exit : ERROR_CODES.INTERNAL.exit;
+}
+
+export function httpStatusFor(e: unknown): number {
+  return AirlockError.isInstance(e) ? ERROR_CODES[e.code].http : ERROR_CODES.INTERNAL.http;
+}

@@ -1,0 +1,156 @@
+// The sandbox spec and exec options: validated with zod at the trust boundary (STYLE.md habit 3).
+// Every failure becomes INVALID_SPEC naming the offending field, e.g. `limits.memoryBytes`.
+import { isAbsolute, normalize } from 'node:path';
+import { z } from 'zod';
+import { AirlockError } from './errors.js';
+
+export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
+export type BackendName = (typeof BACKEND_NAMES)[number];
+
+const MiB = 1024 * 1024;
+const GiB = 1024 * MiB;
+const DAY_MS = 24 * 3_600_000;
+
+const envKey = z
+  .string()
+  .regex(
+    /^[A-Za-z_][A-Za-z0-9_]*$/,
+    'environment variable names are letters, digits and _, not starting with a digit',
+  );
+const envValue = z.string().refine((v) => !v.includes('\0'), 'environment values cannot contain NUL bytes');
+export const EnvSchema = z.record(envKey, envValue);
+
+/** Host paths that must never become a workspace: the whole host, or kernel interfaces. */
+const FORBIDDEN_WORKSPACE_ROOTS = ['/proc', '/sys', '/dev', '/run'];
+
+const hostDir = z
+  .string()
+  .refine((p) => isAbsolute(p), 'workspace.hostDir must be an absolute path')
+  .transform((p) => normalize(p).replace(/\/+$/, '') || '/')
+  .refine((p) => p !== '/', 'workspace.hostDir cannot be "/": share a project directory, not the host')
+  .refine(
+    (p) => !FORBIDDEN_WORKSPACE_ROOTS.some((r) => p === r || p.startsWith(r + '/')),
+    `workspace.hostDir cannot be under ${FORBIDDEN_WORKSPACE_ROOTS.join(', ')}`,
+  );
+
+export const WorkspaceSchema = z
+  .object({
+    hostDir: hostDir.optional(),
+    mode: z.enum(['cow', 'ro', 'empty']).default('empty'),
+  })
+  .strict()
+  .superRefine((w, ctx) => {
+    if (w.mode !== 'empty' && w.hostDir === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['hostDir'],
+        message: `mode "${w.mode}" needs workspace.hostDir`,
+      });
+    }
+    if (w.mode === 'empty' && w.hostDir !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['mode'],
+        message: 'workspace.hostDir is set but mode is "empty"; use mode "cow" or "ro"',
+      });
+    }
+  });
+
+export const LimitsSchema = z
+  .object({
+    memoryBytes: z
+      .number()
+      .int()
+      .min(16 * MiB, 'memoryBytes must be at least 16 MiB')
+      .max(64 * GiB)
+      .default(512 * MiB),
+    cpus: z.number().positive().max(256).default(1),
+    pids: z.number().int().min(8, 'pids must be at least 8').max(65_536).default(256),
+    diskBytes: z
+      .number()
+      .int()
+      .min(1 * MiB, 'diskBytes must be at least 1 MiB')
+      .max(256 * GiB)
+      .default(512 * MiB),
+  })
+  .strict();
+
+export const SandboxSpecSchema = z
+  .object({
+    backend: z.enum(BACKEND_NAMES).default('namespaces'),
+    ttlMs: z.number().int().min(1000, 'ttlMs must be at least 1000').max(DAY_MS).default(600_000),
+    limits: LimitsSchema.default(() => LimitsSchema.parse({})),
+    workspace: WorkspaceSchema.default(() => WorkspaceSchema.parse({})),
+    env: EnvSchema.default({}),
+    metadata: z.record(z.string(), z.string()).default({}),
+  })
+  .strict();
+
+export type SandboxSpecInput = z.input<typeof SandboxSpecSchema>;
+export type SandboxSpec = z.output<typeof SandboxSpecSchema>;
+export type Limits = z.output<typeof LimitsSchema>;
+
+function dotted(path: readonly PropertyKey[]): string {
+  return path.map((p) => String(p)).join('.');
+}
+
+/** Parse with zod and turn the first issue into an INVALID_SPEC error naming the field. */
+export function parseOrThrow<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+  const r = schema.safeParse(input);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  const field = dotted(issue.path);
+  const message =
+    issue.code === 'unrecognized_keys'
+      ? `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}${field ? ` in ${field}` : ''}; check the spelling`
+      : issue.message;
+  throw new AirlockError('INVALID_SPEC', `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
+    field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
+  });
+}
+
+export function parseSandboxSpec(input: unknown): SandboxSpec {
+  return parseOrThrow(SandboxSpecSchema, input ?? {}, 'sandbox spec');
+}
+
+// ---- exec options -------------------------------------------------------------------------------
+
+const sandboxPath = z
+  .string()
+  .refine((p) => p.startsWith('/'), 'must be an absolute path inside the sandbox')
+  .refine((p) => !p.includes('\0'), 'must not contain NUL');
+
+export const ExecOptionsSchema = z
+  .object({
+    timeoutMs: z.number().int().positive().max(DAY_MS).default(60_000),
+    maxOutputBytes: z
+      .number()
+      .int()
+      .min(64, 'maxOutputBytes must be at least 64')
+      .max(256 * MiB)
+      .default(64_000),
+    cwd: sandboxPath.default('/workspace'),
+    env: EnvSchema.default({}),
+    background: z.boolean().default(false),
+  })
+  .passthrough();
+
+export type ExecCommand = string | readonly string[];
+
+export function parseCommand(cmd: unknown): string[] {
+  if (typeof cmd === 'string') {
+    if (cmd.trim() === '')
+      throw new AirlockError('INVALID_ARGUMENT', 'command is empty', { field: 'command' });
+    if (cmd.includes('\0'))
+      throw new AirlockError('INVALID_ARGUMENT', 'command contains NUL', { field: 'command' });
+    return ['/bin/sh', '-c', cmd];
+  }
+  if (Array.isArray(cmd) && cmd.length > 0 && cmd.every((a) => typeof a === 'string' && !a.includes('\0'))) {
+    return [...(cmd as string[])];
+  }
+  throw new AirlockError(
+    'INVALID_ARGUMENT',
+    'command must be a non-empty shell string or a non-empty array of strings without NUL bytes',
+    { field: 'command' },
+  );
+}
