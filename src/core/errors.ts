@@ -11,6 +11,7 @@ export const ERROR_CODES = {
   FILE_NOT_FOUND: { exit: 1, http: 404 },
   FILE_TOO_LARGE: { exit: 1, http: 413 },
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
+  DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;

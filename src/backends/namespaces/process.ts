@@ -48,13 +48,13 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
 
   const kill = (): void => {
     // SIGKILL the sandbox's pid-1: the kernel then kills every process in its pid namespace.
-    for (const pid of [initPid, child.pid]) {
-      if (pid === undefined) continue;
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
+    // Before the init pid is known, killing bwrap suffices (--die-with-parent takes the child along).
+    const pid = initPid ?? child.pid;
+    if (pid === undefined) return;
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
     }
   };
 
@@ -82,7 +82,7 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
     }
     blockPipe.end('1');
   }
-  infoPipe.destroy();
+  infoPipe.resume(); // keep draining: bwrap may write more and must never get SIGPIPE
 
   return {
     stdout: child.stdout!,

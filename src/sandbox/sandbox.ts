@@ -1,0 +1,296 @@
+// The Sandbox facade: the E2B/PandaStack-shaped API over any backend. It owns everything above
+// "run this argv": output shaping, timeouts, the TTL, cancellation, result classification, files.
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
+import { AirlockError } from '../core/errors.js';
+import { ExecOptionsSchema, parseCommand, parseOrThrow, type ExecCommand, type SandboxSpec } from '../core/spec.js';
+import { defaultEnv } from '../backends/namespaces/bwrap.js';
+import { OutputCapture, collectBytes } from './output.js';
+import { SandboxFiles } from './files.js';
+
+export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
+
+export interface ExecResult {
+  readonly exitCode: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly truncated: { readonly stdout: boolean; readonly stderr: boolean };
+  /** Full output of the first truncated stream (stdout if both were). */
+  readonly spillPath?: string;
+  readonly spillPaths?: { readonly stdout?: string; readonly stderr?: string };
+  readonly durationMs: number;
+  readonly killedBy?: KilledBy;
+}
+
+export interface ExecOptions {
+  /** Kill the whole process tree after this long (default 60 s; background: the sandbox TTL). */
+  timeoutMs?: number;
+  /** Bytes of stdout and of stderr kept in the result (head + tail); the rest is spilled to a file. */
+  maxOutputBytes?: number;
+  stdin?: string | Uint8Array | Readable;
+  /** Absolute path inside the sandbox (default /workspace). */
+  cwd?: string;
+  /** Added to (and overriding) the sandbox env for this exec only. */
+  env?: Record<string, string>;
+  signal?: AbortSignal;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  background?: boolean;
+}
+
+export interface ExecHandle {
+  readonly id: string;
+  /** Resolves with the result once the process tree has exited. */
+  wait(): Promise<ExecResult>;
+  /** SIGKILL the process tree; resolves once it is gone. */
+  kill(): Promise<void>;
+}
+
+export interface SandboxInfo {
+  readonly id: string;
+  readonly backend: SandboxSpec['backend'];
+  readonly createdAt: Date;
+  readonly expiresAt: Date;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly hostUid: number;
+}
+
+export interface SandboxHooks {
+  readonly spillDir: string;
+  readonly maxSpillBytes: number;
+  readonly onGone: (id: string) => void;
+}
+
+type KillReason = 'ttl' | 'killed';
+
+export class SandboxBase {
+  readonly id: string;
+  readonly spec: SandboxSpec;
+  readonly createdAt = new Date();
+  readonly files: SandboxFiles;
+  private readonly running = new Set<{ kill(reason: KilledBy): void }>();
+  private ttlTimer: NodeJS.Timeout;
+  private killReason: KillReason | undefined;
+  private killing: Promise<void> | undefined;
+  private expiresAtMs: number;
+
+  constructor(
+    private readonly backend: BackendSandbox,
+    spec: SandboxSpec,
+    private readonly hooks: SandboxHooks,
+  ) {
+    this.id = backend.id;
+    this.spec = spec;
+    this.expiresAtMs = Date.now() + spec.ttlMs;
+    // Reaped even if the caller forgets; unref'd so a forgotten sandbox does not keep Node alive.
+    this.ttlTimer = setTimeout(() => void this.terminate('ttl'), spec.ttlMs);
+    this.ttlTimer.unref();
+    this.files = new SandboxFiles((argv, o) => this.runRaw(argv, o));
+  }
+
+  get info(): SandboxInfo {
+    return {
+      id: this.id,
+      backend: this.spec.backend,
+      createdAt: this.createdAt,
+      expiresAt: new Date(this.expiresAtMs),
+      metadata: this.spec.metadata,
+      hostUid: this.backend.hostUid,
+    };
+  }
+
+  get alive(): boolean {
+    return this.killing === undefined;
+  }
+
+  /** Extend (or shorten) the TTL from now. */
+  setTimeout(ttlMs: number): void {
+    this.assertAlive();
+    clearTimeout(this.ttlTimer);
+    this.ttlTimer = setTimeout(() => void this.terminate('ttl'), ttlMs);
+    this.ttlTimer.unref();
+    this.expiresAtMs = Date.now() + ttlMs;
+  }
+
+  exec(cmd: ExecCommand, opts: ExecOptions & { background: true }): Promise<ExecHandle>;
+  exec(cmd: ExecCommand, opts?: ExecOptions & { background?: false }): Promise<ExecResult>;
+  async exec(cmd: ExecCommand, opts: ExecOptions = {}): Promise<ExecResult | ExecHandle> {
+    this.assertAlive();
+    const argv = parseCommand(cmd);
+    const o = parseOrThrow(ExecOptionsSchema, opts, 'exec options');
+    if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'exec aborted before it started');
+    const timeoutMs = opts.background && opts.timeoutMs === undefined ? undefined : o.timeoutMs;
+    const execId = randomBytes(6).toString('hex');
+    const before = await this.backend.counters();
+    const started = performance.now();
+    const proc = await this.backend.spawn({
+      argv,
+      env: { ...defaultEnv(), ...this.spec.env, ...o.env },
+      cwd: o.cwd,
+      stdin: opts.stdin !== undefined,
+    });
+    const run = this.supervise(proc, execId, {
+      before,
+      started,
+      timeoutMs,
+      maxOutputBytes: o.maxOutputBytes,
+      stdin: opts.stdin,
+      signal: opts.signal,
+      onStdout: opts.onStdout,
+      onStderr: opts.onStderr,
+    });
+    if (!opts.background) return run.result;
+    return {
+      id: execId,
+      wait: () => run.result,
+      kill: async () => {
+        run.kill('killed');
+        await run.result.catch(() => {});
+      },
+    };
+  }
+
+  private supervise(
+    proc: BackendProcess,
+    execId: string,
+    o: {
+      before: LimitCounters;
+      started: number;
+      timeoutMs: number | undefined;
+      maxOutputBytes: number;
+      stdin: ExecOptions['stdin'];
+      signal: AbortSignal | undefined;
+      onStdout: ((t: string) => void) | undefined;
+      onStderr: ((t: string) => void) | undefined;
+    },
+  ): { result: Promise<ExecResult>; kill: (r: KilledBy) => void } {
+    let killedBy: KilledBy | undefined;
+    const entry = {
+      kill: (reason: KilledBy) => {
+        killedBy ??= reason;
+        proc.kill();
+      },
+    };
+    this.running.add(entry);
+    const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => entry.kill('timeout'), o.timeoutMs);
+    const onAbort = (): void => entry.kill('killed');
+    o.signal?.addEventListener('abort', onAbort, { once: true });
+
+    const capture = (src: Readable, name: 'stdout' | 'stderr', onText?: (t: string) => void): OutputCapture =>
+      new OutputCapture(src, {
+        maxBytes: o.maxOutputBytes,
+        maxSpillBytes: this.hooks.maxSpillBytes,
+        spillPath: () => join(this.hooks.spillDir, `${this.id}-${execId}.${name}`),
+        name,
+        ...(onText ? { onText } : {}),
+      });
+    const out = capture(proc.stdout, 'stdout', o.onStdout);
+    const err = capture(proc.stderr, 'stderr', o.onStderr);
+    feedStdin(proc, o.stdin);
+
+    const result = (async (): Promise<ExecResult> => {
+      const exit = await proc.exited;
+      const [so, se] = await Promise.all([out.finish(), err.finish()]);
+      if (timer) clearTimeout(timer);
+      o.signal?.removeEventListener('abort', onAbort);
+      this.running.delete(entry);
+      if (killedBy === undefined && exit.exitCode !== 0) {
+        const after = await this.backend.counters().catch(() => o.before);
+        if (after.oomKills > o.before.oomKills) killedBy = 'oom';
+        else if (after.pidsLimitHits > o.before.pidsLimitHits) killedBy = 'pids';
+      } else if (killedBy === 'timeout' && exit.exitCode !== 0) {
+        // A fork bomb is held at pids.max until the timeout: say which limit it ran into.
+        const after = await this.backend.counters().catch(() => o.before);
+        if (after.pidsLimitHits > o.before.pidsLimitHits) killedBy = 'pids';
+      }
+      const spillPaths = {
+        ...(so.spillPath ? { stdout: so.spillPath } : {}),
+        ...(se.spillPath ? { stderr: se.spillPath } : {}),
+      };
+      const spillPath = so.spillPath ?? se.spillPath;
+      return {
+        exitCode: exit.exitCode,
+        signal: exit.signal ?? (killedBy !== undefined || exit.exitCode === 137 ? 'SIGKILL' : null),
+        stdout: so.text,
+        stderr: se.text,
+        truncated: { stdout: so.truncated, stderr: se.truncated },
+        ...(spillPath ? { spillPath, spillPaths } : {}),
+        durationMs: Math.round((performance.now() - o.started) * 1000) / 1000,
+        ...(killedBy ? { killedBy } : {}),
+      };
+    })();
+    return { result, kill: entry.kill };
+  }
+
+  /** Run argv and collect raw bytes (files API). Exceeding maxBytes → FILE_TOO_LARGE. */
+  private async runRaw(
+    argv: string[],
+    o: { stdin?: Uint8Array | string; maxBytes: number; timeoutMs?: number },
+  ): Promise<{ exitCode: number | null; stdout: Buffer; stderr: string }> {
+    this.assertAlive();
+    const proc = await this.backend.spawn({
+      argv,
+      env: { ...defaultEnv(), ...this.spec.env },
+      cwd: '/',
+      stdin: o.stdin !== undefined,
+    });
+    const entry = { kill: () => proc.kill() };
+    this.running.add(entry);
+    const timer = setTimeout(() => proc.kill(), o.timeoutMs ?? 60_000);
+    feedStdin(proc, o.stdin);
+    try {
+      const [stdout, stderr] = await Promise.all([collectBytes(proc.stdout, o.maxBytes), collectBytes(proc.stderr, 64_000)]);
+      const exit = await proc.exited;
+      if (stdout === undefined) {
+        throw new AirlockError('FILE_TOO_LARGE', `file is larger than maxBytes (${o.maxBytes}); raise maxBytes or read it with exec`);
+      }
+      return { exitCode: exit.exitCode, stdout, stderr: (stderr ?? Buffer.alloc(0)).toString('utf8') };
+    } finally {
+      clearTimeout(timer);
+      this.running.delete(entry);
+    }
+  }
+
+  /** Kill every process and release every host resource. Idempotent. */
+  kill(): Promise<void> {
+    return this.terminate('killed');
+  }
+
+  private terminate(reason: KillReason): Promise<void> {
+    this.killing ??= (async () => {
+      this.killReason = reason;
+      clearTimeout(this.ttlTimer);
+      for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
+      try {
+        await this.backend.destroy();
+      } finally {
+        this.hooks.onGone(this.id);
+      }
+    })();
+    return this.killing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+
+  private assertAlive(): void {
+    if (this.killing) {
+      throw new AirlockError(
+        'SANDBOX_GONE',
+        `sandbox ${this.id} is gone (${this.killReason === 'ttl' ? 'its TTL expired' : 'it was killed'}); create a new one`,
+      );
+    }
+  }
+}
+
+function feedStdin(proc: BackendProcess, stdin: ExecOptions['stdin']): void {
+  if (!proc.stdin) return;
+  proc.stdin.on('error', () => {}); // the process may exit without reading its input
+  if (stdin === undefined) proc.stdin.end();
+  else if (typeof stdin === 'string' || stdin instanceof Uint8Array) proc.stdin.end(stdin);
+  else stdin.pipe(proc.stdin);
+}
