@@ -77,8 +77,8 @@ export function createCgroup(layout: CgroupLayout, id: string, limits: Limits): 
   return layout.version === 1 ? createV1(layout.mounts, id, limits) : createV2(layout.root, id, limits);
 }
 
-/** Every sandbox cgroup dir currently on the host, by sandbox id (for the orphan reaper). */
-export function listCgroups(layout: CgroupLayout): Map<string, string[]> {
+/** Every sandbox cgroup dir named `<prefix><id>` on the host, by sandbox id (for the orphan reaper). */
+export function listCgroups(layout: CgroupLayout, prefix: string): Map<string, string[]> {
   const out = new Map<string, string[]>();
   const parents =
     layout.version === 1
@@ -95,7 +95,11 @@ export function listCgroups(layout: CgroupLayout): Map<string, string[]> {
     } catch {
       continue;
     }
-    for (const n of names) out.set(n, [...(out.get(n) ?? []), join(parent, n)]);
+    for (const n of names) {
+      if (!n.startsWith(prefix)) continue;
+      const id = n.slice(prefix.length);
+      out.set(id, [...(out.get(id) ?? []), join(parent, n)]);
+    }
   }
   return out;
 }

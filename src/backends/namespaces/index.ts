@@ -2,6 +2,7 @@
 // A sandbox is host state (disk, workspace mount, cgroup, uid lease); each exec is one bwrap process
 // tree entering fresh namespaces over that state. See docs/threat-model.md for what this stops.
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import {
   chmodSync,
   chownSync,
@@ -63,6 +64,8 @@ export class NamespacesBackend implements BackendV1 {
   private etcDir: string | undefined;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
+  /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
+  private readonly cgPrefix: string;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -71,6 +74,7 @@ export class NamespacesBackend implements BackendV1 {
     this.dirs = new StateDirs(ctx.stateDir);
     this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
+    this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
   }
 
   async probe(): Promise<BackendProbe> {
@@ -182,7 +186,7 @@ export class NamespacesBackend implements BackendV1 {
         mkdirSync(workspaceDir, { mode: 0o755 });
         mountOverlay(workspaceDir, hostDir!, upper, work);
       }
-      res.cgroup = createCgroup(this.layout(), id, spec.limits);
+      res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, spec.limits);
       const layout: BwrapLayout = {
         etcDir: this.etcDir,
         workspaceDir,
@@ -218,13 +222,13 @@ export class NamespacesBackend implements BackendV1 {
         continue;
       }
       const res = new HostResources(dir, meta?.uid, this.dirs);
-      const cg = listCgroups(layout).get(id);
+      const cg = listCgroups(layout, this.cgPrefix).get(id);
       if (cg) res.cgroup = attachCgroup(layout, cg);
       await res.release();
       reaped++;
     }
     // Cgroups without a sandbox dir, and leases whose owner died.
-    for (const [id, cgDirs] of listCgroups(layout)) {
+    for (const [id, cgDirs] of listCgroups(layout, this.cgPrefix)) {
       if (live.has(id) || existsSync(this.dirs.sandboxDir(id))) continue;
       await attachCgroup(layout, cgDirs).destroy();
     }

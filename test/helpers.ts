@@ -1,0 +1,59 @@
+// Shared test helpers: a runtime on its own state dir and uid range, and a residue check that looks
+// at the host itself (mounts, cgroups, processes, dirs, leases), not at Airlock's own bookkeeping.
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { Airlock } from '../src/index.js';
+
+export const TEST_STATE_DIR = process.env.AIRLOCK_TEST_STATE_DIR ?? '/var/tmp/airlock-test';
+export const TEST_UID_RANGE = { first: 3_900_000, count: 4096 } as const;
+
+export function testAirlock(): Airlock {
+  return new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE });
+}
+
+/** True when this host can run the namespaces tier (root + bwrap); tests of the tier skip otherwise. */
+export const canRunNamespaces =
+  process.getuid?.() === 0 && (existsSync('/usr/bin/bwrap') || existsSync('/usr/local/bin/bwrap'));
+export const SKIP_REASON = 'needs root and bubblewrap (run scripts/setup.sh)';
+
+export interface Residue {
+  mounts: string[];
+  cgroups: string[];
+  sandboxDirs: string[];
+  leases: string[];
+  processes: number[];
+}
+
+/** Everything on the host that belongs to a sandbox of TEST_STATE_DIR. */
+export function residue(stateDir = TEST_STATE_DIR): Residue {
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(stateDir + '/'));
+  const cgroups: string[] = [];
+  for (const ctl of ['memory', 'pids', 'cpu', 'freezer', 'unified']) {
+    const parent = join('/sys/fs/cgroup', ctl, 'airlock');
+    if (!existsSync(parent)) continue;
+    for (const n of readdirSync(parent, { withFileTypes: true })) if (n.isDirectory()) cgroups.push(join(parent, n.name));
+  }
+  const ls = (d: string): string[] => (existsSync(d) ? readdirSync(d) : []);
+  const processes: number[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))![1]);
+      if (uid >= TEST_UID_RANGE.first && uid < TEST_UID_RANGE.first + TEST_UID_RANGE.count) processes.push(Number(p));
+    } catch {
+      /* exited */
+    }
+  }
+  return {
+    mounts,
+    cgroups,
+    sandboxDirs: ls(join(stateDir, 'sandboxes')),
+    leases: ls(join(stateDir, 'uid-leases')),
+    processes,
+  };
+}
+
+export const NO_RESIDUE: Residue = { mounts: [], cgroups: [], sandboxDirs: [], leases: [], processes: [] };
