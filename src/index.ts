@@ -3,7 +3,13 @@ export { Sandbox, defaultAirlock } from './sandbox/index.js';
 export { Airlock, DEFAULT_STATE_DIR, type AirlockOptions } from './sandbox/airlock.js';
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
 export type { FileEntry } from './sandbox/files.js';
-export { AirlockError, ERROR_CODES, exitCodeFor, httpStatusFor, type AirlockErrorCode } from './core/errors.js';
+export {
+  AirlockError,
+  ERROR_CODES,
+  exitCodeFor,
+  httpStatusFor,
+  type AirlockErrorCode,
+} from './core/errors.js';
 export {
   parseSandboxSpec,
   SandboxSpecSchema,

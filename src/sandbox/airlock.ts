@@ -57,7 +57,9 @@ export class Airlock {
 
   async probe(name: BackendName): Promise<BackendProbe> {
     const b = this.backends[name];
-    return b ? b.probe() : { available: false, reason: `backend "${name}" is not implemented yet`, checks: [] };
+    return b
+      ? b.probe()
+      : { available: false, reason: `backend "${name}" is not implemented yet`, checks: [] };
   }
 
   /** Remove what crashed Airlock processes left behind. Runs once per runtime, before the first create. */
@@ -65,7 +67,8 @@ export class Airlock {
     this.reaped ??= (async () => {
       for (const b of Object.values(this.backends)) {
         const r = await b.reapOrphans();
-        if (r.sandboxes) this.logger.info({ reaped: r.sandboxes, backend: b.name }, 'reaped orphaned sandboxes');
+        if (r.sandboxes)
+          this.logger.info({ reaped: r.sandboxes, backend: b.name }, 'reaped orphaned sandboxes');
       }
       this.pruneSpills();
     })();
@@ -77,9 +80,9 @@ export class Airlock {
     const backend = this.backend(spec.backend);
     await this.reapOrphans();
     const id = `sbx-${randomBytes(8).toString('hex')}`;
+    const bs = await backend.create(id, spec);
     const spillDir = join(this.stateDir, 'spill');
     mkdirSync(spillDir, { recursive: true, mode: 0o700 });
-    const bs = await backend.create(id, spec);
     const sbx = new Sandbox(bs, spec, {
       spillDir,
       maxSpillBytes: this.maxSpillBytes,
@@ -91,7 +94,10 @@ export class Airlock {
 
   get(id: string): Sandbox {
     const s = this.live.get(id);
-    if (!s) throw new AirlockError('SANDBOX_NOT_FOUND', `no live sandbox with id "${id}" in this process`, { field: 'id' });
+    if (!s)
+      throw new AirlockError('SANDBOX_NOT_FOUND', `no live sandbox with id "${id}" in this process`, {
+        field: 'id',
+      });
     return s;
   }
 

@@ -23,7 +23,9 @@ const DEFAULT_MAX_READ = 64 * 1024 * 1024;
 /** Relative paths are relative to /workspace; the result is normalised and absolute. */
 export function sandboxPath(p: string): string {
   if (typeof p !== 'string' || p === '' || p.includes('\0')) {
-    throw new AirlockError('INVALID_ARGUMENT', 'path must be a non-empty string without NUL bytes', { field: 'path' });
+    throw new AirlockError('INVALID_ARGUMENT', 'path must be a non-empty string without NUL bytes', {
+      field: 'path',
+    });
   }
   return posix.resolve('/workspace', p);
 }
@@ -42,7 +44,10 @@ export class SandboxFiles {
 
   read(path: string, opts?: { format?: 'text'; maxBytes?: number }): Promise<string>;
   read(path: string, opts: { format: 'bytes'; maxBytes?: number }): Promise<Uint8Array>;
-  async read(path: string, opts: { format?: 'text' | 'bytes'; maxBytes?: number } = {}): Promise<string | Uint8Array> {
+  async read(
+    path: string,
+    opts: { format?: 'text' | 'bytes'; maxBytes?: number } = {},
+  ): Promise<string | Uint8Array> {
     const p = sandboxPath(path);
     const r = await this.run(['/bin/cat', '--', p], { maxBytes: opts.maxBytes ?? DEFAULT_MAX_READ });
     if (r.exitCode !== 0) throw fileError('read', p, r.stderr);
@@ -90,10 +95,14 @@ function fileError(op: string, path: string, stderr: string): AirlockError {
     return new AirlockError('FILE_NOT_FOUND', `${op} ${path}: no such file or directory`, { field: 'path' });
   }
   if (/Permission denied|Read-only file system|Operation not permitted/.test(msg)) {
-    return new AirlockError('PERMISSION_DENIED', `${op} ${path}: ${msg.replace(/^[^:]*: /, '')}`, { field: 'path' });
+    return new AirlockError('PERMISSION_DENIED', `${op} ${path}: ${msg.replace(/^[^:]*: /, '')}`, {
+      field: 'path',
+    });
   }
   if (/No space left on device|Disk quota exceeded/.test(msg)) {
-    return new AirlockError('DISK_FULL', `${op} ${path}: the sandbox disk is full; raise limits.diskBytes`, { field: 'path' });
+    return new AirlockError('DISK_FULL', `${op} ${path}: the sandbox disk is full; raise limits.diskBytes`, {
+      field: 'path',
+    });
   }
   return new AirlockError('INTERNAL', `${op} ${path} failed: ${msg || 'unknown error'}`);
 }

@@ -5,7 +5,13 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
-import { ExecOptionsSchema, parseCommand, parseOrThrow, type ExecCommand, type SandboxSpec } from '../core/spec.js';
+import {
+  ExecOptionsSchema,
+  parseCommand,
+  parseOrThrow,
+  type ExecCommand,
+  type SandboxSpec,
+} from '../core/spec.js';
 import { defaultEnv } from '../backends/namespaces/bwrap.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
@@ -175,7 +181,8 @@ export class SandboxBase {
       },
     };
     this.running.add(entry);
-    const timer = o.timeoutMs === undefined ? undefined : setTimeout(() => entry.kill('timeout'), o.timeoutMs);
+    const timer =
+      o.timeoutMs === undefined ? undefined : setTimeout(() => entry.kill('timeout'), o.timeoutMs);
     const onAbort = (): void => entry.kill('killed');
     o.signal?.addEventListener('abort', onAbort, { once: true });
 
@@ -242,10 +249,16 @@ export class SandboxBase {
     const timer = setTimeout(() => proc.kill(), o.timeoutMs ?? 60_000);
     feedStdin(proc, o.stdin);
     try {
-      const [stdout, stderr] = await Promise.all([collectBytes(proc.stdout, o.maxBytes), collectBytes(proc.stderr, 64_000)]);
+      const [stdout, stderr] = await Promise.all([
+        collectBytes(proc.stdout, o.maxBytes),
+        collectBytes(proc.stderr, 64_000),
+      ]);
       const exit = await proc.exited;
       if (stdout === undefined) {
-        throw new AirlockError('FILE_TOO_LARGE', `file is larger than maxBytes (${o.maxBytes}); raise maxBytes or read it with exec`);
+        throw new AirlockError(
+          'FILE_TOO_LARGE',
+          `file is larger than maxBytes (${o.maxBytes}); raise maxBytes or read it with exec`,
+        );
       }
       return { exitCode: exit.exitCode, stdout, stderr: (stderr ?? Buffer.alloc(0)).toString('utf8') };
     } finally {

@@ -69,18 +69,23 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
     initPid = info;
     try {
       o.enroll([child.pid!, initPid]);
+      blockPipe.end('1');
     } catch (e) {
+      // ESRCH: bwrap's setup failed and it already exited (its reason is on stderr): the caller gets
+      // that as the process result. Anything else means the limits cannot be applied: fail closed.
       kill();
-      await exitedP;
-      throw new AirlockError(
-        'INTERNAL',
-        `could not place sandbox process in its cgroup: ${(e as Error).message}`,
-        {
-          cause: e,
-        },
-      );
+      blockPipe.destroy();
+      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') {
+        await exitedP;
+        throw new AirlockError(
+          'INTERNAL',
+          `could not place sandbox process in its cgroup: ${(e as Error).message}`,
+          {
+            cause: e,
+          },
+        );
+      }
     }
-    blockPipe.end('1');
   }
   infoPipe.resume(); // keep draining: bwrap may write more and must never get SIGPIPE
 

@@ -1,7 +1,16 @@
 // Host-side bookkeeping for the namespaces tier: where each sandbox's files live, which host uid it
 // holds, and which process owns it (so a restarted Airlock can reap what a killed one left behind).
 // Leases are files created with O_EXCL, so concurrent Airlock processes never hand out one uid twice.
-import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 
@@ -49,7 +58,10 @@ export class StateDirs {
 
   ensure(): void {
     // 0711: sandbox uids may traverse to their own (bind-mounted) dirs but never list others.
-    for (const d of [this.root, this.sandboxes]) mkdirSync(d, { recursive: true, mode: 0o711 });
+    for (const d of [this.root, this.sandboxes]) {
+      mkdirSync(d, { recursive: true, mode: 0o711 });
+      chmodSync(d, 0o711); // also when it pre-existed or the umask narrowed it
+    }
     mkdirSync(this.leases, { recursive: true, mode: 0o700 });
     mkdirSync(this.spill, { recursive: true, mode: 0o700 });
   }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent install of everything Airlock needs on Debian 12 (run as root): system packages via
+# apt-get, npm packages via `npm ci`. Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(bubblewrap perl procps iproute2 util-linux findutils coreutils)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm ci only when node_modules does not match the lockfile.
+stamp=node_modules/.airlock-lock-hash
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" >"$stamp"
+fi
