@@ -1,0 +1,91 @@
+// Leak tests: whatever happens, no process, mount, cgroup, sandbox dir or uid lease survives.
+import { spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Sandbox } from '../../src/index.js';
+import {
+  NO_RESIDUE,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+  TEST_UID_RANGE,
+  canRunNamespaces,
+  residue,
+  testAirlock,
+  type Residue,
+} from '../helpers.js';
+
+async function settledResidue(): Promise<Residue> {
+  let r = residue();
+  for (let i = 0; i < 40 && JSON.stringify(r) !== JSON.stringify(NO_RESIDUE); i++) {
+    await sleep(50);
+    r = residue();
+  }
+  return r;
+}
+
+describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
+  const airlock = testAirlock();
+  afterAll(() => airlock.killAll());
+
+  it('200 create/exec/kill cycles leave nothing behind', async () => {
+    await airlock.reapOrphans();
+    for (let i = 0; i < 200; i++) {
+      const sbx = await Sandbox.create(
+        i % 2 ? { workspace: { mode: 'empty' } } : { workspace: { mode: 'ro', hostDir: '/usr/share/doc' } },
+        { airlock },
+      );
+      // Alternate clean exits, failures, background processes and kills mid-exec.
+      const bg = await sbx.exec('sleep 100', { background: true });
+      const r = await sbx.exec(i % 3 === 0 ? 'exit 3' : 'echo ok', { timeoutMs: 10_000 });
+      expect(r.exitCode).toBe(i % 3 === 0 ? 3 : 0);
+      if (i % 5 === 0) await bg.kill();
+      await sbx.kill();
+    }
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+  }, 180_000);
+
+  it('a crashed exec (bwrap setup failure) leaves nothing behind', async () => {
+    const sbx = await Sandbox.create({}, { airlock });
+    const r = await sbx.exec('true', { cwd: '/does/not/exist' });
+    expect(r.exitCode).not.toBe(0);
+    expect(r.stderr).toMatch(/chdir/);
+    expect((await sbx.exec('echo still usable')).stdout).toBe('still usable\n');
+    await sbx.kill();
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+  });
+
+  it('a SIGKILLed parent: its sandboxes die with it, the next start reaps the rest', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/orphan-parent.ts', '3'], {
+      env: {
+        ...process.env,
+        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+        AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
+        AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
+      child.on('exit', (c) => reject(new Error(`fixture exited early (${c})`)));
+    });
+    const before = residue();
+    expect(before.sandboxDirs).toHaveLength(3);
+    expect(before.processes.length).toBeGreaterThanOrEqual(3);
+
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+
+    // bwrap --die-with-parent: every sandboxed process is gone without any Airlock code running.
+    let procs = residue().processes;
+    for (let i = 0; i < 40 && procs.length; i++) {
+      await sleep(50);
+      procs = residue().processes;
+    }
+    expect(procs).toEqual([]);
+    // Host state is still there until a new Airlock process starts...
+    expect(residue().mounts.length).toBeGreaterThan(0);
+    // ...whose reaper removes it: a fresh runtime, as a restarted service would have.
+    await testAirlock().reapOrphans();
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+  }, 60_000);
+});
