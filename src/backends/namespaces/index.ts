@@ -37,6 +37,7 @@ import {
   type CgroupHandle,
   type CgroupLayout,
 } from './cgroups.privileged.js';
+import { mountIdmapped } from './idmap.privileged.js';
 import { mountOverlay, mountTmpfs, unmount } from './mount.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import { ensureEtc } from './rootfs.js';
@@ -177,14 +178,31 @@ export class NamespacesBackend implements BackendV1 {
       let workspaceDir: string;
       if (ws.mode === 'empty') {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
-      } else if (ws.mode === 'ro') {
-        workspaceDir = hostDir!;
       } else {
-        const upper = mkOwned(join(disk, 'upper'), uid, 0o755);
-        const work = mkOwned(join(disk, 'work'), 0, 0o700);
-        workspaceDir = join(dir, 'ws');
-        mkdirSync(workspaceDir, { mode: 0o755 });
-        mountOverlay(workspaceDir, hostDir!, upper, work);
+        // The host dir, seen through an idmapped mount so the sandbox uid owns what the dir's owner
+        // owns (falls back to the plain dir where the filesystem cannot idmap).
+        const lower = join(dir, 'lower');
+        mkdirSync(lower, { mode: 0o755 });
+        const st = statSync(hostDir!);
+        const mapped = await mountIdmapped(
+          hostDir!,
+          lower,
+          { uid: st.uid, gid: st.gid },
+          uid,
+          ws.mode === 'ro',
+        );
+        if (!mapped)
+          this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
+        const source = mapped ? lower : hostDir!;
+        if (ws.mode === 'ro') {
+          workspaceDir = source;
+        } else {
+          const upper = mkOwned(join(disk, 'upper'), uid, 0o755);
+          const work = mkOwned(join(disk, 'work'), 0, 0o700);
+          workspaceDir = join(dir, 'ws');
+          mkdirSync(workspaceDir, { mode: 0o755 });
+          mountOverlay(workspaceDir, source, upper, work);
+        }
       }
       res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, spec.limits);
       const layout: BwrapLayout = {
@@ -260,6 +278,7 @@ class HostResources {
     // 1. processes (they pin the mounts), 2. mounts, innermost first, 3. files, 4. uid lease.
     await step(() => this.cgroup?.destroy());
     await step(() => unmount(join(this.dir, 'ws')));
+    await step(() => unmount(join(this.dir, 'lower')));
     await step(() => unmount(join(this.dir, 'disk')));
     await step(() => rmSync(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));

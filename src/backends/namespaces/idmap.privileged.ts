@@ -1,0 +1,113 @@
+// SECURITY-CRITICAL (privileged): an idmapped view of the caller's workspace dir, so the sandbox's
+// uid owns the files it was given (otherwise a root- or user-owned project would be read-only for
+// it). The kernel's idmapped mounts (open_tree + mount_setattr(MOUNT_ATTR_IDMAP) + move_mount)
+// shift ownership in the *view* only: nothing on disk changes, and the mapping covers exactly one
+// uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+const SYS_OPEN_TREE = 428;
+const SYS_MOVE_MOUNT = 429;
+const SYS_MOUNT_SETATTR = 442;
+const OPEN_TREE_CLONE = 1;
+const OPEN_TREE_CLOEXEC = 0o2000000;
+const AT_EMPTY_PATH = 0x1000;
+const AT_FDCWD = -100;
+const MOVE_MOUNT_F_EMPTY_PATH = 0x4;
+const MOUNT_ATTR_RDONLY = 0x1;
+const MOUNT_ATTR_NOSUID = 0x2;
+const MOUNT_ATTR_NODEV = 0x4;
+const MOUNT_ATTR_IDMAP = 0x100000;
+
+interface Sys {
+  openTree(dfd: number, path: string, flags: number): number;
+  mountSetattr(fd: number, path: string, flags: number, attr: Buffer, size: number): number;
+  moveMount(fromFd: number, fromPath: string, toDfd: number, toPath: string, flags: number): number;
+  errno(): number;
+}
+
+let sys: Sys | undefined;
+function load(): Sys {
+  if (sys) return sys;
+  const koffi = createRequire(import.meta.url)('koffi') as {
+    load(n: string): { func(sig: string): (...a: unknown[]) => number };
+    errno(): number;
+  };
+  const lib = koffi.load('libc.so.6');
+  // syscall(2) is variadic; declare one prototype per call shape.
+  const s3 = lib.func('long syscall(long nr, int dfd, const char *path, unsigned int flags)');
+  const s5a = lib.func(
+    'long syscall(long nr, int fd, const char *path, unsigned int flags, void *attr, size_t size)',
+  );
+  const s5b = lib.func(
+    'long syscall(long nr, int fd, const char *from, int tofd, const char *to, unsigned int flags)',
+  );
+  sys = {
+    openTree: (d, p, f) => s3(SYS_OPEN_TREE, d, p, f),
+    mountSetattr: (fd, p, f, a, n) => s5a(SYS_MOUNT_SETATTR, fd, p, f, a, n),
+    moveMount: (a, b, c, d, f) => s5b(SYS_MOVE_MOUNT, a, b, c, d, f),
+    errno: () => koffi.errno(),
+  };
+  return sys;
+}
+
+/**
+ * A user namespace whose only mapping is `owner → hostUid` (uid and gid), held by a short-lived
+ * helper process; returns an fd to it. The helper is killed right after the fd is opened.
+ */
+async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
+  // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
+  const child = spawn('/usr/bin/unshare', ['--user', '/usr/bin/sleep', '60'], { stdio: 'ignore', env: {} });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', reject);
+    });
+    const pid = child.pid!;
+    // Wait until the helper is inside its new user namespace (unshare execs sleep afterwards).
+    for (let i = 0; i < 200; i++) {
+      if (readlinkSync(`/proc/${pid}/ns/user`) !== readlinkSync('/proc/self/ns/user')) break;
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
+    writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
+    return openSync(`/proc/${pid}/ns/user`, 'r');
+  } finally {
+    child.kill('SIGKILL');
+  }
+}
+
+/**
+ * Mount an idmapped clone of `source` at `target`. Returns false (and mounts nothing) if the
+ * kernel or the source filesystem does not support idmapped mounts; the caller then falls back to
+ * the plain directory (files keep their host owners: readable, not writable, for the sandbox).
+ */
+export async function mountIdmapped(
+  source: string,
+  target: string,
+  owner: { uid: number; gid: number },
+  hostUid: number,
+  readOnly: boolean,
+): Promise<boolean> {
+  const s = load();
+  const usernsFd = await mappingUserns(owner.uid, owner.gid, hostUid);
+  let treeFd = -1;
+  try {
+    treeFd = s.openTree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (treeFd < 0) return false;
+    // struct mount_attr { u64 attr_set; u64 attr_clr; u64 propagation; u64 userns_fd; }
+    const attr = Buffer.alloc(32);
+    attr.writeBigUInt64LE(
+      BigInt(MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readOnly ? MOUNT_ATTR_RDONLY : 0)),
+      0,
+    );
+    attr.writeBigUInt64LE(BigInt(usernsFd), 24);
+    if (s.mountSetattr(treeFd, '', AT_EMPTY_PATH, attr, attr.length) !== 0) return false;
+    if (s.moveMount(treeFd, '', AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) !== 0) return false;
+    return true;
+  } finally {
+    if (treeFd >= 0) closeSync(treeFd);
+    closeSync(usernsFd);
+  }
+}
