@@ -13,6 +13,8 @@ export interface BwrapLayout {
   /** Sandbox-private dirs on its size-capped disk. */
   readonly tmpDir: string;
   readonly homeDir: string;
+  /** True when bwrap is started inside the sandbox's persistent netns. */
+  readonly inSandboxNetns: boolean;
 }
 
 /** File descriptors passed to bwrap through Node's stdio array (dash cannot redirect fds >= 10). */
@@ -38,8 +40,14 @@ export function bwrapOptions(
   env: Readonly<Record<string, string>>,
 ): string[] {
   const a: string[] = [
-    '--unshare-all', // user, ipc, pid, net, uts, cgroup
     '--unshare-user', // explicit: required by --disable-userns
+    '--unshare-ipc',
+    '--unshare-pid',
+    '--unshare-uts',
+    '--unshare-cgroup',
+    // The network namespace is the sandbox's own (only `lo`), entered before bwrap starts and shared
+    // by its execs; without one, bwrap makes a fresh, equally empty one for this exec.
+    ...(layout.inSandboxNetns ? [] : ['--unshare-net']),
     '--disable-userns', // no nested user namespaces (also blocked by seccomp)
     '--die-with-parent', // if Airlock dies, the sandbox dies with it
     '--new-session', // setsid: no TIOCSTI into a controlling terminal

@@ -132,7 +132,8 @@ function createV1(mounts: Readonly<Record<string, string>>, id: string, limits: 
   const memsw = join(mem, 'memory.memsw.limit_in_bytes');
   if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
   writeFileSync(join(byCtl.pids!, 'pids.max'), String(limits.pids));
-  writeFileSync(join(byCtl.cpu!, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+  const period = join(byCtl.cpu!, 'cpu.cfs_period_us');
+  if (readOr(period, '').trim() !== String(CPU_PERIOD_US)) writeFileSync(period, String(CPU_PERIOD_US));
   writeFileSync(
     join(byCtl.cpu!, 'cpu.cfs_quota_us'),
     String(Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US))),

@@ -38,6 +38,7 @@ import {
   type CgroupLayout,
 } from './cgroups.privileged.js';
 import { mountIdmapped } from './idmap.privileged.js';
+import { createNetns, withNetns } from './netns.privileged.js';
 import { mountOverlay, mountTmpfs, unmount } from './mount.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import { ensureEtc } from './rootfs.js';
@@ -153,8 +154,10 @@ export class NamespacesBackend implements BackendV1 {
     const probe = await this.probe();
     if (!probe.available)
       throw new AirlockError('BACKEND_UNAVAILABLE', `namespaces backend unavailable: ${probe.reason}`);
-    this.dirs.ensure();
-    this.etcDir ??= ensureEtc(this.ctx.stateDir);
+    if (this.etcDir === undefined) {
+      this.dirs.ensure();
+      this.etcDir = ensureEtc(this.ctx.stateDir);
+    }
     this.seccomp ??= buildSeccompFilter();
 
     const ws = spec.workspace;
@@ -204,6 +207,8 @@ export class NamespacesBackend implements BackendV1 {
           mountOverlay(workspaceDir, source, upper, work);
         }
       }
+      const netnsFile = join(dir, 'netns');
+      createNetns(netnsFile);
       res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, spec.limits);
       const layout: BwrapLayout = {
         etcDir: this.etcDir,
@@ -211,8 +216,9 @@ export class NamespacesBackend implements BackendV1 {
         workspaceReadOnly: ws.mode === 'ro',
         tmpDir,
         homeDir,
+        inSandboxNetns: true,
       };
-      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp);
+      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, netnsFile);
     } catch (e) {
       await res.release().catch(() => {});
       throw e;
@@ -280,6 +286,7 @@ class HostResources {
     await step(() => unmount(join(this.dir, 'ws')));
     await step(() => unmount(join(this.dir, 'lower')));
     await step(() => unmount(join(this.dir, 'disk')));
+    await step(() => unmount(join(this.dir, 'netns')));
     await step(() => rmSync(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
@@ -302,6 +309,7 @@ class NamespacesSandbox implements BackendSandbox {
     private readonly res: HostResources,
     private readonly bwrapPath: string,
     private readonly seccomp: Buffer,
+    private readonly netnsFile: string,
   ) {}
 
   async spawn(req: SpawnRequest): Promise<BackendProcess> {
@@ -313,6 +321,7 @@ class NamespacesSandbox implements BackendSandbox {
       argv: req.argv,
       seccomp: this.seccomp,
       stdin: req.stdin,
+      enterNetns: (f) => withNetns(this.netnsFile, f),
       enroll: (pids) => {
         for (const pid of pids) this.res.cgroup!.addProcess(pid);
       },

@@ -16,16 +16,21 @@ export interface StartOptions {
   readonly stdin: boolean;
   /** Called with bwrap's pid and the sandbox init's host pid, before the command is released. */
   readonly enroll: (pids: readonly number[]) => void;
+  /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
+  readonly enterNetns?: <T>(f: () => T) => T;
 }
 
 export async function startSandboxedProcess(o: StartOptions): Promise<BackendProcess> {
-  const child = spawn(o.bwrapPath, ['--args', String(FD.args), '--', ...o.argv], {
-    uid: o.hostUid,
-    gid: o.hostUid, // libuv also drops supplementary groups (setgroups(0)) when changing ids
-    env: {}, // bwrap itself gets no environment: nothing like LD_PRELOAD can reach it
-    stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
-    detached: false,
-  });
+  const enter = o.enterNetns ?? ((f) => f());
+  const child = enter(() =>
+    spawn(o.bwrapPath, ['--args', String(FD.args), '--', ...o.argv], {
+      uid: o.hostUid,
+      gid: o.hostUid, // libuv also drops supplementary groups (setgroups(0)) when changing ids
+      env: {}, // bwrap itself gets no environment: nothing like LD_PRELOAD can reach it
+      stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
+      detached: false,
+    }),
+  );
   const stdio = child.stdio as unknown as Array<Readable & Writable>;
   const argsPipe = stdio[FD.args]!;
   const seccompPipe = stdio[FD.seccomp]!;
