@@ -132,8 +132,13 @@ export const ExecOptionsSchema = z
     cwd: sandboxPath.default('/workspace'),
     env: EnvSchema.default({}),
     background: z.boolean().default(false),
+    // Not validated here (functions and streams), but listed so that a misspelt option is an error.
+    stdin: z.unknown().optional(),
+    signal: z.unknown().optional(),
+    onStdout: z.unknown().optional(),
+    onStderr: z.unknown().optional(),
   })
-  .passthrough();
+  .strict();
 
 export type ExecCommand = string | readonly string[];
 
