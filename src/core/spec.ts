@@ -21,17 +21,33 @@ const envValue = z.string().refine((v) => !v.includes('\0'), 'environment values
 export const EnvSchema = z.record(envKey, envValue);
 
 /** Host paths that must never become a workspace: the whole host, or kernel interfaces. */
-const FORBIDDEN_WORKSPACE_ROOTS = ['/proc', '/sys', '/dev', '/run'];
+const FORBIDDEN_WORKSPACE_ROOTS = ['/proc', '/sys', '/dev', '/run', '/boot'];
+
+const under = (p: string, root: string): boolean => p === root || p.startsWith(root === '/' ? '/' : root + '/');
+
+/**
+ * Why `p` (absolute, normalised) cannot be a workspace, or undefined. Applied to the path as written
+ * (spec validation) AND to its resolved real path (the backend), so a symlink cannot route around it.
+ * `stateDir` is Airlock's own state: neither it, anything in it, nor any of its ancestors may be shared.
+ */
+export function forbiddenWorkspaceReason(p: string, stateDir?: string): string | undefined {
+  if (p === '/') return 'workspace.hostDir cannot be "/": share a project directory, not the host';
+  const root = FORBIDDEN_WORKSPACE_ROOTS.find((r) => under(p, r));
+  if (root) return `workspace.hostDir cannot be under ${root} (kernel and runtime interfaces are never shared)`;
+  if (stateDir && (under(p, stateDir) || under(stateDir, p))) {
+    return `workspace.hostDir cannot contain or be inside Airlock's state dir ${stateDir}`;
+  }
+  return undefined;
+}
 
 const hostDir = z
   .string()
   .refine((p) => isAbsolute(p), 'workspace.hostDir must be an absolute path')
   .transform((p) => normalize(p).replace(/\/+$/, '') || '/')
-  .refine((p) => p !== '/', 'workspace.hostDir cannot be "/": share a project directory, not the host')
-  .refine(
-    (p) => !FORBIDDEN_WORKSPACE_ROOTS.some((r) => p === r || p.startsWith(r + '/')),
-    `workspace.hostDir cannot be under ${FORBIDDEN_WORKSPACE_ROOTS.join(', ')}`,
-  );
+  .superRefine((p, ctx) => {
+    const why = forbiddenWorkspaceReason(p);
+    if (why) ctx.addIssue({ code: 'custom', message: why });
+  });
 
 export const WorkspaceSchema = z
   .object({
@@ -95,16 +111,25 @@ function dotted(path: readonly PropertyKey[]): string {
 }
 
 /** Parse with zod and turn the first issue into an INVALID_SPEC error naming the field. */
-export function parseOrThrow<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+export function parseOrThrow<S extends z.ZodType>(
+  schema: S,
+  input: unknown,
+  what: string,
+  code: 'INVALID_SPEC' | 'INVALID_ARGUMENT' = 'INVALID_SPEC',
+): z.output<S> {
   const r = schema.safeParse(input);
   if (r.success) return r.data;
-  const issue = r.error.issues[0]!;
+  let issue = r.error.issues[0]!;
+  // zod wraps record-key failures in an `invalid_key` issue; the useful message is the nested one.
+  if (issue.code === 'invalid_key' && issue.issues[0]) {
+    issue = { ...issue.issues[0], path: [...issue.path, ...issue.issues[0].path] } as typeof issue;
+  }
   const field = dotted(issue.path);
   const message =
     issue.code === 'unrecognized_keys'
       ? `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}${field ? ` in ${field}` : ''}; check the spelling`
       : issue.message;
-  throw new AirlockError('INVALID_SPEC', `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
+  throw new AirlockError(code, `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
     field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
   });
 }

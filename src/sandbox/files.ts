@@ -74,7 +74,7 @@ export class SandboxFiles {
         mtimeMs: Math.round(Number(f[i + 3]) * 1000),
       });
     }
-    return out.sort((a, b) => a.name.localeCompare(b.name));
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   async exists(path: string): Promise<boolean> {

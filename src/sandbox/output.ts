@@ -53,10 +53,23 @@ export class OutputCapture {
   }
 
   private onData(chunk: Buffer): void {
+    this.record(chunk);
     if (this.opts.onText) {
       const t = this.decoder.write(chunk);
-      if (t) this.opts.onText(t);
+      // A throwing callback must neither lose output nor crash the process reading the pipe.
+      if (t) this.callback(t);
     }
+  }
+
+  private callback(t: string): void {
+    try {
+      this.opts.onText!(t);
+    } catch {
+      /* the caller's bug; the captured output is unaffected */
+    }
+  }
+
+  private record(chunk: Buffer): void {
     this.total += chunk.length;
     // head
     if (this.headBytes < this.headMax) {
@@ -108,7 +121,7 @@ export class OutputCapture {
     await this.done;
     if (this.opts.onText) {
       const t = this.decoder.end();
-      if (t) this.opts.onText(t);
+      if (t) this.callback(t);
     }
     if (this.spill) {
       const s = this.spill;

@@ -126,7 +126,7 @@ export class SandboxBase {
   async exec(cmd: ExecCommand, opts: ExecOptions = {}): Promise<ExecResult | ExecHandle> {
     this.assertAlive();
     const argv = parseCommand(cmd);
-    const o = parseOrThrow(ExecOptionsSchema, opts, 'exec options');
+    const o = parseOrThrow(ExecOptionsSchema, opts, 'exec options', 'INVALID_ARGUMENT');
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'exec aborted before it started');
     const timeoutMs = opts.background && opts.timeoutMs === undefined ? undefined : o.timeoutMs;
     const execId = randomBytes(6).toString('hex');
@@ -185,6 +185,7 @@ export class SandboxBase {
       o.timeoutMs === undefined ? undefined : setTimeout(() => entry.kill('timeout'), o.timeoutMs);
     const onAbort = (): void => entry.kill('killed');
     o.signal?.addEventListener('abort', onAbort, { once: true });
+    if (o.signal?.aborted) onAbort(); // aborted while the process was being spawned
 
     const capture = (src: Readable, name: 'stdout' | 'stderr', onText?: (t: string) => void): OutputCapture =>
       new OutputCapture(src, {

@@ -27,7 +27,7 @@ import type {
   SpawnRequest,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
-import type { SandboxSpec } from '../../core/spec.js';
+import { forbiddenWorkspaceReason, type SandboxSpec } from '../../core/spec.js';
 import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import {
   attachCgroup,
@@ -162,7 +162,7 @@ export class NamespacesBackend implements BackendV1 {
 
     const ws = spec.workspace;
     let hostDir: string | undefined;
-    if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir);
+    if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir, realpathOr(this.ctx.stateDir));
 
     const owner = selfOwner();
     const uid = this.dirs.leaseUid(this.uidRange, id, owner);
@@ -353,7 +353,7 @@ function mkOwned(path: string, uid: number, mode: number): string {
   return path;
 }
 
-function checkHostDir(p: string): string {
+function checkHostDir(p: string, stateDir: string): string {
   let real: string;
   try {
     real = realpathSync(p);
@@ -367,11 +367,19 @@ function checkHostDir(p: string): string {
       field: 'workspace.hostDir',
     });
   }
-  if (real === '/')
-    throw new AirlockError('INVALID_SPEC', 'workspace.hostDir resolves to "/"', {
-      field: 'workspace.hostDir',
-    });
+  const why = forbiddenWorkspaceReason(real, stateDir);
+  if (why) {
+    throw new AirlockError('INVALID_SPEC', `${why} (resolved from "${p}")`, { field: 'workspace.hostDir' });
+  }
   return real;
+}
+
+function realpathOr(p: string): string {
+  try {
+    return realpathSync(p);
+  } catch {
+    return p;
+  }
 }
 
 function recentlyCreated(dir: string): boolean {

@@ -1,0 +1,101 @@
+// `airlock doctor`: which isolation tiers and controls work on this host, and why not when they don't.
+import type { ProbeCheck } from '../core/backend.js';
+import { ERROR_CODES } from '../core/errors.js';
+import { cliAirlock } from './lifecycle.js';
+import {
+  probeCgroups,
+  probeKvm,
+  probeLandlock,
+  probeTool,
+  type CgroupReport,
+  type KvmReport,
+  type LandlockReport,
+  type ToolReport,
+} from './host-probes.js';
+import { processIo, type Io } from './run.js';
+
+const NOT_IMPLEMENTED = 'not implemented in this version';
+
+export interface DoctorReport {
+  readonly tiers: {
+    readonly namespaces: {
+      readonly implemented: true;
+      readonly available: boolean;
+      readonly reason?: string;
+      readonly checks: readonly ProbeCheck[];
+    };
+    readonly gvisor: {
+      readonly implemented: false;
+      readonly available: false;
+      readonly detail: string;
+      readonly runsc: ToolReport;
+    };
+    readonly microvm: {
+      readonly implemented: false;
+      readonly available: false;
+      readonly detail: string;
+      readonly qemu: ToolReport;
+      /** What the tier would use here once implemented. */
+      readonly accelerator: 'kvm' | 'tcg' | 'none';
+    };
+  };
+  readonly host: {
+    readonly cgroups: CgroupReport;
+    readonly landlock: LandlockReport;
+    readonly kvm: KvmReport;
+  };
+}
+
+export async function doctorReport(): Promise<DoctorReport> {
+  const ns = await cliAirlock().probe('namespaces');
+  const runsc = probeTool('runsc');
+  const qemu = probeTool('qemu-system-x86_64');
+  const kvm = probeKvm();
+  const accelerator = !qemu.found ? 'none' : kvm.usable ? 'kvm' : 'tcg';
+  const microvmHas =
+    accelerator === 'none'
+      ? `${qemu.detail}; ${kvm.usable ? 'KVM is usable' : 'no usable KVM (guests would need TCG emulation)'}`
+      : `${qemu.detail}; would run guests with ${accelerator === 'kvm' ? 'KVM' : 'TCG (software emulation: slow)'}`;
+  return {
+    tiers: {
+      namespaces: {
+        implemented: true,
+        available: ns.available,
+        ...(ns.reason ? { reason: ns.reason } : {}),
+        checks: ns.checks,
+      },
+      gvisor: { implemented: false, available: false, detail: `${NOT_IMPLEMENTED}; ${runsc.detail}`, runsc },
+      microvm: {
+        implemented: false,
+        available: false,
+        detail: `${NOT_IMPLEMENTED}; ${microvmHas}`,
+        qemu,
+        accelerator,
+      },
+    },
+    host: { cgroups: probeCgroups(), landlock: probeLandlock(), kvm },
+  };
+}
+
+export function formatDoctor(r: DoctorReport): string {
+  const ns = r.tiers.namespaces;
+  const width = Math.max(...ns.checks.map((c) => c.name.length), 8);
+  const lines = [
+    `namespaces  ${ns.available ? 'available' : `UNAVAILABLE: ${ns.reason ?? 'see the failed checks'}`}`,
+  ];
+  for (const c of ns.checks) lines.push(`  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name.padEnd(width)}  ${c.detail}`);
+  lines.push(`gvisor      ${r.tiers.gvisor.detail}`);
+  lines.push(`microvm     ${r.tiers.microvm.detail}`);
+  lines.push('host');
+  lines.push(`  cgroups   ${r.host.cgroups.detail}`);
+  lines.push(`  landlock  ${r.host.landlock.detail}`);
+  lines.push(`  kvm       ${r.host.kvm.detail}`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** Exit 0 when the namespaces tier can run sandboxes here, 4 (BACKEND_UNAVAILABLE) otherwise. */
+export async function doctorCommand(opts: { json?: boolean }, io: Io = processIo): Promise<number> {
+  const report = await doctorReport();
+  io.out(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatDoctor(report));
+  return report.tiers.namespaces.available ? 0 : ERROR_CODES.BACKEND_UNAVAILABLE.exit;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env node
+// The airlock command line. This file is the one place errors become exit codes (exitCodeFor) and
+// one-line messages on stderr; the commands themselves return the status they want.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Command, CommanderError, Option } from 'commander';
+import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
+import { BACKEND_NAMES } from '../core/spec.js';
+import { demoCommand } from './demo.js';
+import { doctorCommand } from './doctor.js';
+import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
+import { processIo, runCommand, type Io } from './run.js';
+
+const RUN_HELP = `
+Command:
+  Several CMD arguments run as an argv array, without a shell:
+    airlock run -- python3 -c 'print(1)'
+  One CMD argument with spaces or shell syntax ( | & ; < > $ * quotes ...) runs with /bin/sh -c:
+    airlock run -- 'ls /workspace | wc -l'
+  One plain word runs as itself: airlock run -- date
+  Flags go before CMD; "--" is optional unless CMD starts with "-".
+
+Output and exit status:
+  stdout/stderr stream live; with --json nothing streams and one ExecResult JSON is printed at the end.
+  airlock exits with the command's status (128 + signal number if it died by a signal). Limits that
+  ended it are named on stderr ("airlock: killed by timeout after 30s"). Airlock's own errors:
+  2 bad flag or spec, 3 sandbox gone, 4 backend unavailable, 5 no capacity, 70 internal,
+  130/143 interrupted (the sandbox is killed first).
+
+Environment:
+  AIRLOCK_STATE_DIR   host state (default /var/lib/airlock)
+  AIRLOCK_UID_RANGE   host uids for sandboxes, FIRST:COUNT (default 3000000:65536)
+`;
+
+function version(): string {
+  try {
+    const pkg = fileURLToPath(new URL('../../package.json', import.meta.url));
+    return (JSON.parse(readFileSync(pkg, 'utf8')) as { version?: string }).version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+function buildProgram(io: Io, setStatus: (code: number) => void): Command {
+  const program = new Command('airlock')
+    .description('Disposable sandboxes for AI-agent tool calls')
+    .version(version(), '-V, --version')
+    .enablePositionalOptions()
+    .exitOverride()
+    .showHelpAfterError(false)
+    .configureOutput({
+      writeOut: (s) => io.out(s),
+      writeErr: (s) => io.err(s),
+      outputError: () => {}, // reported as one line by main()
+    });
+
+  program
+    .command('run')
+    .description('run one command in a fresh sandbox, then destroy it')
+    .usage('[flags] [--] CMD [ARGS...]')
+    .argument('<CMD...>', 'command and arguments (see "Command" below)')
+    .addOption(new Option('--backend <name>', 'isolation tier').choices(BACKEND_NAMES).default('namespaces'))
+    .option('--memory <size>', 'memory limit, e.g. 256m (default 512m)')
+    .option('--cpus <n>', 'CPU limit, e.g. 0.5 (default 1)')
+    .option('--pids <n>', 'max processes/threads (default 256)')
+    .option('--disk <size>', 'writable disk size, e.g. 1g (default 512m)')
+    .option('--timeout <duration>', 'kill the command after this long, e.g. 30s', DEFAULT_TIMEOUT)
+    .option('--ttl <duration>', 'sandbox lifetime, e.g. 2m (default: 10m, or timeout + 30s if longer)')
+    .option(
+      '--workspace <dir[:cow|ro]>',
+      'host dir as /workspace: cow (default; writes stay in the sandbox) or ro',
+    )
+    .option(
+      '-e, --env <NAME=VALUE>',
+      'environment variable (repeatable); the host env is never passed',
+      collect,
+      [],
+    )
+    .option(
+      '--max-output <bytes>',
+      'bytes of stdout and of stderr kept in the --json result',
+      DEFAULT_MAX_OUTPUT,
+    )
+    .option('-i, --stdin', "forward airlock's stdin to the command (default: /dev/null)")
+    .option('--json', 'print the ExecResult as JSON on stdout instead of streaming')
+    .passThroughOptions()
+    .addHelpText('after', RUN_HELP)
+    .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
+
+  program
+    .command('doctor')
+    .description('report which isolation tiers and kernel controls work on this host')
+    .option('--json', 'machine-readable report')
+    .addHelpText('after', '\nExit status: 0 if the namespaces tier can run sandboxes here, 4 otherwise.\n')
+    .action(async (opts: { json?: boolean }) => setStatus(await doctorCommand(opts, io)));
+
+  program
+    .command('demo')
+    .description('run a hostile script in a small sandbox and show what is blocked')
+    .addHelpText(
+      'after',
+      '\nExit status: 0 if every hostile attempt was blocked and the ordinary steps worked, 1 otherwise.\n',
+    )
+    .action(async () => setStatus(await demoCommand(io)));
+
+  return program;
+}
+
+/** One line for stderr: what went wrong, which flag or field, and how to fix it. */
+function errorLine(e: unknown, command?: string): string {
+  if (e instanceof CommanderError) {
+    const msg = e.message.replace(/^error:\s*/, '').replace(/\.$/, '');
+    return `airlock: ${msg}; see airlock ${command ? `${command} ` : ''}--help`;
+  }
+  if (AirlockError.isInstance(e)) {
+    let msg = e.message;
+    const flag = e.field === undefined ? undefined : flagForField(e.field);
+    if (flag && !msg.startsWith(flag)) msg = `${flag}: ${msg}`;
+    else if (e.field && !msg.includes(e.field)) msg = `${e.field}: ${msg}`;
+    if (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'PERMISSION_DENIED')
+      msg += '; run "airlock doctor" for details';
+    return `airlock: ${msg}`;
+  }
+  const err = e instanceof Error ? e : new Error(String(e));
+  return `airlock: internal error: ${err.message}${process.env.AIRLOCK_DEBUG ? `\n${err.stack}` : ' (set AIRLOCK_DEBUG=1 for a stack trace)'}`;
+}
+
+function commanderExitCode(e: CommanderError): number {
+  // --help and --version exit 0; every usage error (unknown option, missing CMD, bad choice) is a bad flag.
+  if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return 0;
+  return ERROR_CODES.INVALID_ARGUMENT.exit;
+}
+
+async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
+  let status = 0;
+  const program = buildProgram(io, (code) => (status = code));
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+    return status;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      const code = commanderExitCode(e);
+      const command = program.commands.find((c) => c.name() === argv[0])?.name();
+      if (code !== 0 && e.code !== 'commander.help') io.err(`${errorLine(e, command)}\n`);
+      return code;
+    }
+    io.err(`${errorLine(e)}\n`);
+    return exitCodeFor(e);
+  }
+}
+
+// A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
+// react to it themselves (lifecycle.ts), everything else just stops writing.
+for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
+// Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,86 @@
+// `airlock run`: one command in one fresh sandbox, output streamed live (or one JSON result), the
+// command's exit status as airlock's, and the sandbox killed on every path out.
+import { rmSync } from 'node:fs';
+import type { Sandbox } from '../sandbox/index.js';
+import type { ExecResult } from '../sandbox/sandbox.js';
+import { formatBytes } from '../core/units.js';
+import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
+import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
+
+export interface Io {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+/** Writes to a stream whose reader went away (EPIPE) are dropped, never thrown. */
+export const processIo: Io = {
+  out: (t) => void (process.stdout.writable && process.stdout.write(t)),
+  err: (t) => void (process.stderr.writable && process.stderr.write(t)),
+};
+
+export async function runCommand(
+  args: readonly string[],
+  flags: RunFlags,
+  io: Io = processIo,
+): Promise<number> {
+  const plan = planRun(args, flags, process.cwd());
+  const ws = plan.spec.workspace;
+  if (ws?.hostDir !== undefined) checkWorkspaceDir(ws.hostDir);
+
+  // Streamed output was already seen whole: keep no spill copy of it (the --json result points at one).
+  const airlock = cliAirlock(flags.json ? {} : { maxSpillBytes: 0 });
+  const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
+  let sbx: Sandbox | undefined;
+  try {
+    sbx = await airlock.create(plan.spec);
+    if (trap.exitCode !== undefined) return trap.exitCode;
+    const result = await sbx.exec(plan.command, {
+      timeoutMs: plan.timeoutMs,
+      maxOutputBytes: plan.maxOutputBytes,
+      signal: trap.signal,
+      ...(flags.stdin ? { stdin: process.stdin } : {}),
+      ...(flags.json ? {} : { onStdout: io.out, onStderr: io.err }),
+    });
+    if (trap.exitCode !== undefined) return trap.exitCode;
+    if (flags.json) io.out(`${JSON.stringify(result, null, 2)}\n`);
+    else {
+      for (const p of Object.values(result.spillPaths ?? {})) rmSync(p, { force: true });
+      const why = killedLine(result, plan, sbx.spec.limits);
+      if (why) io.err(`airlock: ${why}\n`);
+    }
+    return statusOf(result);
+  } catch (e) {
+    // Killing the sandbox under an exec in flight can fail that exec; the interrupt is the story.
+    if (trap.exitCode !== undefined) return trap.exitCode;
+    throw e;
+  } finally {
+    try {
+      await (sbx ? sbx.kill() : airlock.killAll());
+    } finally {
+      trap.dispose();
+      if (flags.stdin) process.stdin.destroy();
+    }
+  }
+}
+
+/** One line saying which limit ended the command, e.g. "out of memory (limit 256 MiB)". */
+export function killedLine(
+  r: ExecResult,
+  plan: Pick<RunPlan, 'timeoutMs'> & { spec: { ttlMs?: number } },
+  limits: { memoryBytes: number; pids: number },
+): string | undefined {
+  switch (r.killedBy) {
+    case undefined:
+      return undefined;
+    case 'timeout':
+      return `killed by timeout after ${formatDuration(plan.timeoutMs)}; raise it with --timeout`;
+    case 'ttl':
+      return `killed: the sandbox's TTL${plan.spec.ttlMs ? ` (${formatDuration(plan.spec.ttlMs)})` : ''} expired; raise it with --ttl`;
+    case 'oom':
+      return `out of memory (limit ${formatBytes(limits.memoryBytes)}); raise it with --memory`;
+    case 'pids':
+      return `pids limit (${limits.pids}) reached; raise it with --pids`;
+    case 'killed':
+      return 'killed';
+  }
+}
