@@ -1,7 +1,7 @@
 // Leak tests: whatever happens, no process, mount, cgroup, sandbox dir or uid lease survives.
 import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { Sandbox } from '../../src/index.js';
 import {
   NO_RESIDUE,
@@ -69,6 +69,8 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
       child.stdout.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
       child.on('exit', (c) => reject(new Error(`fixture exited early (${c})`)));
     });
+    // Whatever an assertion below does, the fixture must not outlive the test.
+    onTestFinished(() => void child.kill('SIGKILL'));
     const before = residue();
     expect(before.sandboxDirs.filter((d) => !dirsBefore.has(d))).toHaveLength(3);
     expect(before.processes.length).toBeGreaterThanOrEqual(3);
