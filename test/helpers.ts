@@ -34,7 +34,8 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
   for (const ctl of ['memory', 'pids', 'cpu', 'freezer', 'unified']) {
     const parent = join('/sys/fs/cgroup', ctl, 'airlock');
     if (!existsSync(parent)) continue;
-    for (const n of readdirSync(parent, { withFileTypes: true })) if (n.isDirectory()) cgroups.push(join(parent, n.name));
+    for (const n of readdirSync(parent, { withFileTypes: true }))
+      if (n.isDirectory()) cgroups.push(join(parent, n.name));
   }
   const ls = (d: string): string[] => (existsSync(d) ? readdirSync(d) : []);
   const processes: number[] = [];
@@ -42,7 +43,8 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
     if (!/^\d+$/.test(p)) continue;
     try {
       const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))![1]);
-      if (uid >= TEST_UID_RANGE.first && uid < TEST_UID_RANGE.first + TEST_UID_RANGE.count) processes.push(Number(p));
+      if (uid >= TEST_UID_RANGE.first && uid < TEST_UID_RANGE.first + TEST_UID_RANGE.count)
+        processes.push(Number(p));
     } catch {
       /* exited */
     }
@@ -51,7 +53,10 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
     mounts,
     cgroups,
     sandboxDirs: ls(join(stateDir, 'sandboxes')),
-    leases: ls(join(stateDir, 'uid-leases')),
+    leases: ls('/run/airlock/uid-leases').filter((u) => {
+      const n = Number(u);
+      return n >= TEST_UID_RANGE.first && n < TEST_UID_RANGE.first + TEST_UID_RANGE.count;
+    }),
     processes,
   };
 }

@@ -23,7 +23,8 @@ export const EnvSchema = z.record(envKey, envValue);
 /** Host paths that must never become a workspace: the whole host, or kernel interfaces. */
 const FORBIDDEN_WORKSPACE_ROOTS = ['/proc', '/sys', '/dev', '/run', '/boot'];
 
-const under = (p: string, root: string): boolean => p === root || p.startsWith(root === '/' ? '/' : root + '/');
+const under = (p: string, root: string): boolean =>
+  p === root || p.startsWith(root === '/' ? '/' : root + '/');
 
 /**
  * Why `p` (absolute, normalised) cannot be a workspace, or undefined. Applied to the path as written
@@ -33,7 +34,8 @@ const under = (p: string, root: string): boolean => p === root || p.startsWith(r
 export function forbiddenWorkspaceReason(p: string, stateDir?: string): string | undefined {
   if (p === '/') return 'workspace.hostDir cannot be "/": share a project directory, not the host';
   const root = FORBIDDEN_WORKSPACE_ROOTS.find((r) => under(p, r));
-  if (root) return `workspace.hostDir cannot be under ${root} (kernel and runtime interfaces are never shared)`;
+  if (root)
+    return `workspace.hostDir cannot be under ${root} (kernel and runtime interfaces are never shared)`;
   if (stateDir && (under(p, stateDir) || under(stateDir, p))) {
     return `workspace.hostDir cannot contain or be inside Airlock's state dir ${stateDir}`;
   }

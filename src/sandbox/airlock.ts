@@ -17,6 +17,8 @@ export interface AirlockOptions {
   readonly logger?: Logger;
   /** Host uids handed to sandboxes, one per live sandbox (default 3000000, 65536 of them). */
   readonly uidRange?: UidRange;
+  /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
+  readonly uidLeaseDir?: string;
   /** Spill files beyond this size are cut (default 2 GiB per stream). */
   readonly maxSpillBytes?: number;
   /** Spill files older than this are deleted by the reaper (default 24 h). */
@@ -40,7 +42,10 @@ export class Airlock {
     this.maxSpillBytes = opts.maxSpillBytes ?? 2 * 1024 ** 3;
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     const ctx = { stateDir: this.stateDir, logger: this.logger };
-    this.backends.namespaces = new NamespacesBackend(ctx, opts.uidRange ? { uidRange: opts.uidRange } : {});
+    this.backends.namespaces = new NamespacesBackend(ctx, {
+      ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
+      ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
+    });
   }
 
   private backend(name: BackendName): BackendV1 {

@@ -186,6 +186,7 @@ export class SandboxBase {
     const onAbort = (): void => entry.kill('killed');
     o.signal?.addEventListener('abort', onAbort, { once: true });
     if (o.signal?.aborted) onAbort(); // aborted while the process was being spawned
+    if (this.killing) entry.kill(this.killReason === 'ttl' ? 'ttl' : 'killed'); // killed meanwhile
 
     const capture = (src: Readable, name: 'stdout' | 'stderr', onText?: (t: string) => void): OutputCapture =>
       new OutputCapture(src, {

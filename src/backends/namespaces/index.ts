@@ -47,6 +47,8 @@ import { DEFAULT_UID_RANGE, ownerAlive, selfOwner, StateDirs, type Owner, type U
 
 export interface NamespacesOptions {
   readonly uidRange?: UidRange;
+  /** Host-wide uid lease dir (default /run/airlock/uid-leases). */
+  readonly uidLeaseDir?: string;
   readonly bwrapPath?: string;
 }
 
@@ -73,7 +75,7 @@ export class NamespacesBackend implements BackendV1 {
     private readonly ctx: BackendContext,
     opts: NamespacesOptions = {},
   ) {
-    this.dirs = new StateDirs(ctx.stateDir);
+    this.dirs = new StateDirs(ctx.stateDir, opts.uidLeaseDir);
     this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;

@@ -80,7 +80,8 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       // that as the process result. Anything else means the limits cannot be applied: fail closed.
       kill();
       blockPipe.destroy();
-      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') {
+      // ENOENT: the sandbox is being destroyed and its cgroup is gone; the command never ran.
+      if (!['ESRCH', 'ENOENT'].includes((e as NodeJS.ErrnoException).code ?? '')) {
         await exitedP;
         throw new AirlockError(
           'INTERNAL',

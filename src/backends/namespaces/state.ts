@@ -27,6 +27,12 @@ export interface UidRange {
 
 export const DEFAULT_UID_RANGE: UidRange = { first: 3_000_000, count: 65_536 };
 
+/**
+ * Uid leases are host-wide, not per state dir: two Airlock runtimes with different state dirs must
+ * never hand the same host uid to two live sandboxes. /run is cleared at boot, as are the processes.
+ */
+export const DEFAULT_UID_LEASE_DIR = '/run/airlock/uid-leases';
+
 export function processStartTicks(pid: number): string | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -50,9 +56,12 @@ export class StateDirs {
   readonly leases: string;
   readonly spill: string;
 
-  constructor(readonly root: string) {
+  constructor(
+    readonly root: string,
+    leaseDir: string = DEFAULT_UID_LEASE_DIR,
+  ) {
     this.sandboxes = join(root, 'sandboxes');
-    this.leases = join(root, 'uid-leases');
+    this.leases = leaseDir;
     this.spill = join(root, 'spill');
   }
 
@@ -83,7 +92,7 @@ export class StateDirs {
         if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
         throw e;
       }
-      writeSync(fd, JSON.stringify({ sandboxId, ...owner }));
+      writeSync(fd, JSON.stringify({ sandboxId, stateDir: this.root, ...owner }));
       closeSync(fd);
       return uid;
     }
@@ -97,6 +106,7 @@ export class StateDirs {
     rmSync(join(this.leases, String(uid)), { force: true });
   }
 
+  /** Leases taken by runtimes on this state dir (others belong to other state dirs' reapers). */
   listLeases(): Array<{ uid: number; sandboxId: string; owner: Owner }> {
     const out: Array<{ uid: number; sandboxId: string; owner: Owner }> = [];
     for (const name of safeReaddir(this.leases)) {
@@ -105,7 +115,9 @@ export class StateDirs {
           sandboxId: string;
           pid: number;
           startTicks: string;
+          stateDir: string;
         };
+        if (j.stateDir !== this.root) continue;
         out.push({
           uid: Number(name),
           sandboxId: j.sandboxId,

@@ -1,0 +1,303 @@
+// The airlock CLI as a user runs it: a real child process (node + tsx) creating real sandboxes on the
+// test state dir and uid range. Exit codes, stdout/stderr shape, and no residue afterwards.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  NO_RESIDUE,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+  TEST_UID_RANGE,
+  canRunNamespaces,
+  residue,
+  type Residue,
+} from '../helpers.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+interface CliOptions {
+  env?: Record<string, string>;
+  /** Called with each stdout chunk; lets a test act once the command is running. */
+  onStdout?: (text: string, child: ReturnType<typeof spawn>) => void;
+  timeoutMs?: number;
+}
+
+function cli(args: string[], o: CliOptions = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
+        ...o.env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (t: string) => {
+      stdout += t;
+      o.onStdout?.(stdout, child);
+    });
+    child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(
+        new Error(
+          `airlock ${args.join(' ')} did not exit within ${o.timeoutMs ?? 30_000} ms; stderr: ${stderr}`,
+        ),
+      );
+    }, o.timeoutMs ?? 30_000);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+const lines = (s: string): string[] => s.split('\n').filter((l) => l !== '');
+
+/** Residue not present in `baseline`; with a clean host (the normal case) this is just residue(). */
+function newResidue(baseline: Residue): Residue {
+  const r = residue();
+  const keep = <T>(now: T[], before: T[]): T[] => now.filter((x) => !before.includes(x));
+  return {
+    mounts: keep(r.mounts, baseline.mounts),
+    cgroups: keep(r.cgroups, baseline.cgroups),
+    sandboxDirs: keep(r.sandboxDirs, baseline.sandboxDirs),
+    leases: keep(r.leases, baseline.leases),
+    processes: keep(r.processes, baseline.processes),
+  };
+}
+
+async function settledResidue(baseline: Residue): Promise<Residue> {
+  let r = newResidue(baseline);
+  for (let i = 0; i < 100 && JSON.stringify(r) !== JSON.stringify(NO_RESIDUE); i++) {
+    await sleep(50);
+    r = newResidue(baseline);
+  }
+  return r;
+}
+
+describe('airlock CLI: flags and usage errors (no sandbox needed)', () => {
+  it('run --help documents the command shape and exits 0', async () => {
+    const r = await cli(['run', '--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/Usage: airlock run/);
+    expect(r.stdout).toMatch(/\/bin\/sh -c/);
+  });
+
+  it('a bad size (--memory lots) exits 2 with one stderr line naming --memory', async () => {
+    const r = await cli(['run', '--memory', 'lots', '--', 'true']);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(lines(r.stderr)).toHaveLength(1);
+    expect(r.stderr).toMatch(/^airlock: --memory: .*lots.*256m/);
+  });
+
+  it('an unknown option exits 2 with one line', async () => {
+    const r = await cli(['run', '--no-such-flag', '--', 'true']);
+    expect(r.code).toBe(2);
+    expect(lines(r.stderr)).toHaveLength(1);
+    expect(r.stderr).toMatch(/^airlock: unknown option '--no-such-flag'/);
+  });
+
+  it('an unknown command, a missing CMD and a malformed --env each exit 2', async () => {
+    for (const args of [['frobnicate'], ['run'], ['run', '--env', 'NOEQUALS', '--', 'true']]) {
+      const r = await cli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(lines(r.stderr), args.join(' ')).toHaveLength(1);
+      expect(r.stderr).toMatch(/^airlock: /);
+    }
+  });
+
+  it('--workspace /nonexistent exits 2 before creating anything', async () => {
+    const r = await cli(['run', '--workspace', '/nonexistent', '--', 'true']);
+    expect(r.code).toBe(2);
+    expect(lines(r.stderr)).toHaveLength(1);
+    expect(r.stderr).toMatch(/^airlock: --workspace: .*\/nonexistent.* does not exist/);
+  });
+
+  it('a spec limit out of range names the flag (--memory 1m → exit 2)', async () => {
+    const r = await cli(['run', '--memory', '1m', '--', 'true']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^airlock: --memory: .*16 MiB/);
+  });
+
+  it('doctor --json prints one parseable report', async () => {
+    const r = await cli(['doctor', '--json']);
+    const report = JSON.parse(r.stdout) as {
+      tiers: Record<string, { available: boolean; implemented: boolean }>;
+      host: { cgroups: { versions: number[] }; landlock: { abi: number | null } };
+    };
+    expect(r.code).toBe(report.tiers.namespaces!.available ? 0 : 4);
+    expect(report.tiers.gvisor!.implemented).toBe(false);
+    expect(report.tiers.microvm!.implemented).toBe(false);
+    expect(Array.isArray(report.host.cgroups.versions)).toBe(true);
+  });
+});
+
+describe('airlock CLI: running sandboxes', () => {
+  // Anything already on the host (e.g. a leaked fixture of another run sharing the test state dir)
+  // is not this suite's doing; on a clean host the baseline is NO_RESIDUE and this is residue() itself.
+  let baseline: Residue = NO_RESIDUE;
+  beforeAll(() => {
+    if (canRunNamespaces) baseline = residue();
+  });
+  afterAll(async () => {
+    if (canRunNamespaces) expect(await settledResidue(baseline)).toEqual(NO_RESIDUE);
+  });
+
+  it.skipIf(!canRunNamespaces)(`doctor reports the namespaces tier available (${SKIP_REASON})`, async () => {
+    const r = await cli(['doctor', '--json']);
+    expect(r.code).toBe(0);
+    const report = JSON.parse(r.stdout) as {
+      tiers: { namespaces: { available: boolean; checks: unknown[] } };
+    };
+    expect(report.tiers.namespaces.available).toBe(true);
+    expect(report.tiers.namespaces.checks.length).toBeGreaterThan(0);
+  });
+
+  it.skipIf(!canRunNamespaces)(`the command's exit code becomes airlock's (${SKIP_REASON})`, async () => {
+    const r = await cli(['run', '--', 'sh', '-c', 'exit 7']);
+    expect(r.code).toBe(7);
+    expect(r.stderr).toBe('');
+  });
+
+  it.skipIf(!canRunNamespaces)(`output streams to stdout and stderr (${SKIP_REASON})`, async () => {
+    const r = await cli(['run', '--', 'echo out; echo err >&2']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('out\n');
+    expect(r.stderr).toBe('err\n');
+  });
+
+  it.skipIf(!canRunNamespaces)(`--json prints only the ExecResult on stdout (${SKIP_REASON})`, async () => {
+    const r = await cli(['run', '--json', '--', 'echo', 'hi']);
+    expect(r.code).toBe(0);
+    const result = JSON.parse(r.stdout) as {
+      exitCode: number;
+      stdout: string;
+      stderr: string;
+      durationMs: number;
+    };
+    expect(result.exitCode).toBe(0);
+    expect(result.stdout).toBe('hi\n');
+    expect(result.stderr).toBe('');
+    expect(typeof result.durationMs).toBe('number');
+  });
+
+  it.skipIf(!canRunNamespaces)(`--env is visible inside, the host env is not (${SKIP_REASON})`, async () => {
+    const r = await cli(
+      ['run', '--env', 'A=B', '-e', 'EMPTY=', '--', 'echo "A=$A EMPTY=[$EMPTY] S=${CLI_TEST_SECRET:-unset}"'],
+      {
+        env: { CLI_TEST_SECRET: 'hunter2' },
+      },
+    );
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('A=B EMPTY=[] S=unset\n');
+  });
+
+  it.skipIf(!canRunNamespaces)(
+    `--timeout kills the command: exit 137 and a timeout line (${SKIP_REASON})`,
+    async () => {
+      const r = await cli(['run', '--timeout', '1s', '--', 'sleep', '30']);
+      expect(r.code).toBe(137);
+      expect(lines(r.stderr)).toHaveLength(1);
+      expect(r.stderr).toMatch(/^airlock: killed by timeout after 1s/);
+    },
+  );
+
+  it.skipIf(!canRunNamespaces)(`--memory holds a memory bomb: killedBy oom (${SKIP_REASON})`, async () => {
+    const r = await cli([
+      'run',
+      '--memory',
+      '64m',
+      '--json',
+      '--',
+      'perl',
+      '-e',
+      '$x = "a" x (512*1024*1024)',
+    ]);
+    const result = JSON.parse(r.stdout) as { killedBy?: string; exitCode: number | null };
+    expect(result.killedBy).toBe('oom');
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toBe(''); // --json: the limit is in the result, not on stderr
+  });
+
+  it.skipIf(!canRunNamespaces)(
+    `--workspace DIR is a copy-on-write view of DIR (${SKIP_REASON})`,
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'airlock-cli-ws-'));
+      try {
+        writeFileSync(join(dir, 'input.txt'), 'from the host\n');
+        const r = await cli([
+          'run',
+          '--workspace',
+          dir,
+          '--',
+          'cat /workspace/input.txt && echo new > /workspace/out.txt',
+        ]);
+        expect(r.stderr).toBe('');
+        expect(r.code).toBe(0);
+        expect(r.stdout).toBe('from the host\n');
+        expect(readdirSync(dir)).toEqual(['input.txt']);
+        const ro = await cli(['run', '--workspace', `${dir}:ro`, '--', 'touch /workspace/x']);
+        expect(ro.code).not.toBe(0);
+        expect(existsSync(join(dir, 'x'))).toBe(false);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it.skipIf(!canRunNamespaces)(`SIGINT kills the sandbox and exits 130 (${SKIP_REASON})`, async () => {
+    let sent = false;
+    const r = await cli(['run', '--', 'echo ready; sleep 30'], {
+      onStdout: (out, child) => {
+        if (!sent && out.includes('ready')) {
+          sent = true;
+          child.kill('SIGINT');
+        }
+      },
+    });
+    expect(sent).toBe(true);
+    expect(r.code).toBe(130);
+    expect(r.stderr).toMatch(/SIGINT/);
+  });
+
+  it.skipIf(!canRunNamespaces)(
+    `a reader closing stdout (EPIPE) ends the run like SIGPIPE: 141 (${SKIP_REASON})`,
+    async () => {
+      const r = await cli(['run', '--', 'seq 1 100000000'], {
+        onStdout: (_out, child) => child.stdout?.destroy(),
+      });
+      expect(r.code).toBe(141);
+    },
+  );
+
+  it.skipIf(!canRunNamespaces)(
+    `demo blocks every hostile attempt and exits 0 (${SKIP_REASON})`,
+    async () => {
+      const r = await cli(['demo'], { timeoutMs: 60_000 });
+      expect(r.stderr).toBe('');
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/fork bomb\s+blocked/);
+      expect(r.stdout).toMatch(/memory bomb.*\s+blocked/);
+      expect(r.stdout).toMatch(/write \/workspace\/hello\.txt\s+allowed/);
+      expect(r.stdout).not.toMatch(/ALLOWED|FAILED/);
+    },
+    90_000,
+  );
+});
