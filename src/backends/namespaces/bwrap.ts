@@ -13,6 +13,8 @@ export interface BwrapLayout {
   /** Sandbox-private dirs on its size-capped disk. */
   readonly tmpDir: string;
   readonly homeDir: string;
+  /** Backs /dev/shm, so shared memory counts against the sandbox disk like any other file. */
+  readonly shmDir: string;
   /** True when bwrap is started inside the sandbox's persistent netns. */
   readonly inSandboxNetns: boolean;
 }
@@ -65,10 +67,15 @@ export function bwrapOptions(
   a.push('--ro-bind', layout.etcDir, '/etc');
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
   a.push('--dev', '/dev'); // minimal: null, zero, full, random, urandom, tty, pts, shm
+  a.push('--bind', layout.shmDir, '/dev/shm');
+  a.push('--remount-ro', '/dev'); // device nodes still open for writing; no files can be created
   a.push('--bind', layout.tmpDir, '/tmp');
   a.push('--dir', '/home');
   a.push('--bind', layout.homeDir, SANDBOX_HOME);
   a.push(layout.workspaceReadOnly ? '--ro-bind' : '--bind', layout.workspaceDir, '/workspace');
+  // bwrap's root is an unbounded tmpfs: once every mount point exists, make it read-only so that
+  // the only writable places are the ones on the sandbox's size-capped disk.
+  a.push('--remount-ro', '/');
   a.push('--chdir', cwd);
   a.push('--clearenv');
   for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);

@@ -180,6 +180,7 @@ export class NamespacesBackend implements BackendV1 {
       mountTmpfs(disk, spec.limits.diskBytes, uid, 0o700);
       const tmpDir = mkOwned(join(disk, 'tmp'), uid, 0o1777);
       const homeDir = mkOwned(join(disk, 'home'), uid, 0o700);
+      const shmDir = mkOwned(join(disk, 'shm'), uid, 0o1777);
       let workspaceDir: string;
       if (ws.mode === 'empty') {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
@@ -218,6 +219,7 @@ export class NamespacesBackend implements BackendV1 {
         workspaceReadOnly: ws.mode === 'ro',
         tmpDir,
         homeDir,
+        shmDir,
         inSandboxNetns: true,
       };
       return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, netnsFile);
