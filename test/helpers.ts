@@ -1,5 +1,6 @@
 // Shared test helpers: a runtime on its own state dir and uid range, and a residue check that looks
 // at the host itself (mounts, cgroups, processes, dirs, leases), not at Airlock's own bookkeeping.
+import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Airlock } from '../src/index.js';
@@ -30,12 +31,14 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
     .filter((m) => m.startsWith(stateDir + '/'));
+  // Sandbox cgroups are named `<first 8 hex of sha256(stateDir)>-<id>` (see backends/namespaces).
+  const prefix = `${createHash('sha256').update(stateDir).digest('hex').slice(0, 8)}-`;
   const cgroups: string[] = [];
   for (const ctl of ['memory', 'pids', 'cpu', 'freezer', 'unified']) {
     const parent = join('/sys/fs/cgroup', ctl, 'airlock');
     if (!existsSync(parent)) continue;
     for (const n of readdirSync(parent, { withFileTypes: true }))
-      if (n.isDirectory()) cgroups.push(join(parent, n.name));
+      if (n.isDirectory() && n.name.startsWith(prefix)) cgroups.push(join(parent, n.name));
   }
   const ls = (d: string): string[] => (existsSync(d) ? readdirSync(d) : []);
   const processes: number[] = [];

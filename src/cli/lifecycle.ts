@@ -7,7 +7,8 @@ import { uidRangeFromEnv } from './flags.js';
 /** The CLI's runtime: state dir from AIRLOCK_STATE_DIR (the constructor reads it), uids from AIRLOCK_UID_RANGE. */
 export function cliAirlock(opts: Pick<AirlockOptions, 'maxSpillBytes'> = {}): Airlock {
   const uidRange = uidRangeFromEnv(process.env.AIRLOCK_UID_RANGE);
-  return new Airlock({ ...opts, ...(uidRange ? { uidRange } : {}) });
+  // One-shot: no warm pool (a prepared sandbox would only be released again at exit).
+  return new Airlock({ ...opts, warmPool: 0, ...(uidRange ? { uidRange } : {}) });
 }
 
 export interface SignalTrap {

@@ -80,7 +80,10 @@ export interface BackendV1 {
   readonly specificationVersion: 'v1';
   readonly name: BackendName;
   probe(): Promise<BackendProbe>;
-  create(id: string, spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox>;
+  /** Make a sandbox; the backend names it (ids are unique per host). */
+  create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox>;
+  /** Release what the backend holds beyond live sandboxes (e.g. prepared warm slots). */
+  close(): Promise<void>;
   /** Remove residue of sandboxes whose owning process died (SIGKILL, crash). */
   reapOrphans(): Promise<ReapReport>;
 }

@@ -1,7 +1,6 @@
 // The Airlock runtime: which backends exist, where host state lives, and the live sandboxes of this
 // process. No hidden global: `Sandbox.create` without an explicit runtime uses one created on first
 // use with defaults (state dir from AIRLOCK_STATE_DIR or /var/lib/airlock).
-import { randomBytes } from 'node:crypto';
 import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { BackendProbe, BackendV1, Logger } from '../core/backend.js';
@@ -17,6 +16,8 @@ export interface AirlockOptions {
   readonly logger?: Logger;
   /** Host uids handed to sandboxes, one per live sandbox (default 3000000, 65536 of them). */
   readonly uidRange?: UidRange;
+  /** Sandboxes prepared ahead of time so `create` is cheap (default 1; 0 for one-shot tools). */
+  readonly warmPool?: number;
   /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
   /** Spill files beyond this size are cut (default 2 GiB per stream). */
@@ -45,6 +46,7 @@ export class Airlock {
     this.backends.namespaces = new NamespacesBackend(ctx, {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
+      ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
     });
   }
 
@@ -84,8 +86,8 @@ export class Airlock {
     const spec = parseSandboxSpec(input);
     const backend = this.backend(spec.backend);
     await this.reapOrphans();
-    const id = `sbx-${randomBytes(8).toString('hex')}`;
-    const bs = await backend.create(id, spec);
+    const bs = await backend.create(spec);
+    const id = bs.id;
     const spillDir = join(this.stateDir, 'spill');
     mkdirSync(spillDir, { recursive: true, mode: 0o700 });
     const sbx = new Sandbox(bs, spec, {
@@ -110,9 +112,15 @@ export class Airlock {
     return [...this.live.values()];
   }
 
-  /** Kill every live sandbox of this runtime (e.g. on shutdown). */
+  /** Kill every live sandbox of this runtime and release prepared (warm) ones, e.g. on shutdown. */
   async killAll(): Promise<void> {
     await Promise.allSettled([...this.live.values()].map((s) => s.kill()));
+    await Promise.allSettled(Object.values(this.backends).map((b) => b.close()));
+  }
+
+  /** Same as killAll: after it, this runtime holds nothing on the host (it can still create again). */
+  close(): Promise<void> {
+    return this.killAll();
   }
 
   private pruneSpills(): void {

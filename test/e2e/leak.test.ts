@@ -41,6 +41,7 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
       if (i % 5 === 0) await bg.kill();
       await sbx.kill();
     }
+    await airlock.close(); // releases the prepared (warm) sandbox too
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   }, 180_000);
 
@@ -51,6 +52,7 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     expect(r.stderr).toMatch(/chdir/);
     expect((await sbx.exec('echo still usable')).stdout).toBe('still usable\n');
     await sbx.kill();
+    await airlock.close();
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   });
 
@@ -72,7 +74,8 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     // Whatever an assertion below does, the fixture must not outlive the test.
     onTestFinished(() => void child.kill('SIGKILL'));
     const before = residue();
-    expect(before.sandboxDirs.filter((d) => !dirsBefore.has(d))).toHaveLength(3);
+    // Three sandboxes plus the one the fixture's warm pool prepared: all are the dead owner's to reap.
+    expect(before.sandboxDirs.filter((d) => !dirsBefore.has(d))).toHaveLength(4);
     expect(before.processes.length).toBeGreaterThanOrEqual(3);
 
     child.kill('SIGKILL');

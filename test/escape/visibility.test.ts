@@ -59,10 +59,10 @@ describe('the host filesystem is not visible', () => {
         'etc',
         'home',
         'lib',
-        'lib32',
         'lib64',
-        'libx32',
         'proc',
+        // Links to /usr's lib32/libx32 exist only where the host has them.
+        ...['lib32', 'libx32'].filter((l) => existsSync(`/usr/${l}`)),
         'sbin',
         'tmp',
         'usr',

@@ -2,6 +2,7 @@
 // Every namespace is new; nothing of the host is visible except read-only /usr (and its /bin, /lib*
 // symlinks), a generated /etc, and the sandbox's own writable dirs. bwrap runs as the sandbox's
 // unprivileged host uid (never root), so the user namespace maps sandbox uid 1000 to that uid only.
+import { existsSync } from 'node:fs';
 import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from './rootfs.js';
 
 export interface BwrapLayout {
@@ -63,7 +64,7 @@ export function bwrapOptions(
     'ALL',
   ];
   for (const d of SYSTEM_RO) a.push('--ro-bind', d, d);
-  for (const [target, link] of USR_SYMLINKS) a.push('--symlink', target, link);
+  for (const [target, link] of USR_SYMLINKS) if (existsSync(`/${target}`)) a.push('--symlink', target, link);
   a.push('--ro-bind', layout.etcDir, '/etc');
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
   a.push('--dev', '/dev'); // minimal: null, zero, full, random, urandom, tty, pts, shm

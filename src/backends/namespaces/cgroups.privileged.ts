@@ -65,6 +65,8 @@ export interface CgroupHandle {
   /** Move a process (and, from then on, all its future children) into the sandbox's cgroups. */
   addProcess(pid: number): void;
   counters(): LimitCounters;
+  /** Write the memory, pids and CPU limits (before any process of the sandbox runs). */
+  setLimits(limits: Limits): void;
   /** SIGKILL every process in the cgroup and wait until it is empty. */
   killAll(): Promise<void>;
   /** killAll, then remove the cgroup directories. Idempotent. */
@@ -115,7 +117,6 @@ export function attachCgroup(layout: CgroupLayout, dirs: readonly string[]): Cgr
 
 function createV1(mounts: Readonly<Record<string, string>>, id: string, limits: Limits): CgroupHandle {
   const dirs: string[] = [];
-  const byCtl: Record<string, string> = {};
   for (const ctl of [...REQUIRED, 'freezer'] as const) {
     const mount = mounts[ctl];
     if (!mount) continue;
@@ -124,21 +125,10 @@ function createV1(mounts: Readonly<Record<string, string>>, id: string, limits: 
       mkdirSync(dir, { recursive: true });
       dirs.push(dir);
     }
-    byCtl[ctl] = dir;
   }
-  const mem = byCtl.memory!;
-  writeFileSync(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
-  // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
-  const memsw = join(mem, 'memory.memsw.limit_in_bytes');
-  if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
-  writeFileSync(join(byCtl.pids!, 'pids.max'), String(limits.pids));
-  const period = join(byCtl.cpu!, 'cpu.cfs_period_us');
-  if (readOr(period, '').trim() !== String(CPU_PERIOD_US)) writeFileSync(period, String(CPU_PERIOD_US));
-  writeFileSync(
-    join(byCtl.cpu!, 'cpu.cfs_quota_us'),
-    String(Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US))),
-  );
-  return v1Handle(mounts, dirs);
+  const h = v1Handle(mounts, dirs);
+  h.setLimits(limits);
+  return h;
 }
 
 function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly string[]): CgroupHandle {
@@ -149,10 +139,21 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
   const memDir = under('memory');
   const pidsDir = under('pids');
   const freezerDir = under('freezer');
+  const cpuDir = under('cpu');
   const handle: CgroupHandle = {
     dirs,
     addProcess(pid) {
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
+    },
+    setLimits(limits) {
+      writeFileSync(join(memDir!, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+      // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
+      const memsw = join(memDir!, 'memory.memsw.limit_in_bytes');
+      if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
+      writeFileSync(join(pidsDir!, 'pids.max'), String(limits.pids));
+      const period = join(cpuDir!, 'cpu.cfs_period_us');
+      if (readOr(period, '').trim() !== String(CPU_PERIOD_US)) writeFileSync(period, String(CPU_PERIOD_US));
+      writeFileSync(join(cpuDir!, 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits)));
     },
     counters() {
       return {
@@ -196,14 +197,9 @@ function createV2(root: string, id: string, limits: Limits): CgroupHandle {
   }
   const dir = join(parent, id);
   mkdirSync(dir);
-  writeFileSync(join(dir, 'memory.max'), String(limits.memoryBytes));
-  if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
-  writeFileSync(join(dir, 'pids.max'), String(limits.pids));
-  writeFileSync(
-    join(dir, 'cpu.max'),
-    `${Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US))} ${CPU_PERIOD_US}`,
-  );
-  return v2Handle(dir);
+  const h = v2Handle(dir);
+  h.setLimits(limits);
+  return h;
 }
 
 function v2Handle(dir: string): CgroupHandle {
@@ -211,6 +207,12 @@ function v2Handle(dir: string): CgroupHandle {
     dirs: [dir],
     addProcess(pid) {
       writeFileSync(join(dir, 'cgroup.procs'), String(pid));
+    },
+    setLimits(limits) {
+      writeFileSync(join(dir, 'memory.max'), String(limits.memoryBytes));
+      if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
+      writeFileSync(join(dir, 'pids.max'), String(limits.pids));
+      writeFileSync(join(dir, 'cpu.max'), `${cpuQuotaUs(limits)} ${CPU_PERIOD_US}`);
     },
     counters() {
       return {
@@ -236,6 +238,10 @@ function v2Handle(dir: string): CgroupHandle {
 }
 
 // ---- helpers --------------------------------------------------------------------------------------
+
+function cpuQuotaUs(limits: Limits): number {
+  return Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US));
+}
 
 function readPids(dir: string): number[] {
   return readOr(join(dir, 'cgroup.procs'), '').split('\n').filter(Boolean).map(Number);

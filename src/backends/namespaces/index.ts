@@ -2,7 +2,7 @@
 // A sandbox is host state (disk, workspace mount, cgroup, uid lease); each exec is one bwrap process
 // tree entering fresh namespaces over that state. See docs/threat-model.md for what this stops.
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import {
   chmodSync,
   chownSync,
@@ -27,7 +27,7 @@ import type {
   SpawnRequest,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
-import { forbiddenWorkspaceReason, type SandboxSpec } from '../../core/spec.js';
+import { forbiddenWorkspaceReason, LimitsSchema, type Limits, type SandboxSpec } from '../../core/spec.js';
 import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import {
   attachCgroup,
@@ -39,13 +39,34 @@ import {
 } from './cgroups.privileged.js';
 import { mountIdmapped } from './idmap.privileged.js';
 import { createNetns, withNetns } from './netns.privileged.js';
-import { mountOverlay, mountTmpfs, unmount } from './mount.privileged.js';
+import { mountOverlay, mountTmpfs, resizeTmpfs, unmount } from './mount.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import { DEFAULT_UID_RANGE, ownerAlive, selfOwner, StateDirs, type Owner, type UidRange } from './state.js';
 
+interface Slot {
+  readonly id: string;
+  readonly uid: number;
+  readonly dir: string;
+  readonly disk: string;
+  readonly diskBytes: number;
+  readonly limits: Limits;
+  readonly res: HostResources;
+  readonly tmpDir: string;
+  readonly homeDir: string;
+  readonly shmDir: string;
+  readonly netnsFile: string;
+}
+
+const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
+
 export interface NamespacesOptions {
+  /**
+   * Sandboxes' host state prepared ahead of time (default 1): `create` then only applies the spec.
+   * Prepared slots hold a uid, an empty tmpfs, a netns and a cgroup; `close()` releases them.
+   */
+  readonly warmPool?: number;
   readonly uidRange?: UidRange;
   /** Host-wide uid lease dir (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
@@ -68,6 +89,9 @@ export class NamespacesBackend implements BackendV1 {
   private etcDir: string | undefined;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
+  private readonly pool: Slot[] = [];
+  private readonly warmPool: number;
+  private refillTimer: NodeJS.Immediate | undefined;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
 
@@ -78,6 +102,7 @@ export class NamespacesBackend implements BackendV1 {
     this.dirs = new StateDirs(ctx.stateDir, opts.uidLeaseDir);
     this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
+    this.warmPool = opts.warmPool ?? 1;
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
   }
 
@@ -152,20 +177,16 @@ export class NamespacesBackend implements BackendV1 {
     return this.cgroupLayout;
   }
 
-  async create(id: string, spec: SandboxSpec): Promise<BackendSandbox> {
-    const probe = await this.probe();
-    if (!probe.available)
-      throw new AirlockError('BACKEND_UNAVAILABLE', `namespaces backend unavailable: ${probe.reason}`);
+  /**
+   * Host state for one sandbox that does not depend on its spec (uid lease, dirs, a tmpfs disk,
+   * netns, cgroup), made ahead of time so that `create` only applies the spec. Synchronous.
+   */
+  private prepareSlot(limits: Limits): Slot {
     if (this.etcDir === undefined) {
       this.dirs.ensure();
       this.etcDir = ensureEtc(this.ctx.stateDir);
     }
-    this.seccomp ??= buildSeccompFilter();
-
-    const ws = spec.workspace;
-    let hostDir: string | undefined;
-    if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir, realpathOr(this.ctx.stateDir));
-
+    const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
     const uid = this.dirs.leaseUid(this.uidRange, id, owner);
     const dir = this.dirs.sandboxDir(id);
@@ -177,10 +198,61 @@ export class NamespacesBackend implements BackendV1 {
       });
       const disk = join(dir, 'disk');
       mkdirSync(disk, { mode: 0o700 });
-      mountTmpfs(disk, spec.limits.diskBytes, uid, 0o700);
-      const tmpDir = mkOwned(join(disk, 'tmp'), uid, 0o1777);
-      const homeDir = mkOwned(join(disk, 'home'), uid, 0o700);
-      const shmDir = mkOwned(join(disk, 'shm'), uid, 0o1777);
+      mountTmpfs(disk, limits.diskBytes, uid, 0o700);
+      const slot: Slot = {
+        id,
+        uid,
+        dir,
+        disk,
+        diskBytes: limits.diskBytes,
+        limits,
+        res,
+        tmpDir: mkOwned(join(disk, 'tmp'), uid, 0o1777),
+        homeDir: mkOwned(join(disk, 'home'), uid, 0o700),
+        shmDir: mkOwned(join(disk, 'shm'), uid, 0o1777),
+        netnsFile: join(dir, 'netns'),
+      };
+      createNetns(slot.netnsFile);
+      res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, limits);
+      return slot;
+    } catch (e) {
+      void res.release().catch(() => {});
+      throw e;
+    }
+  }
+
+  /** Keep `warmPool` slots ready. Runs from setImmediate right after a create, i.e. typically while
+   *  the caller's first command is starting in bwrap on another core. */
+  private refill(): void {
+    this.refillTimer = undefined;
+    try {
+      while (this.pool.length < this.warmPool) this.pool.push(this.prepareSlot(DEFAULT_LIMITS));
+    } catch (e) {
+      this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
+    }
+  }
+
+  async create(spec: SandboxSpec): Promise<BackendSandbox> {
+    const probe = await this.probe();
+    if (!probe.available)
+      throw new AirlockError('BACKEND_UNAVAILABLE', `namespaces backend unavailable: ${probe.reason}`);
+    this.seccomp ??= buildSeccompFilter();
+
+    const ws = spec.workspace;
+    let hostDir: string | undefined;
+    if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir, realpathOr(this.ctx.stateDir));
+
+    const slot = this.pool.pop() ?? this.prepareSlot(spec.limits);
+    if (this.warmPool > 0 && this.refillTimer === undefined)
+      this.refillTimer = setImmediate(() => this.refill());
+    const { id, uid, dir, disk, res } = slot;
+    try {
+      if (slot.diskBytes !== spec.limits.diskBytes) resizeTmpfs(disk, spec.limits.diskBytes);
+      const l = slot.limits;
+      const want = spec.limits;
+      if (l.memoryBytes !== want.memoryBytes || l.pids !== want.pids || l.cpus !== want.cpus) {
+        res.cgroup!.setLimits(want);
+      }
       let workspaceDir: string;
       if (ws.mode === 'empty') {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
@@ -210,23 +282,28 @@ export class NamespacesBackend implements BackendV1 {
           mountOverlay(workspaceDir, source, upper, work);
         }
       }
-      const netnsFile = join(dir, 'netns');
-      createNetns(netnsFile);
-      res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, spec.limits);
       const layout: BwrapLayout = {
-        etcDir: this.etcDir,
+        etcDir: this.etcDir!,
         workspaceDir,
         workspaceReadOnly: ws.mode === 'ro',
-        tmpDir,
-        homeDir,
-        shmDir,
+        tmpDir: slot.tmpDir,
+        homeDir: slot.homeDir,
+        shmDir: slot.shmDir,
         inSandboxNetns: true,
       };
-      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, netnsFile);
+      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, slot.netnsFile);
     } catch (e) {
       await res.release().catch(() => {});
       throw e;
     }
+  }
+
+  /** Release the warm pool (prepared, never used slots). Creating again refills it. */
+  async close(): Promise<void> {
+    if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
+    this.refillTimer = undefined;
+    const slots = this.pool.splice(0);
+    await Promise.allSettled(slots.map((s) => s.res.release()));
   }
 
   async reapOrphans(): Promise<ReapReport> {

@@ -44,6 +44,7 @@ export const MS_RDONLY = 0x1;
 export const MS_NOSUID = 0x2;
 export const MS_NODEV = 0x4;
 export const MS_NOEXEC = 0x8;
+const MS_REMOUNT = 0x20;
 const MNT_DETACH = 0x2;
 const UMOUNT_NOFOLLOW = 0x8;
 const EINVAL = 22;
@@ -59,6 +60,15 @@ export function mountTmpfs(target: string, sizeBytes: number, uid: number, mode 
   const data = `size=${sizeBytes},nr_inodes=${Math.max(1024, Math.floor(sizeBytes / 4096))},mode=${mode.toString(8)},uid=${uid},gid=${uid}`;
   if (c.mount('airlock-disk', target, 'tmpfs', MS_NOSUID | MS_NODEV, data) !== 0)
     fail(`tmpfs mount on ${target}`, c.errno());
+}
+
+/** Resize a sandbox disk made by mountTmpfs (used on a pre-made, still empty disk). */
+export function resizeTmpfs(target: string, sizeBytes: number): void {
+  const c = load();
+  const data = `size=${sizeBytes},nr_inodes=${Math.max(1024, Math.floor(sizeBytes / 4096))}`;
+  if (c.mount('airlock-disk', target, null, MS_REMOUNT | MS_NOSUID | MS_NODEV, data) !== 0) {
+    fail(`tmpfs resize on ${target}`, c.errno());
+  }
 }
 
 /** Overlayfs: read-only lower (the host dir), writable upper/work on the sandbox's tmpfs. */

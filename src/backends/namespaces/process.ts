@@ -14,7 +14,10 @@ export interface StartOptions {
   readonly argv: readonly string[];
   readonly seccomp: Buffer;
   readonly stdin: boolean;
-  /** Called with bwrap's pid and the sandbox init's host pid, before the command is released. */
+  /**
+   * Called with the sandbox init's host pid (its pid 1) before the command is released; everything the
+   * command starts descends from it. bwrap's outer monitor is Airlock's helper and stays outside.
+   */
   readonly enroll: (pids: readonly number[]) => void;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
@@ -73,7 +76,7 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
   } else {
     initPid = info;
     try {
-      o.enroll([child.pid!, initPid]);
+      o.enroll([initPid]);
       blockPipe.end('1');
     } catch (e) {
       // ESRCH: bwrap's setup failed and it already exited (its reason is on stderr): the caller gets
