@@ -100,7 +100,9 @@ export interface LifecycleReport {
   readonly rawBwrap: Summary;
   readonly rawBwrapSameLayout: Summary;
   readonly airlock: Summary;
-  readonly parts: { readonly create: Summary; readonly exec: Summary; readonly kill: Summary };
+  readonly parts: Parts;
+  readonly airlockNoWarmPool: Summary;
+  readonly partsNoWarmPool: Parts;
   readonly ratioToRawBwrap: number;
   readonly ratioToSameLayout: number;
 }
@@ -126,6 +128,35 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     await sample(runs, () => run('/usr/bin/bwrap', sameArgs, { uid: 3_799_998, seccomp })),
   );
   log(`airlock create→exec true→kill ×${runs}`);
+  const warm = await airlockRuns(airlock, runs);
+  log(`airlock without warm pool ×${runs}`);
+  const coldAirlock = new Airlock({
+    stateDir: '/var/tmp/airlock-bench',
+    uidRange: { first: 3_800_000, count: 4096 },
+    warmPool: 0,
+  });
+  const cold = await airlockRuns(coldAirlock, runs);
+  await Promise.all([airlock.close(), coldAirlock.close()]);
+  return {
+    spawnTrue,
+    rawBwrap,
+    rawBwrapSameLayout,
+    airlock: warm.total,
+    parts: warm.parts,
+    airlockNoWarmPool: cold.total,
+    partsNoWarmPool: cold.parts,
+    ratioToRawBwrap: warm.total.p50 / rawBwrap.p50,
+    ratioToSameLayout: warm.total.p50 / rawBwrapSameLayout.p50,
+  };
+}
+
+interface Parts {
+  readonly create: Summary;
+  readonly exec: Summary;
+  readonly kill: Summary;
+}
+
+async function airlockRuns(airlock: Airlock, runs: number): Promise<{ total: Summary; parts: Parts }> {
   const parts = { create: [] as number[], exec: [] as number[], kill: [] as number[] };
   let record = false;
   const total = await sample(runs, async () => {
@@ -143,15 +174,9 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     record = true;
     if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
   });
-  const airlockS = summarize(total);
   return {
-    spawnTrue,
-    rawBwrap,
-    rawBwrapSameLayout,
-    airlock: airlockS,
+    total: summarize(total),
     parts: { create: summarize(parts.create), exec: summarize(parts.exec), kill: summarize(parts.kill) },
-    ratioToRawBwrap: airlockS.p50 / rawBwrap.p50,
-    ratioToSameLayout: airlockS.p50 / rawBwrapSameLayout.p50,
   };
 }
 
@@ -168,8 +193,13 @@ export function formatLifecycle(r: LifecycleReport): string {
     row('  of which create', r.parts.create),
     row('  of which exec', r.parts.exec),
     row('  of which kill', r.parts.kill),
+    row('Airlock, warmPool 0 (everything on the path)', r.airlockNoWarmPool),
+    row('  of which create', r.partsNoWarmPool.create),
+    row('  of which exec', r.partsNoWarmPool.exec),
+    row('  of which kill', r.partsNoWarmPool.kill),
     '',
     `target: Airlock p50 ≤ 1.5× raw bwrap → ${r.ratioToRawBwrap <= 1.5 ? 'MET' : 'MISSED'} ` +
-      `(${r.ratioToRawBwrap.toFixed(2)}× minimal, ${r.ratioToSameLayout.toFixed(2)}× same layout), n=${r.airlock.n}`,
+      `(${r.ratioToRawBwrap.toFixed(2)}× minimal, ${r.ratioToSameLayout.toFixed(2)}× same layout; ` +
+      `${(r.airlockNoWarmPool.p50 / r.rawBwrap.p50).toFixed(2)}× minimal without the warm pool), n=${r.airlock.n}`,
   ].join('\n');
 }
