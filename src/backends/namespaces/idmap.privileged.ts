@@ -5,11 +5,8 @@
 // uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { libc } from './libc.privileged.js';
 
-const SYS_OPEN_TREE = 428;
-const SYS_MOVE_MOUNT = 429;
-const SYS_MOUNT_SETATTR = 442;
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = 0o2000000;
 const AT_EMPTY_PATH = 0x1000;
@@ -19,38 +16,6 @@ const MOUNT_ATTR_RDONLY = 0x1;
 const MOUNT_ATTR_NOSUID = 0x2;
 const MOUNT_ATTR_NODEV = 0x4;
 const MOUNT_ATTR_IDMAP = 0x100000;
-
-interface Sys {
-  openTree(dfd: number, path: string, flags: number): number;
-  mountSetattr(fd: number, path: string, flags: number, attr: Buffer, size: number): number;
-  moveMount(fromFd: number, fromPath: string, toDfd: number, toPath: string, flags: number): number;
-  errno(): number;
-}
-
-let sys: Sys | undefined;
-function load(): Sys {
-  if (sys) return sys;
-  const koffi = createRequire(import.meta.url)('koffi') as {
-    load(n: string): { func(sig: string): (...a: unknown[]) => number };
-    errno(): number;
-  };
-  const lib = koffi.load('libc.so.6');
-  // syscall(2) is variadic; declare one prototype per call shape.
-  const s3 = lib.func('long syscall(long nr, int dfd, const char *path, unsigned int flags)');
-  const s5a = lib.func(
-    'long syscall(long nr, int fd, const char *path, unsigned int flags, void *attr, size_t size)',
-  );
-  const s5b = lib.func(
-    'long syscall(long nr, int fd, const char *from, int tofd, const char *to, unsigned int flags)',
-  );
-  sys = {
-    openTree: (d, p, f) => s3(SYS_OPEN_TREE, d, p, f),
-    mountSetattr: (fd, p, f, a, n) => s5a(SYS_MOUNT_SETATTR, fd, p, f, a, n),
-    moveMount: (a, b, c, d, f) => s5b(SYS_MOVE_MOUNT, a, b, c, d, f),
-    errno: () => koffi.errno(),
-  };
-  return sys;
-}
 
 /**
  * A user namespace whose only mapping is `owner → hostUid` (uid and gid), held by a short-lived
@@ -90,7 +55,7 @@ export async function mountIdmapped(
   hostUid: number,
   readOnly: boolean,
 ): Promise<boolean> {
-  const s = load();
+  const s = libc();
   const usernsFd = await mappingUserns(owner.uid, owner.gid, hostUid);
   let treeFd = -1;
   try {

@@ -1,44 +1,8 @@
-// SECURITY-CRITICAL (privileged): host-side mount(2)/umount2(2) for sandbox filesystems, called as root.
-// Node has no binding for these syscalls; spawning mount(8) costs ~3 ms, a direct call ~0.1 ms, so we
-// call libc through koffi (a maintained FFI library shipping prebuilt binaries). Only the few mount
-// shapes Airlock needs are exposed; every path comes from Airlock's own state dir or a validated spec.
-import { createRequire } from 'node:module';
+// SECURITY-CRITICAL (privileged): host-side mount(2)/umount2(2) for sandbox filesystems, called as root
+// (a direct call ~0.1 ms; spawning mount(8) ~3 ms). Only the few mount shapes Airlock needs are
+// exposed; every path comes from Airlock's own state dir or a validated spec.
 import { AirlockError } from '../../core/errors.js';
-
-type MountFn = (
-  src: string,
-  target: string,
-  fstype: string | null,
-  flags: number,
-  data: string | null,
-) => number;
-type Umount2Fn = (target: string, flags: number) => number;
-
-interface Libc {
-  mount: MountFn;
-  umount2: Umount2Fn;
-  errno: () => number;
-}
-
-let libc: Libc | undefined;
-
-function load(): Libc {
-  if (libc) return libc;
-  const require = createRequire(import.meta.url);
-  const koffi = require('koffi') as {
-    load(name: string): { func(sig: string): (...args: unknown[]) => number };
-    errno(): number;
-  };
-  const lib = koffi.load('libc.so.6');
-  libc = {
-    mount: lib.func(
-      'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
-    ) as MountFn,
-    umount2: lib.func('int umount2(const char *target, int flags)') as Umount2Fn,
-    errno: () => koffi.errno(),
-  };
-  return libc;
-}
+import { libc } from './libc.privileged.js';
 
 export const MS_RDONLY = 0x1;
 export const MS_NOSUID = 0x2;
@@ -56,7 +20,7 @@ function fail(what: string, errno: number): never {
 
 /** A size-capped tmpfs: the sandbox's writable disk (its quota is the tmpfs size). */
 export function mountTmpfs(target: string, sizeBytes: number, uid: number, mode = 0o700): void {
-  const c = load();
+  const c = libc();
   const data = `size=${sizeBytes},nr_inodes=${Math.max(1024, Math.floor(sizeBytes / 4096))},mode=${mode.toString(8)},uid=${uid},gid=${uid}`;
   if (c.mount('airlock-disk', target, 'tmpfs', MS_NOSUID | MS_NODEV, data) !== 0)
     fail(`tmpfs mount on ${target}`, c.errno());
@@ -64,7 +28,7 @@ export function mountTmpfs(target: string, sizeBytes: number, uid: number, mode 
 
 /** Resize a sandbox disk made by mountTmpfs (used on a pre-made, still empty disk). */
 export function resizeTmpfs(target: string, sizeBytes: number): void {
-  const c = load();
+  const c = libc();
   const data = `size=${sizeBytes},nr_inodes=${Math.max(1024, Math.floor(sizeBytes / 4096))}`;
   if (c.mount('airlock-disk', target, null, MS_REMOUNT | MS_NOSUID | MS_NODEV, data) !== 0) {
     fail(`tmpfs resize on ${target}`, c.errno());
@@ -73,7 +37,7 @@ export function resizeTmpfs(target: string, sizeBytes: number): void {
 
 /** Overlayfs: read-only lower (the host dir), writable upper/work on the sandbox's tmpfs. */
 export function mountOverlay(target: string, lower: string, upper: string, work: string): void {
-  const c = load();
+  const c = libc();
   for (const p of [lower, upper, work]) {
     // overlayfs option syntax uses ',' and ':' as separators; a path holding them would change meaning.
     if (/[,:\\]/.test(p)) {
@@ -94,7 +58,7 @@ export function mountOverlay(target: string, lower: string, upper: string, work:
 
 /** Detach-unmount; returns false when nothing was mounted there. */
 export function unmount(target: string): boolean {
-  const c = load();
+  const c = libc();
   if (c.umount2(target, MNT_DETACH | UMOUNT_NOFOLLOW) === 0) return true;
   const e = c.errno();
   if (e === EINVAL || e === ENOENT) return false;

@@ -8,7 +8,8 @@
 // synchronous, so no other JavaScript runs while the thread is switched; if switching back ever
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { AirlockError } from '../../core/errors.js';
+import { libc, type Libc } from './libc.privileged.js';
 
 const CLONE_NEWNET = 0x40000000;
 const MS_BIND = 0x1000;
@@ -18,42 +19,17 @@ const SIOCGIFFLAGS = 0x8913;
 const SIOCSIFFLAGS = 0x8914;
 const IFF_UP = 0x1;
 
-interface Libc {
-  unshare(flags: number): number;
-  setns(fd: number, nstype: number): number;
-  mount(src: string, target: string, fstype: string | null, flags: number, data: string | null): number;
-  socket(domain: number, type: number, proto: number): number;
-  ioctl(fd: number, req: number, arg: Buffer): number;
-  close(fd: number): number;
-  errno(): number;
-}
-
-let libc: Libc | undefined;
 let hostNetFd: number | undefined;
 let hostNetId: string | undefined;
 
 function load(): Libc {
-  if (libc) return libc;
-  const koffi = createRequire(import.meta.url)('koffi') as {
-    load(n: string): { func(sig: string): (...a: unknown[]) => number };
-    errno(): number;
-  };
-  const lib = koffi.load('libc.so.6');
-  libc = {
-    unshare: lib.func('int unshare(int flags)') as Libc['unshare'],
-    setns: lib.func('int setns(int fd, int nstype)') as Libc['setns'],
-    mount: lib.func(
-      'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
-    ) as Libc['mount'],
-    socket: lib.func('int socket(int domain, int type, int protocol)') as Libc['socket'],
-    ioctl: lib.func('int ioctl(int fd, unsigned long req, void *arg)') as Libc['ioctl'],
-    close: lib.func('int close(int fd)') as Libc['close'],
-    errno: () => koffi.errno(),
-  };
-  // The namespace this thread must always return to.
-  hostNetFd = openSync('/proc/thread-self/ns/net', 'r');
-  hostNetId = readlinkSync('/proc/thread-self/ns/net');
-  return libc;
+  const c = libc();
+  if (hostNetFd === undefined) {
+    // The namespace this thread must always return to.
+    hostNetFd = openSync('/proc/thread-self/ns/net', 'r');
+    hostNetId = readlinkSync('/proc/thread-self/ns/net');
+  }
+  return c;
 }
 
 function restoreOrAbort(c: Libc): void {
@@ -67,21 +43,24 @@ function restoreOrAbort(c: Libc): void {
 export function createNetns(file: string): void {
   const c = load();
   writeFileSync(file, '', { mode: 0o600 });
-  if (c.unshare(CLONE_NEWNET) !== 0) throw new Error(`unshare(CLONE_NEWNET) failed: errno ${c.errno()}`);
+  if (c.unshare(CLONE_NEWNET) !== 0)
+    throw new AirlockError('INTERNAL', `unshare(CLONE_NEWNET) failed: errno ${c.errno()}`);
   try {
     const s = c.socket(AF_INET, SOCK_DGRAM, 0);
-    if (s < 0) throw new Error(`socket failed: errno ${c.errno()}`);
+    if (s < 0) throw new AirlockError('INTERNAL', `socket failed: errno ${c.errno()}`);
     try {
       const ifr = Buffer.alloc(40); // struct ifreq: char name[16]; short flags at offset 16
       ifr.write('lo', 0, 'ascii');
-      if (c.ioctl(s, SIOCGIFFLAGS, ifr) !== 0) throw new Error(`SIOCGIFFLAGS lo: errno ${c.errno()}`);
+      if (c.ioctl(s, SIOCGIFFLAGS, ifr) !== 0)
+        throw new AirlockError('INTERNAL', `SIOCGIFFLAGS lo: errno ${c.errno()}`);
       ifr.writeInt16LE(ifr.readInt16LE(16) | IFF_UP, 16);
-      if (c.ioctl(s, SIOCSIFFLAGS, ifr) !== 0) throw new Error(`SIOCSIFFLAGS lo: errno ${c.errno()}`);
+      if (c.ioctl(s, SIOCSIFFLAGS, ifr) !== 0)
+        throw new AirlockError('INTERNAL', `SIOCSIFFLAGS lo: errno ${c.errno()}`);
     } finally {
       c.close(s);
     }
     if (c.mount('/proc/thread-self/ns/net', file, null, MS_BIND, null) !== 0) {
-      throw new Error(`bind netns: errno ${c.errno()}`);
+      throw new AirlockError('INTERNAL', `bind netns: errno ${c.errno()}`);
     }
   } finally {
     restoreOrAbort(c);
@@ -93,7 +72,8 @@ export function withNetns<T>(file: string, f: () => T): T {
   const c = load();
   const fd = openSync(file, 'r');
   try {
-    if (c.setns(fd, CLONE_NEWNET) !== 0) throw new Error(`setns(${file}) failed: errno ${c.errno()}`);
+    if (c.setns(fd, CLONE_NEWNET) !== 0)
+      throw new AirlockError('INTERNAL', `setns(${file}) failed: errno ${c.errno()}`);
     try {
       return f();
     } finally {
