@@ -9,6 +9,23 @@ import { NO_RESIDUE, residue, type Residue } from '../helpers.js';
 
 export const MiB = 1024 * 1024;
 
+/** `ls -A /` inside a sandbox: nothing else of a root filesystem exists there. */
+export const SANDBOX_ROOT_ENTRIES: readonly string[] = [
+  'bin',
+  'dev',
+  'etc',
+  'home',
+  'lib',
+  'lib64',
+  'proc',
+  // Links to /usr's lib32/libx32 exist only where the host has them.
+  ...['lib32', 'libx32'].filter((l) => existsSync(`/usr/${l}`)),
+  'sbin',
+  'tmp',
+  'usr',
+  'workspace',
+].sort();
+
 /** The namespaces every sandboxed process must have of its own. */
 export const NAMESPACES = ['user', 'pid', 'mnt', 'net', 'ipc', 'uts', 'cgroup'] as const;
 export type NamespaceName = (typeof NAMESPACES)[number];
