@@ -1,5 +1,6 @@
 // Leak tests: whatever happens, no process, mount, cgroup, sandbox dir or uid lease survives.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { Sandbox } from '../../src/index.js';
@@ -94,4 +95,43 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     await testAirlock().reapOrphans();
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   }, 60_000);
+
+  it('Airlock killed at any point while starting processes: nothing keeps running once reaped', async () => {
+    const env = {
+      ...process.env,
+      AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+      AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
+      AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
+    };
+    // Different delays land the SIGKILL in different steps of process start-up.
+    for (const delayMs of [30, 45, 60, 80, 110]) {
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', 'test/fixtures/crash-mid-exec.ts', String(delayMs)],
+        {
+          env,
+          stdio: 'ignore',
+        },
+      );
+      onTestFinished(() => void child.kill('SIGKILL'));
+      await new Promise((r) => child.once('exit', r));
+    }
+    await testAirlock().reapOrphans();
+    // Zombies (already dead, waiting for the host's init to reap them) are not running code.
+    const running = (): number[] =>
+      residue().processes.filter((pid) => {
+        try {
+          return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+        } catch {
+          return false;
+        }
+      });
+    let left = running();
+    for (let i = 0; i < 40 && left.length; i++) {
+      await sleep(50);
+      left = running();
+    }
+    expect(left).toEqual([]);
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+  }, 120_000);
 });

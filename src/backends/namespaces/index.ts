@@ -403,9 +403,7 @@ class NamespacesSandbox implements BackendSandbox {
       seccomp: this.seccomp,
       stdin: req.stdin,
       enterNetns: (f) => withNetns(this.netnsFile, f),
-      enroll: (pids) => {
-        for (const pid of pids) this.res.cgroup!.addProcess(pid);
-      },
+      enroll: (pid) => this.res.cgroup!.addProcess(pid),
     });
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));

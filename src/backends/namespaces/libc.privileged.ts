@@ -19,12 +19,23 @@ export interface Libc {
   socket(domain: number, type: number, proto: number): number;
   ioctl(fd: number, req: number, arg: Buffer): number;
   close(fd: number): number;
+  bind(fd: number, addr: Buffer, len: number): number;
+  listen(fd: number, backlog: number): number;
+  setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
+  /** `len` is a 4-byte buffer holding socklen_t in/out. */
+  getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
   /** open_tree(dfd, path, flags) */
   openTree(dfd: number, path: string, flags: number): number;
   /** mount_setattr(fd, path, flags, attr, size) */
   mountSetattr(fd: number, path: string, flags: number, attr: Buffer, size: number): number;
   /** move_mount(from_dfd, from_path, to_dfd, to_path, flags) */
   moveMount(fromFd: number, fromPath: string, toDfd: number, toPath: string, flags: number): number;
+  /** pidfd_open(pid, 0): a handle on a process that can't be confused with a later one of the same pid. */
+  pidfdOpen(pid: number): number;
+  /** pidfd_send_signal(pidfd, sig, NULL, 0) */
+  pidfdSignal(pidfd: number, sig: number): number;
+  /** close_range(first, ~0U, CLOSE_RANGE_CLOEXEC): mark every fd >= first close-on-exec. */
+  cloexecFrom(first: number): number;
   errno(): number;
 }
 
@@ -32,6 +43,10 @@ export interface Libc {
 const SYS_OPEN_TREE = 428;
 const SYS_MOVE_MOUNT = 429;
 const SYS_MOUNT_SETATTR = 442;
+const SYS_PIDFD_SEND_SIGNAL = 424;
+const SYS_PIDFD_OPEN = 434;
+const SYS_CLOSE_RANGE = 436;
+const CLOSE_RANGE_CLOEXEC = 1 << 2;
 
 let bound: Libc | undefined;
 
@@ -53,6 +68,15 @@ export function libc(): Libc {
   const sysMove = f<(nr: number, a: number, b: string, c: number, d: string, flags: number) => number>(
     'long syscall(long nr, int fd, const char *from, int tofd, const char *to, unsigned int flags)',
   );
+  const sys2 = f<(nr: number, a: number, b: number) => number>(
+    'long syscall(long nr, int a, unsigned int b)',
+  );
+  const sys3u = f<(nr: number, a: number, b: number, c: number) => number>(
+    'long syscall(long nr, unsigned int a, unsigned int b, unsigned int c)',
+  );
+  const sysSig = f<(nr: number, fd: number, sig: number, info: null, flags: number) => number>(
+    'long syscall(long nr, int fd, int sig, void *info, unsigned int flags)',
+  );
   bound = {
     mount: f(
       'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
@@ -63,9 +87,16 @@ export function libc(): Libc {
     socket: f('int socket(int domain, int type, int protocol)'),
     ioctl: f('int ioctl(int fd, unsigned long req, void *arg)'),
     close: f('int close(int fd)'),
+    bind: f('int bind(int fd, void *addr, uint32_t len)'),
+    listen: f('int listen(int fd, int backlog)'),
+    setsockopt: f('int setsockopt(int fd, int level, int name, void *value, uint32_t len)'),
+    getsockopt: f('int getsockopt(int fd, int level, int name, void *value, void *len)'),
     openTree: (dfd, path, flags) => sysOpenTree(SYS_OPEN_TREE, dfd, path, flags),
     mountSetattr: (fd, path, flags, attr, size) => sysSetattr(SYS_MOUNT_SETATTR, fd, path, flags, attr, size),
     moveMount: (a, b, c, d, flags) => sysMove(SYS_MOVE_MOUNT, a, b, c, d, flags),
+    pidfdOpen: (pid) => sys2(SYS_PIDFD_OPEN, pid, 0),
+    pidfdSignal: (fd, sig) => sysSig(SYS_PIDFD_SEND_SIGNAL, fd, sig, null, 0),
+    cloexecFrom: (first) => sys3u(SYS_CLOSE_RANGE, first, 0xffffffff, CLOSE_RANGE_CLOEXEC),
     errno: () => koffi.errno(),
   };
   return bound;

@@ -83,3 +83,57 @@ export function withNetns<T>(file: string, f: () => T): T {
     closeSync(fd);
   }
 }
+
+const SOCK_STREAM = 1;
+const SOCK_NONBLOCK = 0o4000;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_REUSEADDR = 2;
+
+/**
+ * A socket bound to 127.0.0.1:`port` INSIDE the netns at `file`, owned by this (Airlock) process:
+ * sandboxed code can connect to it but can neither kill nor replace it. TCP sockets are listening.
+ * Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`.
+ */
+export function socketInNetns(file: string, kind: 'tcp' | 'udp', port: number): number {
+  return withNetns(file, () => {
+    const c = libc();
+    const fd = c.socket(
+      AF_INET,
+      (kind === 'tcp' ? SOCK_STREAM : SOCK_DGRAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
+      0,
+    );
+    if (fd < 0) throw new AirlockError('INTERNAL', `socket in netns: errno ${c.errno()}`);
+    try {
+      const one = Buffer.alloc(4);
+      one.writeInt32LE(1);
+      c.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4);
+      // struct sockaddr_in { sa_family_t family; in_port_t port (BE); struct in_addr addr; char zero[8] }
+      const sa = Buffer.alloc(16);
+      sa.writeUInt16LE(AF_INET, 0);
+      sa.writeUInt16BE(port, 2);
+      sa.writeUInt32BE(0x7f000001, 4);
+      if (c.bind(fd, sa, 16) !== 0)
+        throw new AirlockError('INTERNAL', `bind 127.0.0.1:${port} in netns: errno ${c.errno()}`);
+      if (kind === 'tcp' && c.listen(fd, 1024) !== 0)
+        throw new AirlockError('INTERNAL', `listen in netns: errno ${c.errno()}`);
+      return fd;
+    } catch (e) {
+      c.close(fd);
+      throw e;
+    }
+  });
+}
+
+const SOL_IP = 0;
+const SO_ORIGINAL_DST = 80;
+
+/** The destination a connection had before nftables redirected it (for transparent interception). */
+export function originalDestination(fd: number): { address: string; port: number } | undefined {
+  const c = libc();
+  const sa = Buffer.alloc(16);
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(16);
+  if (c.getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, sa, len) !== 0) return undefined;
+  return { address: `${sa[4]}.${sa[5]}.${sa[6]}.${sa[7]}`, port: sa.readUInt16BE(2) };
+}

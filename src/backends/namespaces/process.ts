@@ -1,11 +1,31 @@
-// Starting one sandboxed process: spawn bwrap as the sandbox's host uid, hand it its options and the
-// seccomp program on pipes, learn the sandbox's pid-1 from --info-fd, move both into the sandbox's
-// cgroups, and only then release it (--block-fd) so that nothing the command does runs unaccounted.
+// SECURITY-CRITICAL: starting one sandboxed process so that no instruction of it ever runs outside
+// the sandbox's cgroup, even if Airlock dies half-way.
+//
+//  1. Spawn a tiny trampoline (/bin/sh, as the sandbox's host uid, empty env) that blocks reading a
+//     gate pipe. Every fd of Airlock >= 3 is marked close-on-exec first, so nothing Airlock inherited
+//     reaches it.
+//  2. Move the trampoline into the sandbox's cgroups. Everything it becomes or starts inherits them.
+//  3. Open the gate: the trampoline caps RLIMIT_NOFILE and execs bwrap, which reads its options and
+//     the seccomp program from pipes, sets up the namespaces and reports the sandbox init's pid.
+//     If Airlock died before this point, the gate reads EOF and the trampoline exits: nothing ran.
+//  4. Take a pidfd on the (still blocked) init, so kill() can never hit a recycled pid, and release
+//     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
 import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
+import { libc } from './libc.privileged.js';
+
+/** The trampoline's gate fd (after bwrap's own fds 3–6). */
+const GATE_FD = 7;
+/** RLIMIT_NOFILE inside the sandbox (Node raises its own limit; the sandbox must not inherit that). */
+const NOFILE = 4096;
+/** How long an exec may hold its stdio open after its process tree is gone (fds handed to others). */
+const STDIO_GRACE_MS = 500;
+const SIGKILL = 9;
+
+const TRAMPOLINE = `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; ulimit -n ${NOFILE}; exec "$0" "$@"`;
 
 export interface StartOptions {
   readonly bwrapPath: string;
@@ -14,99 +34,114 @@ export interface StartOptions {
   readonly argv: readonly string[];
   readonly seccomp: Buffer;
   readonly stdin: boolean;
-  /**
-   * Called with the sandbox init's host pid (its pid 1) before the command is released; everything the
-   * command starts descends from it. bwrap's outer monitor is Airlock's helper and stays outside.
-   */
-  readonly enroll: (pids: readonly number[]) => void;
+  /** Place a process (the trampoline, before it runs anything) in the sandbox's cgroups. */
+  readonly enroll: (pid: number) => void;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
 }
 
 export async function startSandboxedProcess(o: StartOptions): Promise<BackendProcess> {
+  const c = libc();
   const enter = o.enterNetns ?? ((f) => f());
+  c.cloexecFrom(3); // fds Airlock inherited from its own parent must never reach a sandbox
   const child = enter(() =>
-    spawn(o.bwrapPath, ['--args', String(FD.args), '--', ...o.argv], {
+    spawn('/bin/sh', ['-c', TRAMPOLINE, o.bwrapPath, '--args', String(FD.args), '--', ...o.argv], {
       uid: o.hostUid,
       gid: o.hostUid, // libuv also drops supplementary groups (setgroups(0)) when changing ids
-      env: {}, // bwrap itself gets no environment: nothing like LD_PRELOAD can reach it
-      stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
-      detached: false,
+      env: {}, // neither the trampoline nor bwrap gets an environment (no LD_PRELOAD and the like)
+      stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
     }),
   );
   const stdio = child.stdio as unknown as Array<Readable & Writable>;
-  const argsPipe = stdio[FD.args]!;
-  const seccompPipe = stdio[FD.seccomp]!;
-  const infoPipe = stdio[FD.info]!;
-  const blockPipe = stdio[FD.block]!;
-  for (const p of [argsPipe, seccompPipe, infoPipe, blockPipe]) p.on('error', () => {});
+  const pipes = {
+    args: stdio[FD.args]!,
+    seccomp: stdio[FD.seccomp]!,
+    info: stdio[FD.info]!,
+    block: stdio[FD.block]!,
+  };
+  const gate = stdio[GATE_FD]!;
+  for (const p of [...Object.values(pipes), gate]) p.on('error', () => {});
 
-  let initPid: number | undefined;
+  let pidfd = -1;
   let exited = false;
   const exitedP = new Promise<ProcessExit>((resolve) => {
     child.on('error', () => {
       exited = true;
       resolve({ exitCode: 127, signal: null });
     });
-    child.on('close', (code, signal) => {
+    child.on('exit', (code, signal) => {
       exited = true;
-      resolve({ exitCode: code, signal });
+      if (pidfd >= 0) c.close(pidfd);
+      pidfd = -1;
+      // The tree is gone; stdio may still be held by a process of another exec it was passed to.
+      // Give it a moment to drain, then stop waiting so that results and timeouts hold.
+      const grace = setTimeout(() => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }, STDIO_GRACE_MS);
+      let open = 2;
+      const done = (): void => {
+        if (--open === 0) {
+          clearTimeout(grace);
+          resolve({ exitCode: code, signal });
+        }
+      };
+      for (const s of [child.stdout, child.stderr]) {
+        if (!s || s.destroyed || s.readableEnded) done();
+        else s.once('close', done);
+      }
     });
   });
 
   const kill = (): void => {
-    // SIGKILL the sandbox's pid-1: the kernel then kills every process in its pid namespace.
-    // Before the init pid is known, killing bwrap suffices (--die-with-parent takes the child along).
-    const pid = initPid ?? child.pid;
-    if (pid === undefined) return;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      /* gone */
-    }
+    if (exited) return;
+    // The init through its pidfd (its whole pid namespace dies with it); before it is known, the
+    // trampoline/bwrap monitor, which is our own unreaped child and so cannot be a recycled pid.
+    if (pidfd >= 0) c.pidfdSignal(pidfd, SIGKILL);
+    else child.kill('SIGKILL');
   };
 
-  argsPipe.end(Buffer.from(o.options.map((s) => `${s}\0`).join('')));
-  seccompPipe.end(o.seccomp);
-
-  const info = await readInfo(infoPipe, exitedP);
-  if (info === undefined) {
-    // bwrap failed during setup (its message is on stderr); still a process result, not a throw.
-    blockPipe.destroy();
-  } else {
-    initPid = info;
-    try {
-      o.enroll([initPid]);
-      blockPipe.end('1');
-    } catch (e) {
-      // ESRCH: bwrap's setup failed and it already exited (its reason is on stderr): the caller gets
-      // that as the process result. Anything else means the limits cannot be applied: fail closed.
-      kill();
-      blockPipe.destroy();
-      // ENOENT: the sandbox is being destroyed and its cgroup is gone; the command never ran.
-      if (!['ESRCH', 'ENOENT'].includes((e as NodeJS.ErrnoException).code ?? '')) {
-        await exitedP;
-        throw new AirlockError(
-          'INTERNAL',
-          `could not place sandbox process in its cgroup: ${(e as Error).message}`,
-          {
-            cause: e,
-          },
-        );
-      }
-    }
+  if (child.pid === undefined) {
+    return {
+      stdout: child.stdout!,
+      stderr: child.stderr!,
+      stdin: child.stdin ?? null,
+      exited: exitedP,
+      kill,
+    };
   }
-  infoPipe.resume(); // keep draining: bwrap may write more and must never get SIGPIPE
+  try {
+    o.enroll(child.pid);
+  } catch (e) {
+    child.kill('SIGKILL');
+    gate.destroy();
+    await exitedP;
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
+      // The sandbox is being destroyed (its cgroup is gone): the command never ran.
+      return { stdout: child.stdout!, stderr: child.stderr!, stdin: null, exited: exitedP, kill };
+    }
+    throw new AirlockError(
+      'INTERNAL',
+      `could not place sandbox process in its cgroup: ${(e as Error).message}`,
+      {
+        cause: e,
+      },
+    );
+  }
+  pipes.args.end(Buffer.from(o.options.map((s) => `${s}\0`).join('')));
+  pipes.seccomp.end(o.seccomp);
+  gate.end('go\n');
 
-  return {
-    stdout: child.stdout!,
-    stderr: child.stderr!,
-    stdin: child.stdin ?? null,
-    exited: exitedP,
-    kill: () => {
-      if (!exited) kill();
-    },
-  };
+  const initPid = await readInfo(pipes.info, exitedP);
+  if (initPid !== undefined && !exited) {
+    // The init is blocked on --block-fd, so it is alive and this pid is still its own.
+    const fd = c.pidfdOpen(initPid);
+    if (fd >= 0) pidfd = fd;
+  }
+  pipes.block.end('1');
+  pipes.info.resume(); // keep draining: bwrap may write more and must never get SIGPIPE
+
+  return { stdout: child.stdout!, stderr: child.stderr!, stdin: child.stdin ?? null, exited: exitedP, kill };
 }
 
 /** Read bwrap's info JSON ({"child-pid": N, ...}); undefined if bwrap exits first. */
