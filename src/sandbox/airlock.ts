@@ -20,7 +20,7 @@ export interface AirlockOptions {
   readonly warmPool?: number;
   /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
-  /** Spill files beyond this size are cut (default 2 GiB per stream). */
+  /** All spill files of one sandbox together are cut at this size (default 2 GiB). */
   readonly maxSpillBytes?: number;
   /** Spill files older than this are deleted by the reaper (default 24 h). */
   readonly spillRetentionMs?: number;

@@ -16,6 +16,8 @@ export interface CaptureOptions {
   readonly maxBytes: number;
   /** Bytes kept in the spill file; beyond this the stream is drained and dropped. */
   readonly maxSpillBytes: number;
+  /** Shared by every stream of a sandbox: its spill files together never exceed the budget. */
+  readonly budget?: { left: number };
   readonly spillPath: () => string;
   readonly name: 'stdout' | 'stderr';
   readonly onText?: (text: string) => void;
@@ -106,10 +108,11 @@ export class OutputCapture {
 
   private writeSpill(chunk: Buffer): void {
     if (!this.spill || this.spillError) return;
-    const room = this.opts.maxSpillBytes - this.spilled;
+    const room = Math.min(this.opts.maxSpillBytes - this.spilled, this.opts.budget?.left ?? Infinity);
     if (room <= 0) return;
     const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
     this.spilled += part.length;
+    if (this.opts.budget) this.opts.budget.left -= part.length;
     if (!this.spill.write(part)) {
       // Backpressure: stop reading from the sandbox until the disk catches up.
       this.source.pause();

@@ -82,6 +82,8 @@ export class SandboxBase {
   private killReason: KillReason | undefined;
   private killing: Promise<void> | undefined;
   private expiresAtMs: number;
+  /** All spill files of this sandbox together stay under maxSpillBytes (the host disk is not its disk). */
+  private readonly spillBudget: { left: number };
 
   constructor(
     private readonly backend: BackendSandbox,
@@ -91,6 +93,7 @@ export class SandboxBase {
     this.id = backend.id;
     this.spec = spec;
     this.expiresAtMs = Date.now() + spec.ttlMs;
+    this.spillBudget = { left: hooks.maxSpillBytes };
     // Reaped even if the caller forgets; unref'd so a forgotten sandbox does not keep Node alive.
     this.ttlTimer = setTimeout(() => void this.terminate('ttl'), spec.ttlMs);
     this.ttlTimer.unref();
@@ -192,6 +195,7 @@ export class SandboxBase {
       new OutputCapture(src, {
         maxBytes: o.maxOutputBytes,
         maxSpillBytes: this.hooks.maxSpillBytes,
+        budget: this.spillBudget,
         spillPath: () => join(this.hooks.spillDir, `${this.id}-${execId}.${name}`),
         name,
         ...(onText ? { onText } : {}),

@@ -16,6 +16,8 @@ export interface BwrapLayout {
   readonly homeDir: string;
   /** Backs /dev/shm, so shared memory counts against the sandbox disk like any other file. */
   readonly shmDir: string;
+  /** A devpts instance of the sandbox's own (capped number of ptys); absent: bwrap's uncapped one. */
+  readonly ptsDir?: string;
   /** True when bwrap is started inside the sandbox's persistent netns. */
   readonly inSandboxNetns: boolean;
 }
@@ -69,6 +71,7 @@ export function bwrapOptions(
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
   a.push('--dev', '/dev'); // minimal: null, zero, full, random, urandom, tty, pts, shm
   a.push('--bind', layout.shmDir, '/dev/shm');
+  if (layout.ptsDir) a.push('--dev-bind', layout.ptsDir, '/dev/pts');
   a.push('--remount-ro', '/dev'); // device nodes still open for writing; no files can be created
   a.push('--bind', layout.tmpDir, '/tmp');
   a.push('--dir', '/home');

@@ -146,10 +146,17 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
     },
     setLimits(limits) {
-      writeFileSync(join(memDir!, 'memory.limit_in_bytes'), String(limits.memoryBytes));
       // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
+      // v1 requires limit <= memsw at every step: raise memsw first, lower it last.
+      const limit = join(memDir!, 'memory.limit_in_bytes');
       const memsw = join(memDir!, 'memory.memsw.limit_in_bytes');
-      if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
+      const want = String(limits.memoryBytes);
+      if (existsSync(memsw)) {
+        const raising = limits.memoryBytes > Number(readOr(memsw, '0').trim());
+        for (const f of raising ? [memsw, limit] : [limit, memsw]) writeFileSync(f, want);
+      } else {
+        writeFileSync(limit, want);
+      }
       writeFileSync(join(pidsDir!, 'pids.max'), String(limits.pids));
       const period = join(cpuDir!, 'cpu.cfs_period_us');
       if (readOr(period, '').trim() !== String(CPU_PERIOD_US)) writeFileSync(period, String(CPU_PERIOD_US));

@@ -39,11 +39,19 @@ import {
 } from './cgroups.privileged.js';
 import { mountIdmapped } from './idmap.privileged.js';
 import { createNetns, withNetns } from './netns.privileged.js';
-import { mountOverlay, mountTmpfs, resizeTmpfs, unmount } from './mount.privileged.js';
+import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmount } from './mount.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
-import { DEFAULT_UID_RANGE, ownerAlive, selfOwner, StateDirs, type Owner, type UidRange } from './state.js';
+import {
+  DEFAULT_UID_RANGE,
+  killProcessesOfUids,
+  ownerAlive,
+  selfOwner,
+  StateDirs,
+  type Owner,
+  type UidRange,
+} from './state.js';
 
 interface Slot {
   readonly id: string;
@@ -57,7 +65,11 @@ interface Slot {
   readonly homeDir: string;
   readonly shmDir: string;
   readonly netnsFile: string;
+  readonly ptsDir: string;
 }
+
+/** Pseudo-terminals per sandbox (its own devpts instance). */
+const MAX_PTYS = 64;
 
 const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
 
@@ -211,8 +223,11 @@ export class NamespacesBackend implements BackendV1 {
         homeDir: mkOwned(join(disk, 'home'), uid, 0o700),
         shmDir: mkOwned(join(disk, 'shm'), uid, 0o1777),
         netnsFile: join(dir, 'netns'),
+        ptsDir: join(dir, 'pts'),
       };
       createNetns(slot.netnsFile);
+      mkdirSync(slot.ptsDir, { mode: 0o755 });
+      mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;
     } catch (e) {
@@ -262,33 +277,33 @@ export class NamespacesBackend implements BackendV1 {
         const lower = join(dir, 'lower');
         mkdirSync(lower, { mode: 0o755 });
         const st = statSync(hostDir!);
-        const mapped = await mountIdmapped(
-          hostDir!,
-          lower,
-          { uid: st.uid, gid: st.gid },
-          uid,
-          ws.mode === 'ro',
-        );
+        // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
+        // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
+        const mapped = await mountIdmapped(hostDir!, lower, { uid: st.uid, gid: st.gid }, uid, true);
         if (!mapped)
           this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
         const source = mapped ? lower : hostDir!;
+        workspaceDir = join(dir, 'ws');
+        mkdirSync(workspaceDir, { mode: 0o755 });
         if (ws.mode === 'ro') {
-          workspaceDir = source;
+          // A second, empty lower layer: overlayfs needs two lowers when it has no upper.
+          const empty = join(dir, 'empty');
+          mkdirSync(empty, { mode: 0o755 });
+          mountOverlay(workspaceDir, [source, empty]);
         } else {
           const upper = mkOwned(join(disk, 'upper'), uid, 0o755);
           const work = mkOwned(join(disk, 'work'), 0, 0o700);
-          workspaceDir = join(dir, 'ws');
-          mkdirSync(workspaceDir, { mode: 0o755 });
-          mountOverlay(workspaceDir, source, upper, work);
+          mountOverlay(workspaceDir, [source], { dir: upper, work });
         }
       }
       const layout: BwrapLayout = {
         etcDir: this.etcDir!,
         workspaceDir,
-        workspaceReadOnly: ws.mode === 'ro',
+        workspaceReadOnly: ws.mode === 'ro', // also bound read-only
         tmpDir: slot.tmpDir,
         homeDir: slot.homeDir,
         shmDir: slot.shmDir,
+        ptsDir: slot.ptsDir,
         inSandboxNetns: true,
       };
       return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, slot.netnsFile);
@@ -308,8 +323,8 @@ export class NamespacesBackend implements BackendV1 {
 
   async reapOrphans(): Promise<ReapReport> {
     const layout = this.layout();
-    let reaped = 0;
     const live = new Set<string>();
+    const orphans: Array<{ id: string; dir: string; uid: number | undefined }> = [];
     for (const id of this.dirs.listSandboxIds()) {
       const dir = this.dirs.sandboxDir(id);
       let meta: OwnerFile | undefined;
@@ -318,28 +333,41 @@ export class NamespacesBackend implements BackendV1 {
       } catch {
         meta = undefined;
       }
-      if (meta && ownerAlive(meta.owner)) {
-        live.add(id);
+      if ((meta && ownerAlive(meta.owner)) || (!meta && recentlyCreated(dir))) {
+        live.add(id); // alive, or being created right now by another process (owner.json is next)
         continue;
       }
-      if (!meta && recentlyCreated(dir)) {
-        live.add(id); // being created right now by another process: owner.json is next
-        continue;
-      }
-      const res = new HostResources(dir, meta?.uid, this.dirs);
-      const cg = listCgroups(layout, this.cgPrefix).get(id);
+      orphans.push({ id, dir, uid: meta?.uid });
+    }
+    const deadLeases = this.dirs.listLeases().filter((l) => !ownerAlive(l.owner) && !live.has(l.sandboxId));
+    // Nothing may still run as a uid that is about to be handed out again, whatever cgroup it is in.
+    const uids = new Set<number>([
+      ...orphans.flatMap((o) => (o.uid === undefined ? [] : [o.uid])),
+      ...deadLeases.map((l) => l.uid),
+    ]);
+    killProcessesOfUids(uids);
+
+    const cgroups = listCgroups(layout, this.cgPrefix);
+    let reaped = 0;
+    for (const o of orphans) {
+      const res = new HostResources(o.dir, o.uid, this.dirs);
+      const cg = cgroups.get(o.id);
       if (cg) res.cgroup = attachCgroup(layout, cg);
-      await res.release();
-      reaped++;
+      try {
+        await res.release();
+        reaped++;
+      } catch (e) {
+        this.ctx.logger.warn({ id: o.id, err: (e as Error).message }, 'could not fully reap sandbox');
+      }
     }
     // Cgroups without a sandbox dir, and leases whose owner died.
-    for (const [id, cgDirs] of listCgroups(layout, this.cgPrefix)) {
+    for (const [id, cgDirs] of cgroups) {
       if (live.has(id) || existsSync(this.dirs.sandboxDir(id))) continue;
-      await attachCgroup(layout, cgDirs).destroy();
+      await attachCgroup(layout, cgDirs)
+        .destroy()
+        .catch(() => {});
     }
-    for (const l of this.dirs.listLeases()) {
-      if (!ownerAlive(l.owner) && !live.has(l.sandboxId)) this.dirs.releaseUid(l.uid);
-    }
+    for (const l of deadLeases) this.dirs.releaseUid(l.uid);
     return { sandboxes: reaped };
   }
 }
@@ -368,6 +396,7 @@ class HostResources {
     await step(() => unmount(join(this.dir, 'lower')));
     await step(() => unmount(join(this.dir, 'disk')));
     await step(() => unmount(join(this.dir, 'netns')));
+    await step(() => unmount(join(this.dir, 'pts')));
     await step(() => rmSync(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {

@@ -26,6 +26,17 @@ export function mountTmpfs(target: string, sizeBytes: number, uid: number, mode 
     fail(`tmpfs mount on ${target}`, c.errno());
 }
 
+/**
+ * A private devpts instance for one sandbox, capped at `max` terminals: bwrap's own devpts has no
+ * cap, so one sandbox could take every pty of the host (kernel.pty.max is host-wide).
+ */
+export function mountDevpts(target: string, max: number): void {
+  const c = libc();
+  const data = `newinstance,ptmxmode=0666,mode=0620,max=${max}`;
+  if (c.mount('devpts', target, 'devpts', MS_NOSUID | MS_NOEXEC, data) !== 0)
+    fail(`devpts mount on ${target}`, c.errno());
+}
+
 /** Resize a sandbox disk made by mountTmpfs (used on a pre-made, still empty disk). */
 export function resizeTmpfs(target: string, sizeBytes: number): void {
   const c = libc();
@@ -35,10 +46,20 @@ export function resizeTmpfs(target: string, sizeBytes: number): void {
   }
 }
 
-/** Overlayfs: read-only lower (the host dir), writable upper/work on the sandbox's tmpfs. */
-export function mountOverlay(target: string, lower: string, upper: string, work: string): void {
+/**
+ * Overlayfs over `lowers` (read-only layers, first on top). With `upper` the mount is writable and
+ * every change lands in upper (on the sandbox's tmpfs); without it the mount is read-only. A
+ * read-only overlay (rather than a bind) also means host sockets and FIFOs in the shared dir are
+ * not connectable from the sandbox: overlay inodes are its own.
+ */
+export function mountOverlay(
+  target: string,
+  lowers: readonly string[],
+  upper?: { dir: string; work: string },
+): void {
   const c = libc();
-  for (const p of [lower, upper, work]) {
+  const paths = [...lowers, ...(upper ? [upper.dir, upper.work] : [])];
+  for (const p of paths) {
     // overlayfs option syntax uses ',' and ':' as separators; a path holding them would change meaning.
     if (/[,:\\]/.test(p)) {
       throw new AirlockError(
@@ -50,8 +71,9 @@ export function mountOverlay(target: string, lower: string, upper: string, work:
       );
     }
   }
-  const data = `lowerdir=${lower},upperdir=${upper},workdir=${work}`;
-  if (c.mount('airlock-ws', target, 'overlay', MS_NOSUID | MS_NODEV, data) !== 0) {
+  const data = `lowerdir=${lowers.join(':')}${upper ? `,upperdir=${upper.dir},workdir=${upper.work}` : ''}`;
+  const flags = MS_NOSUID | MS_NODEV | (upper ? 0 : MS_RDONLY);
+  if (c.mount('airlock-ws', target, 'overlay', flags, data) !== 0) {
     fail(`overlay mount on ${target}`, c.errno());
   }
 }

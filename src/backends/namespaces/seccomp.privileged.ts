@@ -113,6 +113,8 @@ export const X86_64_SYSCALLS: Readonly<Record<string, number>> = Object.freeze({
   process_vm_readv: 310,
   process_vm_writev: 311,
   kcmp: 312,
+  pidfd_getfd: 438,
+  process_madvise: 440,
   finit_module: 313,
   kexec_file_load: 320,
   bpf: 321,
@@ -138,6 +140,8 @@ export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
   'process_vm_readv',
   'process_vm_writev',
   'kcmp',
+  'pidfd_getfd', // steals another process's fd: ptrace-class
+  'process_madvise', // acts on another process's memory: ptrace-class
   // Mount table and namespaces (bwrap has already built the sandbox's view).
   'mount',
   'umount2',

@@ -142,3 +142,29 @@ function safeReaddir(d: string): string[] {
     return [];
   }
 }
+
+/**
+ * SIGKILL every process whose real uid is one of `uids` (defence in depth for the reaper: a uid is
+ * only handed out again once nothing runs as it). Returns how many were signalled.
+ */
+export function killProcessesOfUids(uids: ReadonlySet<number>): number {
+  if (uids.size === 0) return 0;
+  let n = 0;
+  for (const name of safeReaddir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let uid: number;
+    try {
+      uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]);
+    } catch {
+      continue; // exited meanwhile
+    }
+    if (!uids.has(uid)) continue;
+    try {
+      process.kill(Number(name), 'SIGKILL');
+      n++;
+    } catch {
+      /* gone */
+    }
+  }
+  return n;
+}
