@@ -68,8 +68,24 @@ export interface BackendSandbox {
   readonly hostUid: number;
   spawn(req: SpawnRequest): Promise<BackendProcess>;
   counters(): Promise<LimitCounters>;
+  /** The sandbox's only way out, if the backend supports egress (see src/egress/). */
+  readonly egress?: EgressPlumbing;
   /** Kill everything, release every host resource (mounts, cgroups, uid, dirs). Idempotent. */
   destroy(): Promise<void>;
+}
+
+/**
+ * What a backend offers the egress gateway: sockets that live in the sandbox's network namespace but
+ * belong to Airlock (sandboxed code can connect to them, never kill or replace them), and a switch
+ * that sends every outbound TCP connection of the sandbox to one of them.
+ */
+export interface EgressPlumbing {
+  /** A socket bound to address:port inside the sandbox (TCP: listening). Returns its fd. */
+  listen(kind: 'tcp' | 'udp', address: string, port: number): number;
+  /** Route the sandbox's outbound TCP to `address:port` (transparent interception). */
+  interceptTcp(address: string, port: number): void;
+  /** The original destination of an intercepted connection (by the accepted socket's fd). */
+  originalDestination(fd: number): { address: string; port: number } | undefined;
 }
 
 export interface ReapReport {

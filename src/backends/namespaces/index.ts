@@ -21,6 +21,7 @@ import type {
   BackendProcess,
   BackendSandbox,
   BackendV1,
+  EgressPlumbing,
   LimitCounters,
   ProbeCheck,
   ReapReport,
@@ -38,7 +39,13 @@ import {
   type CgroupLayout,
 } from './cgroups.privileged.js';
 import { mountIdmapped } from './idmap.privileged.js';
-import { createNetns, withNetns } from './netns.privileged.js';
+import {
+  createNetns,
+  interceptTcpInNetns,
+  originalDestination,
+  socketInNetns,
+  withNetns,
+} from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmount } from './mount.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import { ensureEtc } from './rootfs.js';
@@ -439,6 +446,12 @@ class NamespacesSandbox implements BackendSandbox {
     if (this.destroyed) p.kill();
     return p;
   }
+
+  readonly egress: EgressPlumbing = {
+    listen: (kind, address, port) => socketInNetns(this.netnsFile, kind, address, port),
+    interceptTcp: (address, port) => interceptTcpInNetns(this.netnsFile, address, port),
+    originalDestination: (fd) => originalDestination(fd),
+  };
 
   async counters(): Promise<LimitCounters> {
     return this.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };

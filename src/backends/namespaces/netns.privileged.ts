@@ -7,7 +7,8 @@
 // synchronous spawn (the child inherits the thread's namespace at fork), and switches back. Both are
 // synchronous, so no other JavaScript runs while the thread is switched; if switching back ever
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
-import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc, type Libc } from './libc.privileged.js';
 
@@ -91,11 +92,15 @@ const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
 
 /**
- * A socket bound to 127.0.0.1:`port` INSIDE the netns at `file`, owned by this (Airlock) process:
- * sandboxed code can connect to it but can neither kill nor replace it. TCP sockets are listening.
- * Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`.
+ * A socket bound to `address`:`port` (IPv4) INSIDE the netns at `file`, owned by this (Airlock)
+ * process: sandboxed code can connect to it but can neither kill nor replace it. TCP sockets are
+ * listening. Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`.
  */
-export function socketInNetns(file: string, kind: 'tcp' | 'udp', port: number): number {
+export function socketInNetns(file: string, kind: 'tcp' | 'udp', address: string, port: number): number {
+  const octets = address.split('.').map(Number);
+  if (octets.length !== 4 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255)) {
+    throw new AirlockError('INTERNAL', `socketInNetns: "${address}" is not an IPv4 address`);
+  }
   return withNetns(file, () => {
     const c = libc();
     const fd = c.socket(
@@ -137,3 +142,43 @@ export function originalDestination(fd: number): { address: string; port: number
   if (c.getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, sa, len) !== 0) return undefined;
   return { address: `${sa[4]}.${sa[5]}.${sa[6]}.${sa[7]}`, port: sa.readUInt16BE(2) };
 }
+
+/**
+ * Transparent interception: inside the netns at `file`, give `lo` the address `address`, route
+ * everything (IPv4) to `lo`, and DNAT every outbound TCP connection that is not to a local address to
+ * `address:port`. Nothing can leave anyway (the namespace has no other interface); this only makes
+ * proxy-unaware clients reach Airlock's listener instead of failing. IPv6 keeps no route.
+ * (REDIRECT to 127.0.0.1 is not used: replies un-NATed to a loopback destination are dropped.)
+ */
+export function interceptTcpInNetns(file: string, address: string, port: number): void {
+  if (!existsSync(NFT) || !existsSync(IP)) {
+    throw new AirlockError(
+      'BACKEND_UNAVAILABLE',
+      'transparent egress needs nftables and iproute2 (apt-get install nftables iproute2), or set network.transparent: false',
+    );
+  }
+  const rules = [
+    'table ip airlock {',
+    '  chain out {',
+    '    type nat hook output priority -100; policy accept;',
+    '    ip daddr 127.0.0.0/8 return',
+    `    ip daddr ${address} return`,
+    `    meta l4proto tcp dnat to ${address}:${port}`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+  const script = `${IP} addr add ${address}/32 dev lo && ${IP} route add default dev lo src ${address} && ${NFT} -f -`;
+  const r = withNetns(file, () =>
+    spawnSync('/bin/sh', ['-c', script], { input: rules, encoding: 'utf8', env: {}, timeout: 10_000 }),
+  );
+  if (r.status !== 0) {
+    throw new AirlockError(
+      'INTERNAL',
+      `could not set up transparent egress: ${(r.stderr || String(r.error)).trim()}`,
+    );
+  }
+}
+
+const NFT = '/usr/sbin/nft';
+const IP = '/usr/sbin/ip';

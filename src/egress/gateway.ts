@@ -1,0 +1,648 @@
+// SECURITY-CRITICAL: a sandbox's only way out. Per sandbox, three sockets inside its network namespace
+// that belong to Airlock (so sandboxed code can use them but never kill or replace them):
+//   127.0.0.1:3128        the proxy: HTTP absolute-form, HTTP CONNECT and SOCKS5 on one port
+//   10.255.255.254:15001  transparent interception: every other outbound TCP connection lands here
+//   127.0.0.1:53 (udp)    DNS: allowed names get a synthetic address, everything else NXDOMAIN
+// Every path ends in vetAndDial (policy on the name, Airlock's own resolution, a check of every
+// address, a dial to exactly that address) and every attempt becomes an EgressEvent.
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
+import {
+  createServer as createHttpServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from 'node:http';
+import { createServer, type Server, type Socket } from 'node:net';
+import { connect as tlsConnect, TLSSocket } from 'node:tls';
+import type { EgressPlumbing, Logger } from '../core/backend.js';
+import type { NetworkPolicy } from '../policy/network.js';
+import { decideHost } from '../policy/network.js';
+import type { SecretLease } from '../secrets/sentinels.js';
+import { canonicalHost } from './address.js';
+import { FakeDns } from './dns.js';
+import type { EgressEvent, EgressProtocol } from './events.js';
+import type { MitmCa } from './mitm.js';
+import { parseClientHello } from './sni.js';
+import {
+  NOT_ALLOWED,
+  HOST_UNREACHABLE,
+  SUCCEEDED,
+  socks5Greeting,
+  socks5MethodReply,
+  socks5Reply,
+  socks5Request,
+  selectSocks5Method,
+  METHOD_NO_ACCEPTABLE,
+} from './socks.js';
+import {
+  systemDialer,
+  systemResolver,
+  vetAndDial,
+  type Dialer,
+  type Resolver,
+  type VetResult,
+} from './vet.js';
+
+export const PROXY_ADDRESS = '127.0.0.1';
+export const PROXY_PORT = 3128;
+export const TRANSPARENT_ADDRESS = '10.255.255.254';
+export const TRANSPARENT_PORT = 15001;
+export const DNS_PORT = 53;
+/** Synthetic addresses handed out by the sandbox's DNS (never dialled: mapped back to their name). */
+export const SYNTHETIC_POOL = '198.18.0.0/15';
+
+const HEADERS_TIMEOUT_MS = 10_000; // slowloris: a request head must arrive within this
+const FIRST_BYTES_TIMEOUT_MS = 300; // transparent: wait this long for SNI/Host before deciding without
+const IDLE_TIMEOUT_MS = 300_000;
+
+export interface EgressGatewayOptions {
+  readonly resolver?: Resolver;
+  readonly dialer?: Dialer;
+  /** The per-installation CA, created on first use (only sandboxes with secrets need it). */
+  readonly ca: () => MitmCa;
+  /** Extra CAs trusted for upstream TLS when intercepting (tests use a private test CA). */
+  readonly upstreamCa?: readonly string[];
+  readonly logger: Logger;
+}
+
+export interface AttachOptions {
+  readonly sandboxId: string;
+  readonly plumbing: EgressPlumbing;
+  readonly policy: NetworkPolicy;
+  readonly secrets?: SecretLease;
+  readonly onEvent: (e: EgressEvent) => void;
+}
+
+/** The runtime-wide part: resolver, dialer and CA shared by every sandbox's egress. */
+export class EgressGateway {
+  readonly resolver: Resolver;
+  readonly dialer: Dialer;
+  constructor(readonly opts: EgressGatewayOptions) {
+    this.resolver = opts.resolver ?? systemResolver;
+    this.dialer = opts.dialer ?? systemDialer;
+  }
+
+  attach(o: AttachOptions): SandboxEgress {
+    return new SandboxEgress(this, o);
+  }
+}
+
+/** One sandbox's listeners and state. close() stops them and revokes its secrets. */
+export class SandboxEgress {
+  private readonly servers: Array<Server | HttpServer> = [];
+  private udp: UdpSocket | undefined;
+  private readonly sockets = new Set<Socket>();
+  private readonly dns: FakeDns;
+  private closed = false;
+  private readonly mitmServer: HttpServer;
+
+  constructor(
+    private readonly gw: EgressGateway,
+    private readonly o: AttachOptions,
+  ) {
+    const transparent = o.policy.transparent;
+    this.dns = new FakeDns({
+      allows: (name) => transparent && hostAllowedOnSomePort(o.policy, name),
+      pool: SYNTHETIC_POOL,
+    });
+    // Proxy: one port, SOCKS5 sniffed by its first byte, everything else is HTTP.
+    const http = this.httpServer((req, res) => void this.onProxyRequest(req, res));
+    http.on(
+      'connect',
+      (req: IncomingMessage, sock: Socket, head: Buffer) => void this.onConnect(req, sock, head),
+    );
+    const proxy = createServer((sock) => this.track(sock, () => this.onProxyConnection(sock, http)));
+    proxy.listen({ fd: o.plumbing.listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
+    this.servers.push(proxy, http);
+    // Requests inside intercepted TLS (hosts with a bound secret) are served here.
+    this.mitmServer = this.httpServer((req, res) => void this.onMitmRequest(req, res));
+    this.servers.push(this.mitmServer);
+    if (transparent) {
+      o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
+      const t = createServer((sock) => this.track(sock, () => void this.onTransparent(sock)));
+      t.listen({ fd: o.plumbing.listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
+      this.servers.push(t);
+    }
+    const udp = createSocket('udp4');
+    udp.on('message', (msg, rinfo) => {
+      const answer = this.dns.answer(msg);
+      if (answer) udp.send(answer, rinfo.port, rinfo.address);
+    });
+    udp.on('error', () => {});
+    udp.bind({ fd: o.plumbing.listen('udp', PROXY_ADDRESS, DNS_PORT) });
+    this.udp = udp;
+  }
+
+  /** Environment for the sandbox: proxy variables (upper and lower case). */
+  env(): Record<string, string> {
+    const url = `http://${PROXY_ADDRESS}:${PROXY_PORT}`;
+    const socks = `socks5h://${PROXY_ADDRESS}:${PROXY_PORT}`;
+    const e: Record<string, string> = {};
+    for (const [k, v] of [
+      ['HTTP_PROXY', url],
+      ['HTTPS_PROXY', url],
+      ['ALL_PROXY', socks],
+      ['NO_PROXY', 'localhost,127.0.0.1,::1'],
+    ] as const) {
+      e[k] = v;
+      e[k.toLowerCase()] = v;
+    }
+    return e;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.o.secrets?.revoke(); // lease-bound: from now on no sentinel is ever swapped
+    for (const s of this.sockets) s.destroy();
+    await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    this.udp?.close();
+  }
+
+  // ---- plumbing ----------------------------------------------------------------------------------
+
+  private httpServer(onRequest: (req: IncomingMessage, res: ServerResponse) => void): HttpServer {
+    const s = createHttpServer(
+      { requestTimeout: 60_000, headersTimeout: HEADERS_TIMEOUT_MS, keepAliveTimeout: 5_000 },
+      onRequest,
+    );
+    s.on('clientError', (_err, sock: Socket) => {
+      if (sock.writable)
+        sock.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      sock.destroy();
+    });
+    return s;
+  }
+
+  private track(sock: Socket, handle: () => void): void {
+    if (this.closed) {
+      sock.destroy();
+      return;
+    }
+    this.sockets.add(sock);
+    sock.setTimeout(IDLE_TIMEOUT_MS, () => sock.destroy());
+    sock.on('close', () => this.sockets.delete(sock));
+    sock.on('error', () => {});
+    handle();
+  }
+
+  private emit(e: Omit<EgressEvent, 'sandboxId' | 'time'>): void {
+    try {
+      this.o.onEvent({ sandboxId: this.o.sandboxId, time: new Date().toISOString(), ...e });
+    } catch {
+      /* an event consumer's bug never breaks a connection */
+    }
+  }
+
+  private vet(host: string, port: number): Promise<VetResult> {
+    return vetAndDial(
+      { policy: this.o.policy, resolver: this.gw.resolver, dialer: this.gw.dialer },
+      host,
+      port,
+    );
+  }
+
+  private denyEvent(
+    protocol: EgressProtocol,
+    r: Extract<VetResult, { ok: false }>,
+    port: number,
+    started: number,
+  ): void {
+    this.emit({
+      protocol,
+      host: r.host,
+      port,
+      ...(r.address ? { address: r.address } : {}),
+      decision: 'deny',
+      reason: r.verdict.reason,
+      code: r.verdict.code,
+      bytesUp: 0,
+      bytesDown: 0,
+      durationMs: Date.now() - started,
+    });
+  }
+
+  /** Pipe client <-> upstream, then report one event with the byte counts. */
+  private splice(
+    protocol: EgressProtocol,
+    client: Socket,
+    r: Extract<VetResult, { ok: true }>,
+    port: number,
+    started: number,
+    early?: Buffer,
+  ): void {
+    const up = r.socket;
+    this.sockets.add(up);
+    let bytesUp = 0;
+    let bytesDown = 0;
+    client.on('data', (d: Buffer) => (bytesUp += d.length));
+    up.on('data', (d: Buffer) => (bytesDown += d.length));
+    if (early && early.length) {
+      bytesUp += early.length;
+      up.write(early);
+    }
+    client.pipe(up);
+    up.pipe(client);
+    let reported = false;
+    const done = (): void => {
+      if (reported) return;
+      reported = true;
+      client.destroy();
+      up.destroy();
+      this.sockets.delete(up);
+      this.emit({
+        protocol,
+        host: r.host,
+        port,
+        address: r.address,
+        decision: 'allow',
+        reason: 'allowed by network.allow',
+        bytesUp,
+        bytesDown,
+        durationMs: Date.now() - started,
+      });
+    };
+    up.on('error', done);
+    client.on('error', done);
+    up.on('close', done);
+    client.on('close', done);
+  }
+
+  // ---- proxy: SOCKS5 or HTTP -----------------------------------------------------------------------
+
+  private onProxyConnection(sock: Socket, http: HttpServer): void {
+    sock.once('data', (first: Buffer) => {
+      if (first[0] === 0x05) {
+        void this.onSocks(sock, first);
+        return;
+      }
+      sock.pause();
+      sock.unshift(first);
+      http.emit('connection', sock);
+      sock.resume();
+    });
+  }
+
+  private async onSocks(sock: Socket, first: Buffer): Promise<void> {
+    const started = Date.now();
+    let buf = first;
+    const more = (): Promise<Buffer> =>
+      new Promise((resolve, reject) => {
+        sock.once('data', (d: Buffer) => resolve(d));
+        sock.once('close', () => reject(new Error('closed')));
+      });
+    try {
+      let g = socks5Greeting(buf);
+      while (g.kind === 'incomplete') g = socks5Greeting((buf = Buffer.concat([buf, await more()])));
+      if (g.kind === 'invalid') return void sock.destroy();
+      const method = selectSocks5Method(g.methods);
+      sock.write(socks5MethodReply(method));
+      if (method === METHOD_NO_ACCEPTABLE) return void sock.end();
+      buf = buf.subarray(g.consumed);
+      let r = socks5Request(buf);
+      while (r.kind === 'incomplete') r = socks5Request((buf = Buffer.concat([buf, await more()])));
+      if (r.kind === 'invalid') return void sock.end(socks5Reply(r.reply));
+      const res = await this.vet(r.host, r.port);
+      if (!res.ok) {
+        this.denyEvent('socks5', res, r.port, started);
+        const code =
+          'code' in res.verdict &&
+          (res.verdict.code === 'resolve_failed' || res.verdict.code === 'connect_failed')
+            ? HOST_UNREACHABLE
+            : NOT_ALLOWED;
+        return void sock.end(socks5Reply(code));
+      }
+      sock.write(socks5Reply(SUCCEEDED, { address: '0.0.0.0', port: 0 }));
+      this.splice('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
+    } catch {
+      sock.destroy();
+    }
+  }
+
+  // ---- proxy: HTTP CONNECT ----------------------------------------------------------------------
+
+  private async onConnect(req: IncomingMessage, sock: Socket, head: Buffer): Promise<void> {
+    const started = Date.now();
+    const target = parseAuthority(req.url ?? '');
+    if (!target) {
+      sock.end(forbidden('Airlock egress: CONNECT needs host:port'));
+      return;
+    }
+    const res = await this.vet(target.host, target.port);
+    if (!res.ok) {
+      this.denyEvent('connect', res, target.port, started);
+      sock.end(forbidden(res.verdict.reason));
+      return;
+    }
+    sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (this.o.secrets?.boundHosts().has(res.host)) {
+      this.intercept(sock, res, target.port, head);
+      return;
+    }
+    this.splice('connect', sock, res, target.port, started, head);
+  }
+
+  // ---- proxy: HTTP absolute-form ----------------------------------------------------------------
+
+  private async onProxyRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '');
+    } catch {
+      return void sendText(res, 400, 'Airlock egress proxy: send absolute-form requests (http://host/path)');
+    }
+    if (url.protocol !== 'http:') {
+      return void sendText(res, 400, `Airlock egress proxy: ${url.protocol} URLs go through CONNECT`);
+    }
+    const port = url.port ? Number(url.port) : 80;
+    await this.forward(
+      'http',
+      req,
+      res,
+      url.hostname.replace(/^\[|\]$/g, ''),
+      port,
+      `${url.pathname}${url.search}`,
+    );
+  }
+
+  /** Forward one HTTP request to host:port over a vetted connection (plain, or TLS when `tls`). */
+  private async forward(
+    protocol: EgressProtocol,
+    req: IncomingMessage,
+    res: ServerResponse,
+    host: string,
+    port: number,
+    path: string,
+    tls?: { existing: Extract<VetResult, { ok: true }> },
+  ): Promise<void> {
+    const started = Date.now();
+    const headers = rawHeaderPairs(req).filter(
+      ([k]) => !/^(proxy-connection|proxy-authorization|keep-alive|connection)$/i.test(k),
+    );
+    const canon = canonicalHost(host);
+    const hostKey = canon.kind === 'name' ? canon.name : canon.kind === 'ip' ? canon.address : host;
+    // Secrets: swap sentinels for this host's bound secrets; any other sentinel or a canary is exfiltration.
+    let swapped: string[] = [];
+    let outHeaders = headers;
+    const lease = this.o.secrets;
+    if (lease) {
+      const s = lease.swapHeaders(hostKey, headers);
+      outHeaders = s.headers;
+      swapped = s.swapped;
+      const inPath = lease.findSentinels(path);
+      const unbound = [...new Set([...s.unbound, ...inPath])];
+      const canaries = lease.findCanaries(`${path}\n${headers.map(([k, v]) => `${k}: ${v}`).join('\n')}`);
+      if (unbound.length || canaries.length) {
+        const alert = canaries.length ? 'canary' : 'sentinel';
+        const reason = canaries.length
+          ? `blocked by Airlock egress policy: the request carries a planted canary credential (${canaries.join(', ')}); this looks like credential exfiltration`
+          : `blocked by Airlock egress policy: the credential ${unbound.join(', ')} may only be sent to its bound host(s), not ${hostKey}`;
+        this.emit({
+          protocol,
+          host: hostKey,
+          port,
+          decision: 'deny',
+          reason,
+          code: alert,
+          alert,
+          bytesUp: 0,
+          bytesDown: 0,
+          durationMs: Date.now() - started,
+        });
+        return void sendText(res, 403, reason);
+      }
+    }
+    const vetted = tls?.existing ?? (await this.vet(host, port));
+    if (!vetted.ok) {
+      this.denyEvent(protocol, vetted, port, started);
+      return void sendText(
+        res,
+        vetted.verdict.code === 'connect_failed' || vetted.verdict.code === 'resolve_failed' ? 502 : 403,
+        vetted.verdict.reason,
+      );
+    }
+    const socket = tls ? vetted.socket : vetted.socket;
+    let bytesUp = 0;
+    let bytesDown = 0;
+    const upstream = httpRequest({
+      createConnection: () => socket,
+      method: req.method,
+      path,
+      headers: [...outHeaders.flat(), 'connection', 'close'] as unknown as Record<string, string>,
+      setHost: false,
+    });
+    upstream.on('response', (up) => {
+      res.writeHead(
+        up.statusCode ?? 502,
+        up.statusMessage,
+        rawHeaderPairs(up).flat() as unknown as Record<string, string>,
+      );
+      up.on('data', (d: Buffer) => (bytesDown += d.length));
+      up.pipe(res);
+    });
+    const finish = (): void => {
+      this.emit({
+        protocol,
+        host: hostKey,
+        port,
+        address: vetted.address,
+        decision: 'allow',
+        reason: 'allowed by network.allow',
+        bytesUp,
+        bytesDown,
+        durationMs: Date.now() - started,
+        ...(swapped.length ? { secretsSwapped: swapped } : {}),
+      });
+    };
+    res.on('close', finish);
+    upstream.on('error', (e) => {
+      if (!res.headersSent) sendText(res, 502, `Airlock egress: upstream ${hostKey} failed: ${e.message}`);
+      else res.destroy();
+    });
+    req.on('data', (d: Buffer) => (bytesUp += d.length));
+    req.pipe(upstream);
+  }
+
+  // ---- TLS interception for hosts with a bound secret -----------------------------------------
+
+  /** Terminate the client's TLS with a leaf cert for res.host, re-encrypt to the real host. */
+  private intercept(
+    client: Socket,
+    res: Extract<VetResult, { ok: true }>,
+    port: number,
+    head?: Buffer,
+  ): void {
+    if (head && head.length) client.unshift(head);
+    const ca = this.gw.opts.ca();
+    const tlsClient = new TLSSocket(client, { isServer: true, secureContext: ca.secureContextFor(res.host) });
+    tlsClient.on('error', () => client.destroy());
+    const upstreamTls = tlsConnect({
+      socket: res.socket,
+      servername: res.host,
+      ...(this.gw.opts.upstreamCa ? { ca: [...this.gw.opts.upstreamCa] } : {}),
+    });
+    upstreamTls.on('error', () => tlsClient.destroy());
+    (tlsClient as unknown as { airlock: unknown }).airlock = {
+      host: res.host,
+      port,
+      address: res.address,
+      upstream: upstreamTls,
+    };
+    this.mitmServer.emit('connection', tlsClient);
+  }
+
+  private async onMitmRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const meta = (
+      req.socket as unknown as {
+        airlock?: { host: string; port: number; address: string; upstream: TLSSocket };
+      }
+    ).airlock;
+    if (!meta) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
+    // One upstream TLS connection per client connection; requests on it go to the vetted host only.
+    const vetted = {
+      ok: true as const,
+      host: meta.host,
+      address: meta.address,
+      socket: meta.upstream as unknown as Socket,
+    };
+    await this.forward('connect', req, res, meta.host, meta.port, req.url ?? '/', { existing: vetted });
+  }
+
+  // ---- transparent interception ----------------------------------------------------------------
+
+  private async onTransparent(sock: Socket): Promise<void> {
+    const started = Date.now();
+    const fd = (sock as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    const dst = fd === undefined ? undefined : this.o.plumbing.originalDestination(fd);
+    if (!dst) return void sock.destroy();
+    const synthetic = this.dns.nameFor(dst.address);
+    const first = await firstBytes(sock, FIRST_BYTES_TIMEOUT_MS);
+    let named: string | undefined;
+    let protocol: EgressProtocol = 'transparent-tcp';
+    if (first.length && first[0] === 0x16) {
+      protocol = 'transparent-tls';
+      const hello = parseClientHello(first);
+      if (hello.kind === 'tls') named = hello.serverName;
+    } else if (first.length) {
+      const host = /^[A-Z]+ [^\r\n]* HTTP\/1\.[01]\r?\n(?:[^\r\n]*\r?\n)*?host:[ \t]*([^\r\n]+)/im.exec(
+        first.toString('latin1'),
+      );
+      if (host) {
+        protocol = 'transparent-http';
+        named = host[1]!
+          .trim()
+          .replace(/:\d+$/, '')
+          .replace(/^\[|\]$/g, '');
+      }
+    }
+    // The name a connection means: the DNS name its synthetic address was handed out for, else what
+    // the client says (SNI / Host), else the literal address. A mismatch is refused (no fronting).
+    let host = synthetic ?? named ?? dst.address;
+    if (synthetic && named && canonicalName(named) !== canonicalName(synthetic)) {
+      const reason = `blocked by Airlock egress policy: connection to ${synthetic} names ${named}; the name must match the address it was resolved for`;
+      this.emit({
+        protocol,
+        host: synthetic,
+        port: dst.port,
+        decision: 'deny',
+        reason,
+        code: 'mismatch',
+        bytesUp: 0,
+        bytesDown: 0,
+        durationMs: Date.now() - started,
+      });
+      return void denyTransparent(sock, protocol, reason);
+    }
+    if (!synthetic && !named && dst.address.startsWith('198.1')) host = dst.address; // stale synthetic address: decided as a literal (blocked range)
+    const res = await this.vet(host, dst.port);
+    if (!res.ok) {
+      this.denyEvent(protocol, res, dst.port, started);
+      return void denyTransparent(sock, protocol, res.verdict.reason);
+    }
+    if (protocol === 'transparent-tls' && this.o.secrets?.boundHosts().has(res.host)) {
+      this.intercept(sock, res, dst.port, first);
+      return;
+    }
+    if (protocol === 'transparent-http' && this.o.secrets) {
+      // Plain HTTP: run it through the forwarding path so sentinels are swapped/checked.
+      res.socket.destroy();
+      sock.unshift(first);
+      const http = this.httpServer(
+        (req, r) => void this.forward('transparent-http', req, r, host, dst.port, req.url ?? '/'),
+      );
+      http.emit('connection', sock);
+      return;
+    }
+    this.splice(protocol, sock, res, dst.port, started, first);
+  }
+}
+
+// ---- helpers ------------------------------------------------------------------------------------
+
+/** Whether some port of `name` is allowed (the DNS responder only answers names the policy allows). */
+function hostAllowedOnSomePort(policy: NetworkPolicy, name: string): boolean {
+  for (const port of [443, 80]) if (decideHost(policy, name, port).action === 'allow') return true;
+  // A name allowed on another explicit port (host:port entries).
+  return policy.allow.some((entry) => {
+    const m = /:(\d+)$/.exec(entry);
+    return m ? decideHost(policy, name, Number(m[1])).action === 'allow' : false;
+  });
+}
+
+function canonicalName(n: string): string {
+  const c = canonicalHost(n);
+  return c.kind === 'name' ? c.name : c.kind === 'ip' ? c.address : n.toLowerCase();
+}
+
+function parseAuthority(a: string): { host: string; port: number } | undefined {
+  const m = /^\[([0-9a-fA-F:.]+)\]:(\d{1,5})$/.exec(a) ?? /^([^:[\]]+):(\d{1,5})$/.exec(a);
+  if (!m) return undefined;
+  const port = Number(m[2]);
+  return port >= 1 && port <= 65535 ? { host: m[1]!, port } : undefined;
+}
+
+function rawHeaderPairs(m: IncomingMessage): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i + 1 < m.rawHeaders.length; i += 2) out.push([m.rawHeaders[i]!, m.rawHeaders[i + 1]!]);
+  return out;
+}
+
+function forbidden(reason: string): string {
+  const body = `${reason}\n`;
+  return `HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+}
+
+function sendText(res: ServerResponse, status: number, text: string): void {
+  if (res.headersSent) return void res.destroy();
+  const body = `${text}\n`;
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
+  res.end(body);
+}
+
+/** Denials on intercepted connections: HTTP gets a 403 with the reason; others are closed. */
+function denyTransparent(sock: Socket, protocol: EgressProtocol, reason: string): void {
+  if (protocol === 'transparent-http') sock.end(forbidden(reason));
+  else sock.destroy();
+}
+
+/** The bytes a client sends first, or nothing if it waits for the server (SSH, SMTP, ...). */
+function firstBytes(sock: Socket, timeoutMs: number): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => {
+      sock.removeListener('data', onData);
+      sock.pause();
+      resolve(Buffer.alloc(0));
+    }, timeoutMs);
+    const onData = (d: Buffer): void => {
+      clearTimeout(t);
+      sock.pause();
+      resolve(d);
+    };
+    sock.once('data', onData);
+  });
+}
