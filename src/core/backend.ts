@@ -84,6 +84,8 @@ export interface EgressPlumbing {
   listen(kind: 'tcp' | 'udp', address: string, port: number): number;
   /** Route the sandbox's outbound TCP to `address:port` (transparent interception). */
   interceptTcp(address: string, port: number): void;
+  /** Show these host files read-only at these sandbox paths in every later exec (CA bundle). */
+  bindReadOnlyFiles(files: ReadonlyArray<readonly [host: string, sandbox: string]>): void;
   /** The original destination of an intercepted connection (by the accepted socket's fd). */
   originalDestination(fd: number): { address: string; port: number } | undefined;
 }

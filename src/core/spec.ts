@@ -3,6 +3,10 @@
 import { isAbsolute, normalize } from 'node:path';
 import { z } from 'zod';
 import { AirlockError } from './errors.js';
+import { parseOrThrow } from './validate.js';
+import { decideHost, NetworkPolicySchema, SecretsSchema } from '../policy/network.js';
+
+export { parseOrThrow };
 
 export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
@@ -101,40 +105,38 @@ export const SandboxSpecSchema = z
     workspace: WorkspaceSchema.default(() => WorkspaceSchema.parse({})),
     env: EnvSchema.default({}),
     metadata: z.record(z.string(), z.string()).default({}),
+    /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
+    network: NetworkPolicySchema.optional(),
+    /** Credentials the sandbox may use without seeing them (needs `network`). */
+    secrets: SecretsSchema.default([]),
   })
-  .strict();
+  .strict()
+  .superRefine((spec, ctx) => {
+    if (spec.secrets.length && spec.network === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['secrets'],
+        message: 'secrets need a network policy whose network.allow names their hosts',
+      });
+      return;
+    }
+    for (const [i, secret] of spec.secrets.entries()) {
+      for (const [j, host] of secret.hosts.entries()) {
+        const reachable = [443, 80].some((port) => decideHost(spec.network!, host, port).action === 'allow');
+        if (!reachable) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['secrets', i, 'hosts', j],
+            message: `${host} is not reachable under network.allow (ports 443/80); add it there or the secret can never be used`,
+          });
+        }
+      }
+    }
+  });
 
 export type SandboxSpecInput = z.input<typeof SandboxSpecSchema>;
 export type SandboxSpec = z.output<typeof SandboxSpecSchema>;
 export type Limits = z.output<typeof LimitsSchema>;
-
-function dotted(path: readonly PropertyKey[]): string {
-  return path.map((p) => String(p)).join('.');
-}
-
-/** Parse with zod and turn the first issue into an INVALID_SPEC error naming the field. */
-export function parseOrThrow<S extends z.ZodType>(
-  schema: S,
-  input: unknown,
-  what: string,
-  code: 'INVALID_SPEC' | 'INVALID_ARGUMENT' = 'INVALID_SPEC',
-): z.output<S> {
-  const r = schema.safeParse(input);
-  if (r.success) return r.data;
-  let issue = r.error.issues[0]!;
-  // zod wraps record-key failures in an `invalid_key` issue; the useful message is the nested one.
-  if (issue.code === 'invalid_key' && issue.issues[0]) {
-    issue = { ...issue.issues[0], path: [...issue.path, ...issue.issues[0].path] } as typeof issue;
-  }
-  const field = dotted(issue.path);
-  const message =
-    issue.code === 'unrecognized_keys'
-      ? `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}${field ? ` in ${field}` : ''}; check the spelling`
-      : issue.message;
-  throw new AirlockError(code, `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
-    field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
-  });
-}
 
 export function parseSandboxSpec(input: unknown): SandboxSpec {
   return parseOrThrow(SandboxSpecSchema, input ?? {}, 'sandbox spec');

@@ -10,7 +10,7 @@ import { parse as parseDomain } from 'tldts';
 import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
-import { parseOrThrow } from '../core/spec.js';
+import { parseOrThrow } from '../core/validate.js';
 import {
   blockedRange,
   canonicalHost,

@@ -1,12 +1,17 @@
 // The Airlock runtime: which backends exist, where host state lives, and the live sandboxes of this
 // process. No hidden global: `Sandbox.create` without an explicit runtime uses one created on first
 // use with defaults (state dir from AIRLOCK_STATE_DIR or /var/lib/airlock).
-import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { BackendProbe, BackendV1, Logger } from '../core/backend.js';
+import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
-import { parseSandboxSpec, type BackendName, type SandboxSpecInput } from '../core/spec.js';
+import { parseSandboxSpec, type BackendName, type SandboxSpec, type SandboxSpecInput } from '../core/spec.js';
+import type { EgressEvent } from '../egress/events.js';
+import { EgressGateway } from '../egress/gateway.js';
+import { MitmCa } from '../egress/mitm.js';
+import type { Dialer, Resolver } from '../egress/vet.js';
+import { SecretLease } from '../secrets/sentinels.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
@@ -24,9 +29,21 @@ export interface AirlockOptions {
   readonly maxSpillBytes?: number;
   /** Spill files older than this are deleted by the reaper (default 24 h). */
   readonly spillRetentionMs?: number;
+  /**
+   * Egress plumbing overrides. Tests inject a resolver (names to test addresses) and a dialer that
+   * refuses anything outside the test's own network namespace; `upstreamCa` adds trusted CAs for
+   * intercepted TLS upstreams. Production uses the system resolver and plain TCP connects.
+   */
+  readonly egress?: { resolver?: Resolver; dialer?: Dialer; upstreamCa?: readonly string[] };
+  /** Environment secrets resolve `fromEnv` against (default: this process's environment). */
+  readonly secretEnv?: NodeJS.ProcessEnv;
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/airlock';
+const HOST_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+/** Where a sandbox with secrets finds the trust bundle (system CAs + Airlock's egress CA). */
+const SANDBOX_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
+const SANDBOX_CA_CERT = '/etc/ssl/certs/airlock-egress-ca.pem';
 
 export class Airlock {
   readonly stateDir: string;
@@ -36,12 +53,18 @@ export class Airlock {
   private reaped: Promise<void> | undefined;
   private readonly maxSpillBytes: number;
   private readonly spillRetentionMs: number;
+  private readonly egressOpts: AirlockOptions['egress'];
+  private readonly secretEnv: NodeJS.ProcessEnv;
+  private gatewayInstance: EgressGateway | undefined;
+  private ca: MitmCa | undefined;
 
   constructor(opts: AirlockOptions = {}) {
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
     this.logger = opts.logger ?? silentLogger;
     this.maxSpillBytes = opts.maxSpillBytes ?? 2 * 1024 ** 3;
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
+    this.egressOpts = opts.egress;
+    this.secretEnv = opts.secretEnv ?? process.env;
     const ctx = { stateDir: this.stateDir, logger: this.logger };
     this.backends.namespaces = new NamespacesBackend(ctx, {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
@@ -90,13 +113,109 @@ export class Airlock {
     const id = bs.id;
     const spillDir = join(this.stateDir, 'spill');
     mkdirSync(spillDir, { recursive: true, mode: 0o700 });
-    const sbx = new Sandbox(bs, spec, {
+    let net: { env: Record<string, string>; close: () => Promise<void> } | undefined;
+    let sbx: Sandbox | undefined;
+    if (spec.network) {
+      try {
+        net = await this.attachEgress(bs, spec, (e) => sbx?.recordEgress(e));
+      } catch (e) {
+        await bs.destroy().catch(() => {});
+        throw e;
+      }
+    }
+    sbx = new Sandbox(bs, spec, {
       spillDir,
       maxSpillBytes: this.maxSpillBytes,
       onGone: (gone) => this.live.delete(gone),
+      ...(net ? { env: net.env, onKill: net.close } : {}),
     });
     this.live.set(id, sbx);
     return sbx;
+  }
+
+  private gateway(): EgressGateway {
+    this.gatewayInstance ??= new EgressGateway({
+      ...(this.egressOpts?.resolver ? { resolver: this.egressOpts.resolver } : {}),
+      ...(this.egressOpts?.dialer ? { dialer: this.egressOpts.dialer } : {}),
+      ...(this.egressOpts?.upstreamCa ? { upstreamCa: this.egressOpts.upstreamCa } : {}),
+      ca: () => this.mitmCa(),
+      logger: this.logger,
+    });
+    return this.gatewayInstance;
+  }
+
+  /** The per-installation CA (created 0600 on first use, outside every sandbox). */
+  private mitmCa(): MitmCa {
+    this.ca ??= MitmCa.loadOrCreate(join(this.stateDir, 'ca'));
+    return this.ca;
+  }
+
+  /** Listeners in the sandbox's netns, sentinels for its secrets, and the CA it must trust. */
+  private async attachEgress(
+    bs: BackendSandbox,
+    spec: SandboxSpec,
+    onEvent: (e: EgressEvent) => void,
+  ): Promise<{ env: Record<string, string>; close: () => Promise<void> }> {
+    const plumbing = bs.egress;
+    if (!plumbing) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `backend "${spec.backend}" has no egress support yet; remove network`,
+        {
+          field: 'network',
+        },
+      );
+    }
+    const lease = spec.secrets.length
+      ? await SecretLease.create(spec.secrets, { env: this.secretEnv })
+      : undefined;
+    try {
+      const env: Record<string, string> = {};
+      if (lease) {
+        const { bundle, cert } = this.caFiles();
+        plumbing.bindReadOnlyFiles([
+          [bundle, SANDBOX_CA_BUNDLE],
+          [cert, SANDBOX_CA_CERT],
+        ]);
+        Object.assign(env, {
+          SSL_CERT_FILE: SANDBOX_CA_BUNDLE,
+          CURL_CA_BUNDLE: SANDBOX_CA_BUNDLE,
+          REQUESTS_CA_BUNDLE: SANDBOX_CA_BUNDLE,
+          NODE_EXTRA_CA_CERTS: SANDBOX_CA_CERT,
+        });
+      }
+      const egress = this.gateway().attach({
+        sandboxId: bs.id,
+        plumbing,
+        policy: spec.network!,
+        ...(lease ? { secrets: lease } : {}),
+        onEvent,
+      });
+      Object.assign(env, egress.env(), lease?.env() ?? {});
+      return { env, close: () => egress.close() };
+    } catch (e) {
+      lease?.revoke();
+      throw e;
+    }
+  }
+
+  /** Public copies of the CA (the key never leaves `ca/`): its cert, and the host bundle plus it. */
+  private caFiles(): { bundle: string; cert: string } {
+    const ca = this.mitmCa();
+    const dir = join(this.stateDir, 'ca-public');
+    mkdirSync(dir, { recursive: true, mode: 0o755 });
+    chmodSync(dir, 0o755);
+    const cert = join(dir, 'airlock-egress-ca.pem');
+    const bundle = join(dir, 'ca-bundle.pem');
+    let hostBundle = '';
+    try {
+      hostBundle = readFileSync(HOST_CA_BUNDLE, 'utf8');
+    } catch {
+      /* no system bundle: the sandbox trusts only Airlock's CA */
+    }
+    writeFileSync(cert, ca.certPem, { mode: 0o644 });
+    writeFileSync(bundle, `${hostBundle.trimEnd()}\n${ca.certPem}`, { mode: 0o644 });
+    return { bundle, cert };
   }
 
   get(id: string): Sandbox {

@@ -13,6 +13,7 @@ import {
   type SandboxSpec,
 } from '../core/spec.js';
 import { defaultEnv } from '../backends/namespaces/bwrap.js';
+import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
 
@@ -29,6 +30,8 @@ export interface ExecResult {
   readonly spillPaths?: { readonly stdout?: string; readonly stderr?: string };
   readonly durationMs: number;
   readonly killedBy?: KilledBy;
+  /** Egress attempts made while this exec ran (only for sandboxes with a network policy). */
+  readonly egress?: readonly EgressEvent[];
 }
 
 export interface ExecOptions {
@@ -68,7 +71,14 @@ export interface SandboxHooks {
   readonly spillDir: string;
   readonly maxSpillBytes: number;
   readonly onGone: (id: string) => void;
+  /** Environment the runtime adds (proxy variables, secret sentinels, CA paths); spec.env wins. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Runs when the sandbox dies, before its host resources go (e.g. egress listeners, secret lease). */
+  readonly onKill?: () => Promise<void>;
 }
+
+/** Egress events kept per sandbox (the newest; the audit store keeps everything). */
+const MAX_EGRESS_LOG = 10_000;
 
 type KillReason = 'ttl' | 'killed';
 
@@ -78,6 +88,9 @@ export class SandboxBase {
   readonly createdAt = new Date();
   readonly files: SandboxFiles;
   private readonly running = new Set<{ kill(reason: KilledBy): void }>();
+  private readonly egressLog: EgressEvent[] = [];
+  private readonly egressListeners = new Set<(e: EgressEvent) => void>();
+  private readonly egressCollectors = new Set<EgressEvent[]>();
   private ttlTimer: NodeJS.Timeout;
   private killReason: KillReason | undefined;
   private killing: Promise<void> | undefined;
@@ -137,7 +150,7 @@ export class SandboxBase {
     const started = performance.now();
     const proc = await this.backend.spawn({
       argv,
-      env: { ...defaultEnv(), ...this.spec.env, ...o.env },
+      env: { ...defaultEnv(), ...this.hooks.env, ...this.spec.env, ...o.env },
       cwd: o.cwd,
       stdin: opts.stdin !== undefined,
     });
@@ -204,9 +217,14 @@ export class SandboxBase {
     const err = capture(proc.stderr, 'stderr', o.onStderr);
     feedStdin(proc, o.stdin);
 
+    const egress: EgressEvent[] = [];
+    this.egressCollectors.add(egress);
     const result = (async (): Promise<ExecResult> => {
       const exit = await proc.exited;
       const [so, se] = await Promise.all([out.finish(), err.finish()]);
+      // Connections of the exited tree close on the next turns of the event loop; count them in.
+      if (this.spec.network) await new Promise((r) => setTimeout(r, 5));
+      this.egressCollectors.delete(egress);
       if (timer) clearTimeout(timer);
       o.signal?.removeEventListener('abort', onAbort);
       this.running.delete(entry);
@@ -233,6 +251,7 @@ export class SandboxBase {
         ...(spillPath ? { spillPath, spillPaths } : {}),
         durationMs: Math.round((performance.now() - o.started) * 1000) / 1000,
         ...(killedBy ? { killedBy } : {}),
+        ...(this.spec.network ? { egress } : {}),
       };
     })();
     return { result, kill: entry.kill };
@@ -246,7 +265,7 @@ export class SandboxBase {
     this.assertAlive();
     const proc = await this.backend.spawn({
       argv,
-      env: { ...defaultEnv(), ...this.spec.env },
+      env: { ...defaultEnv(), ...this.hooks.env, ...this.spec.env },
       cwd: '/',
       stdin: o.stdin !== undefined,
     });
@@ -273,6 +292,31 @@ export class SandboxBase {
     }
   }
 
+  /** Egress attempts so far (newest last; at most the latest 10,000). */
+  get egressEvents(): readonly EgressEvent[] {
+    return this.egressLog;
+  }
+
+  /** Subscribe to egress events; returns the unsubscribe function. */
+  onEgress(listener: (e: EgressEvent) => void): () => void {
+    this.egressListeners.add(listener);
+    return () => this.egressListeners.delete(listener);
+  }
+
+  /** Called by the egress gateway for every attempt. */
+  recordEgress(e: EgressEvent): void {
+    this.egressLog.push(e);
+    if (this.egressLog.length > MAX_EGRESS_LOG) this.egressLog.shift();
+    for (const c of this.egressCollectors) c.push(e);
+    for (const l of this.egressListeners) {
+      try {
+        l(e);
+      } catch {
+        /* a listener's bug never breaks egress */
+      }
+    }
+  }
+
   /** Kill every process and release every host resource. Idempotent. */
   kill(): Promise<void> {
     return this.terminate('killed');
@@ -284,6 +328,7 @@ export class SandboxBase {
       clearTimeout(this.ttlTimer);
       for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
       try {
+        await this.hooks.onKill?.().catch(() => {});
         await this.backend.destroy();
       } finally {
         this.hooks.onGone(this.id);

@@ -39,6 +39,7 @@ describe('parseSandboxSpec defaults', () => {
     workspace: { mode: 'empty' },
     env: {},
     metadata: {},
+    secrets: [],
   };
 
   it('fills every default from an empty spec', () => {
@@ -63,6 +64,7 @@ describe('parseSandboxSpec defaults', () => {
       workspace: { mode: 'ro', hostDir: '/home/me/project' },
       env: { A: '1', _B: '', c9: 'x=y' },
       metadata: { owner: 'me' },
+      secrets: [],
     };
     expect(parseSandboxSpec(spec)).toEqual(spec);
   });
@@ -296,4 +298,33 @@ describe('parseCommand', () => {
       expect((err as AirlockError).field).toBe('command');
     },
   );
+});
+
+describe('egress in the sandbox spec', () => {
+  it('has no network unless one is given', () => {
+    expect(parseSandboxSpec({}).network).toBeUndefined();
+  });
+
+  it('accepts a network policy and secrets bound to allowed hosts', () => {
+    const spec = parseSandboxSpec({
+      network: { allow: ['api.github.com'] },
+      secrets: [{ name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'] }],
+    });
+    expect(spec.network?.allow).toEqual(['api.github.com']);
+    expect(spec.secrets[0]?.name).toBe('GITHUB_TOKEN');
+  });
+
+  it('refuses secrets without a network policy, and secrets for hosts the policy does not allow', () => {
+    expectInvalid(
+      { secrets: [{ name: 'T', value: { fromEnv: 'T' }, hosts: ['api.github.com'] }] },
+      'secrets',
+    );
+    expectInvalid(
+      {
+        network: { allow: ['example.com'] },
+        secrets: [{ name: 'T', value: { fromEnv: 'T' }, hosts: ['api.github.com'] }],
+      },
+      'secrets.0.hosts.0',
+    );
+  });
 });

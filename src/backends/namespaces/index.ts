@@ -422,7 +422,7 @@ class NamespacesSandbox implements BackendSandbox {
   constructor(
     readonly id: string,
     readonly hostUid: number,
-    private readonly layout: BwrapLayout,
+    private layout: BwrapLayout,
     private readonly res: HostResources,
     private readonly bwrapPath: string,
     private readonly seccomp: Buffer,
@@ -450,6 +450,9 @@ class NamespacesSandbox implements BackendSandbox {
   readonly egress: EgressPlumbing = {
     listen: (kind, address, port) => socketInNetns(this.netnsFile, kind, address, port),
     interceptTcp: (address, port) => interceptTcpInNetns(this.netnsFile, address, port),
+    bindReadOnlyFiles: (files) => {
+      this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
+    },
     originalDestination: (fd) => originalDestination(fd),
   };
 

@@ -1,0 +1,31 @@
+// zod parsing at trust boundaries: the first issue becomes a typed error naming the offending field.
+import type { z } from 'zod';
+import { AirlockError } from './errors.js';
+
+function dotted(path: readonly PropertyKey[]): string {
+  return path.map((p) => String(p)).join('.');
+}
+
+/** Parse with zod and turn the first issue into an INVALID_SPEC error naming the field. */
+export function parseOrThrow<S extends z.ZodType>(
+  schema: S,
+  input: unknown,
+  what: string,
+  code: 'INVALID_SPEC' | 'INVALID_ARGUMENT' = 'INVALID_SPEC',
+): z.output<S> {
+  const r = schema.safeParse(input);
+  if (r.success) return r.data;
+  let issue = r.error.issues[0]!;
+  // zod wraps record-key failures in an `invalid_key` issue; the useful message is the nested one.
+  if (issue.code === 'invalid_key' && issue.issues[0]) {
+    issue = { ...issue.issues[0], path: [...issue.path, ...issue.issues[0].path] } as typeof issue;
+  }
+  const field = dotted(issue.path);
+  const message =
+    issue.code === 'unrecognized_keys'
+      ? `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}${field ? ` in ${field}` : ''}; check the spelling`
+      : issue.message;
+  throw new AirlockError(code, `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
+    field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
+  });
+}
