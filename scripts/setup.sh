@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bubblewrap perl procps iproute2 util-linux findutils coreutils)
+APT_PACKAGES=(bubblewrap perl procps iproute2 util-linux findutils coreutils nftables curl python3)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -7,3 +7,4 @@ npm run typecheck
 npm run lint
 npm run format:check
 npx vitest run "$@"
+scripts/egress-test.sh

@@ -117,9 +117,9 @@ export function socketInNetns(file: string, kind: 'tcp' | 'udp', address: string
       const sa = Buffer.alloc(16);
       sa.writeUInt16LE(AF_INET, 0);
       sa.writeUInt16BE(port, 2);
-      sa.writeUInt32BE(0x7f000001, 4);
+      for (let i = 0; i < 4; i++) sa[4 + i] = octets[i]!;
       if (c.bind(fd, sa, 16) !== 0)
-        throw new AirlockError('INTERNAL', `bind 127.0.0.1:${port} in netns: errno ${c.errno()}`);
+        throw new AirlockError('INTERNAL', `bind ${address}:${port} in netns: errno ${c.errno()}`);
       if (kind === 'tcp' && c.listen(fd, 1024) !== 0)
         throw new AirlockError('INTERNAL', `listen in netns: errno ${c.errno()}`);
       return fd;

@@ -43,6 +43,8 @@ function generated(): Record<string, string> {
     hostname: `${SANDBOX_HOSTNAME}\n`,
     // No network yet: the sandbox's netns has only lo. Egress arrives through Airlock's proxy.
     'resolv.conf': 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n',
+    // Mount point for Airlock's egress CA (bound over it for sandboxes whose secrets need TLS interception).
+    'ssl/certs/airlock-egress-ca.pem': '',
     'nsswitch.conf':
       'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n',
   };
@@ -68,13 +70,15 @@ export function ensureEtc(stateRoot: string, hostEtc = '/etc'): string {
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true, mode: 0o755 });
-  for (const [name, content] of Object.entries(files))
-    writeFileSync(join(tmp, name), content, { mode: 0o644 });
   for (const rel of COPIED_FROM_HOST) {
     const src = join(hostEtc, rel);
     if (!existsSync(src)) continue;
     mkdirSync(join(tmp, rel, '..'), { recursive: true, mode: 0o755 });
     cpSync(src, join(tmp, rel), { recursive: true, verbatimSymlinks: true, dereference: false });
+  }
+  for (const [name, content] of Object.entries(files)) {
+    mkdirSync(join(tmp, name, '..'), { recursive: true, mode: 0o755 });
+    writeFileSync(join(tmp, name), content, { mode: 0o644 });
   }
   try {
     renameSync(tmp, dir);

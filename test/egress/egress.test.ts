@@ -1,0 +1,207 @@
+// Egress end to end: real sandboxes, real curl / python / node inside them, the proxy and the
+// transparent path, against test servers in this run's private network namespace.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Airlock, type Sandbox } from '../../src/index.js';
+import { canRunNamespaces, TEST_UID_RANGE } from '../helpers.js';
+import {
+  ALLOWED,
+  assertPrivateNetns,
+  DENIED,
+  guardedDialer,
+  SECRET_HOST,
+  startTestServers,
+  testResolver,
+  type TestServers,
+} from './net.js';
+
+assertPrivateNetns();
+
+const resolver = testResolver();
+const dialer = guardedDialer();
+let servers: TestServers;
+let airlock: Airlock;
+
+beforeAll(async () => {
+  servers = await startTestServers();
+  airlock = new Airlock({
+    stateDir: '/var/tmp/airlock-egress-test',
+    uidRange: TEST_UID_RANGE,
+    egress: { resolver, dialer, upstreamCa: [servers.ca.certPem] },
+    secretEnv: { TEST_TOKEN: 'real-secret-value-42' },
+  });
+});
+
+afterAll(async () => {
+  await airlock?.close();
+  await servers?.close();
+});
+
+const policy = {
+  allow: [
+    ALLOWED.name,
+    SECRET_HOST.name,
+    'rebind.test',
+    'mixed.test',
+    'metadata.test',
+    `${ALLOWED.name}:5432`,
+  ],
+};
+
+async function withSandbox<T>(
+  spec: Parameters<Airlock['create']>[0],
+  f: (s: Sandbox) => Promise<T>,
+): Promise<T> {
+  const s = await airlock.create(spec);
+  try {
+    return await f(s);
+  } finally {
+    await s.kill();
+  }
+}
+
+describe.skipIf(!canRunNamespaces)('egress through the proxy', () => {
+  it('curl reaches an allowed host through HTTP_PROXY; a denied host gets a 403 with a reason for the model', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      const ok = await s.exec(`curl -sS -m 10 http://${ALLOWED.name}/hello`);
+      expect(ok.exitCode, ok.stderr).toBe(0);
+      expect(JSON.parse(ok.stdout)).toMatchObject({ host: ALLOWED.name, url: '/hello' });
+      const no = await s.exec(`curl -sS -m 10 -w '\\n%{http_code}' http://${DENIED.name}/`);
+      expect(no.stdout).toMatch(
+        /blocked by Airlock egress policy: host denied\.test is not in network\.allow; ask the operator to allow it\n+403$/,
+      );
+      expect(no.egress?.some((e) => e.decision === 'deny' && e.host === DENIED.name)).toBe(true);
+      // Denied before resolving, so certainly before dialling.
+      expect(dialer.dials).not.toContain(`${DENIED.address}:80`);
+    });
+  });
+
+  it('python urllib and curl over CONNECT (HTTPS) reach the allowed host', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      await s.files.write('/tmp/testca.pem', servers.ca.certPem);
+      const c = await s.exec(`curl -sS -m 10 --cacert /tmp/testca.pem https://${ALLOWED.name}/tls`);
+      expect(c.exitCode, c.stderr).toBe(0);
+      expect(JSON.parse(c.stdout)).toMatchObject({ host: ALLOWED.name, url: '/tls' });
+      const py = await s.exec([
+        'python3',
+        '-c',
+        `import urllib.request;print(urllib.request.urlopen('http://${ALLOWED.name}/py', timeout=10).read().decode())`,
+      ]);
+      expect(py.exitCode, py.stderr).toBe(0);
+      expect(JSON.parse(py.stdout)).toMatchObject({ url: '/py' });
+    });
+  });
+
+  it('metadata and private addresses are refused before any socket is opened, whatever the allowlist', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      const before = dialer.dials.length;
+      for (const url of [
+        'http://169.254.169.254/latest/meta-data/',
+        'http://metadata.test/',
+        'http://mixed.test/',
+        'http://0x7f.1/',
+        'http://[::ffff:127.0.0.1]/',
+      ]) {
+        // NO_PROXY exempts loopback spellings from the proxy variables: force the proxy for them.
+        const r = await s.exec(
+          `curl -sS -m 10 --proxy http://127.0.0.1:3128 --noproxy '' -w '\\n%{http_code}' '${url}'`,
+        );
+        expect(r.stdout, url).toMatch(/403$/);
+      }
+      expect(dialer.dials.slice(before)).toEqual([]);
+    });
+  });
+
+  it('DNS rebinding: the second resolution (127.0.0.1) is refused, and only the vetted address is dialled', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      const first = await s.exec(`curl -sS -m 10 http://rebind.test/one`);
+      expect(first.exitCode, first.stderr).toBe(0);
+      const second = await s.exec(`curl -sS -m 10 -w '\\n%{http_code}' http://rebind.test/two`);
+      expect(second.stdout).toMatch(/127\.0\.0\.1[\s\S]*403$/);
+      expect(dialer.dials.filter((d) => d.startsWith('127.'))).toEqual([]);
+    });
+  });
+});
+
+describe.skipIf(!canRunNamespaces)('transparent interception', () => {
+  it('curl --noproxy reaches an allowed host by name; a denied one fails; node fetch works without proxy support', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      const ok = await s.exec(`curl -sS -m 10 --noproxy '*' http://${ALLOWED.name}/direct`);
+      expect(ok.exitCode, ok.stderr).toBe(0);
+      expect(JSON.parse(ok.stdout)).toMatchObject({ url: '/direct' });
+      const no = await s.exec(`curl -sS -m 10 --noproxy '*' http://${DENIED.name}/`);
+      expect(no.exitCode).not.toBe(0); // NXDOMAIN: the sandbox's DNS only knows allowed names
+      await s.files.write('/tmp/testca.pem', servers.ca.certPem);
+      const tls = await s.exec(
+        `curl -sS -m 10 --noproxy '*' --cacert /tmp/testca.pem https://${ALLOWED.name}/sni`,
+      );
+      expect(tls.exitCode, tls.stderr).toBe(0);
+      expect(tls.egress?.some((e) => e.protocol === 'transparent-tls' && e.decision === 'allow')).toBe(true);
+      const node = await s.exec([
+        'node',
+        '-e',
+        `fetch('http://${ALLOWED.name}/fetch').then(r => r.text()).then(t => console.log(t))`,
+      ]);
+      expect(node.exitCode, node.stderr).toBe(0);
+      expect(JSON.parse(node.stdout)).toMatchObject({ url: '/fetch' });
+    });
+  });
+
+  it('a connection to a literal address that is not allowed is refused (no packet leaves)', async () => {
+    await withSandbox({ network: policy }, async (s) => {
+      const before = dialer.dials.length;
+      const r = await s.exec(`curl -sS -m 10 --noproxy '*' -w '\\n%{http_code}' http://${DENIED.address}/`);
+      expect(r.stdout).toMatch(/403$/);
+      expect(dialer.dials.slice(before)).toEqual([]);
+    });
+  });
+});
+
+describe.skipIf(!canRunNamespaces)('credentials that never enter the sandbox', () => {
+  const spec = {
+    network: policy,
+    secrets: [{ name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name] }],
+  };
+
+  it('the sandbox sees a sentinel; the bound host receives the real value over HTTPS; others get nothing', async () => {
+    await withSandbox(spec, async (s) => {
+      const env = await s.exec(
+        'echo "$TEST_TOKEN"; cat /proc/self/environ | tr "\\0" "\\n" | grep -c real-secret || true',
+      );
+      expect(env.stdout).toMatch(/^airlock_sentinel_test_token_/);
+      expect(env.stdout).not.toContain('real-secret-value-42');
+      const r = await s.exec(
+        `curl -sS -m 10 -H "Authorization: Bearer $TEST_TOKEN" https://${SECRET_HOST.name}/api`,
+      );
+      expect(r.exitCode, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).authorization).toBe('Bearer real-secret-value-42');
+      expect(r.stdout.includes('real-secret-value-42')).toBe(true); // the server echoed it: only because our test server echoes
+      const leak = await s.exec(
+        `curl -sS -m 10 -w '\\n%{http_code}' -H "Authorization: Bearer $TEST_TOKEN" http://${ALLOWED.name}/steal`,
+      );
+      expect(leak.stdout).toMatch(/may only be sent to its bound host[\s\S]*403$/);
+      expect(leak.egress?.some((e) => e.alert === 'sentinel')).toBe(true);
+      expect(servers.seen.some((q) => q.url === '/steal')).toBe(false);
+    });
+  });
+
+  it('after the sandbox is gone its sentinels are never swapped again', async () => {
+    const s = await airlock.create({ ...spec, ttlMs: 1500 });
+    const loop = await s.exec(
+      `while true; do curl -s -m 2 -H "Authorization: Bearer $TEST_TOKEN" https://${SECRET_HOST.name}/loop >/dev/null; sleep 0.2; done`,
+      {
+        background: true,
+      },
+    );
+    const r = await loop.wait();
+    expect(r.killedBy).toBe('ttl');
+    const deadline = Date.now();
+    await new Promise((res) => setTimeout(res, 500));
+    const late = servers.seen.filter((q) => q.url === '/loop' && q.at > deadline + 100);
+    expect(late).toEqual([]);
+    expect(
+      servers.seen.some(
+        (q) => q.url === '/loop' && q.headers.authorization === 'Bearer real-secret-value-42',
+      ),
+    ).toBe(true);
+  });
+});
