@@ -114,21 +114,22 @@ export class Airlock {
     const spillDir = join(this.stateDir, 'spill');
     mkdirSync(spillDir, { recursive: true, mode: 0o700 });
     let net: { env: Record<string, string>; close: () => Promise<void> } | undefined;
-    let sbx: Sandbox | undefined;
+    const ref: { sbx?: Sandbox } = {}; // egress events arrive only after the sandbox exists
     if (spec.network) {
       try {
-        net = await this.attachEgress(bs, spec, (e) => sbx?.recordEgress(e));
+        net = await this.attachEgress(bs, spec, (e) => ref.sbx?.recordEgress(e));
       } catch (e) {
         await bs.destroy().catch(() => {});
         throw e;
       }
     }
-    sbx = new Sandbox(bs, spec, {
+    const sbx = new Sandbox(bs, spec, {
       spillDir,
       maxSpillBytes: this.maxSpillBytes,
       onGone: (gone) => this.live.delete(gone),
       ...(net ? { env: net.env, onKill: net.close } : {}),
     });
+    ref.sbx = sbx;
     this.live.set(id, sbx);
     return sbx;
   }
