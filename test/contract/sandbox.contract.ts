@@ -157,6 +157,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           workspace: { mode: 'empty' },
           env: {},
           metadata: {},
+          secrets: [],
         });
         const info = sbx.info;
         expect(info.id).toBe(sbx.id);
