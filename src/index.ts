@@ -21,3 +21,19 @@ export {
 } from './core/spec.js';
 export type { BackendV1, BackendSandbox, BackendProcess, BackendProbe, Logger } from './core/backend.js';
 export { parseBytes, parseDurationMs, formatBytes } from './core/units.js';
+export type { EgressEvent, EgressProtocol } from './egress/events.js';
+export type { Resolver, Dialer } from './egress/vet.js';
+export {
+  NetworkPolicySchema,
+  EgressPolicySchema,
+  SecretSpecSchema,
+  decideHost,
+  decideAddress,
+  loadPolicyFile,
+  parseEgressPolicy,
+  type NetworkPolicy,
+  type NetworkPolicyInput,
+  type EgressPolicy,
+  type EgressVerdict,
+  type SecretSpec,
+} from './policy/network.js';
