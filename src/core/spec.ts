@@ -109,9 +109,38 @@ export const SandboxSpecSchema = z
     network: NetworkPolicySchema.optional(),
     /** Credentials the sandbox may use without seeing them (needs `network`). */
     secrets: SecretsSchema.default([]),
+    /**
+     * Fake credentials planted in the sandbox (env variables or files); any appearance of one in
+     * egress is blocked and raised as an alert event. Needs `network`.
+     */
+    canaries: z
+      .array(
+        z
+          .object({
+            name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'canary names are environment-variable-like'),
+            kind: z.enum(['env', 'file']),
+            path: z.string().startsWith('/', 'canary paths are absolute paths inside the sandbox').optional(),
+            format: z
+              .enum(['github', 'aws-access-key', 'aws-secret-key', 'openai', 'anthropic', 'generic'])
+              .optional(),
+          })
+          .strict()
+          .refine((c) => c.kind === 'env' || c.path !== undefined, {
+            message: 'a file canary needs a path',
+            path: ['path'],
+          }),
+      )
+      .default([]),
   })
   .strict()
   .superRefine((spec, ctx) => {
+    if (spec.canaries.length && spec.network === undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['canaries'],
+        message: 'canaries need a network policy (they are watched for at egress)',
+      });
+    }
     if (spec.secrets.length && spec.network === undefined) {
       ctx.addIssue({
         code: 'custom',

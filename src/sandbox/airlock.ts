@@ -113,7 +113,7 @@ export class Airlock {
     const id = bs.id;
     const spillDir = join(this.stateDir, 'spill');
     mkdirSync(spillDir, { recursive: true, mode: 0o700 });
-    let net: { env: Record<string, string>; close: () => Promise<void> } | undefined;
+    let net: Awaited<ReturnType<Airlock['attachEgress']>> | undefined;
     const ref: { sbx?: Sandbox } = {}; // egress events arrive only after the sandbox exists
     if (spec.network) {
       try {
@@ -130,6 +130,12 @@ export class Airlock {
       ...(net ? { env: net.env, onKill: net.close } : {}),
     });
     ref.sbx = sbx;
+    try {
+      for (const f of net?.canaryFiles ?? []) await sbx.files.write(f.path, f.content);
+    } catch (e) {
+      await sbx.kill().catch(() => {});
+      throw e;
+    }
     this.live.set(id, sbx);
     return sbx;
   }
@@ -156,7 +162,11 @@ export class Airlock {
     bs: BackendSandbox,
     spec: SandboxSpec,
     onEvent: (e: EgressEvent) => void,
-  ): Promise<{ env: Record<string, string>; close: () => Promise<void> }> {
+  ): Promise<{
+    env: Record<string, string>;
+    close: () => Promise<void>;
+    canaryFiles: Array<{ path: string; content: string }>;
+  }> {
     const plumbing = bs.egress;
     if (!plumbing) {
       throw new AirlockError(
@@ -167,12 +177,13 @@ export class Airlock {
         },
       );
     }
-    const lease = spec.secrets.length
-      ? await SecretLease.create(spec.secrets, { env: this.secretEnv })
-      : undefined;
+    const lease =
+      spec.secrets.length || spec.canaries.length
+        ? await SecretLease.create(spec.secrets, { env: this.secretEnv, canaries: spec.canaries })
+        : undefined;
     try {
       const env: Record<string, string> = {};
-      if (lease) {
+      if (lease && spec.secrets.length) {
         const { bundle, cert } = this.caFiles();
         plumbing.bindReadOnlyFiles([
           [bundle, SANDBOX_CA_BUNDLE],
@@ -193,7 +204,7 @@ export class Airlock {
         onEvent,
       });
       Object.assign(env, egress.env(), lease?.env() ?? {});
-      return { env, close: () => egress.close() };
+      return { env, close: () => egress.close(), canaryFiles: lease?.canaryFiles() ?? [] };
     } catch (e) {
       lease?.revoke();
       throw e;

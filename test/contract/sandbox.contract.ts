@@ -158,6 +158,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           env: {},
           metadata: {},
           secrets: [],
+          canaries: [],
         });
         const info = sbx.info;
         expect(info.id).toBe(sbx.id);

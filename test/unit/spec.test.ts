@@ -40,6 +40,7 @@ describe('parseSandboxSpec defaults', () => {
     env: {},
     metadata: {},
     secrets: [],
+    canaries: [],
   };
 
   it('fills every default from an empty spec', () => {
@@ -65,6 +66,7 @@ describe('parseSandboxSpec defaults', () => {
       env: { A: '1', _B: '', c9: 'x=y' },
       metadata: { owner: 'me' },
       secrets: [],
+      canaries: [],
     };
     expect(parseSandboxSpec(spec)).toEqual(spec);
   });
