@@ -422,7 +422,7 @@ export class SandboxEgress {
         vetted.verdict.reason,
       );
     }
-    const socket = tls ? vetted.socket : vetted.socket;
+    const socket = vetted.socket;
     let bytesUp = 0;
     let bytesDown = 0;
     const upstream = httpRequest({
@@ -538,7 +538,7 @@ export class SandboxEgress {
     }
     // The name a connection means: the DNS name its synthetic address was handed out for, else what
     // the client says (SNI / Host), else the literal address. A mismatch is refused (no fronting).
-    let host = synthetic ?? named ?? dst.address;
+    const host = synthetic ?? named ?? dst.address;
     if (synthetic && named && canonicalName(named) !== canonicalName(synthetic)) {
       const reason = `blocked by Airlock egress policy: connection to ${synthetic} names ${named}; the name must match the address it was resolved for`;
       this.emit({
@@ -554,7 +554,6 @@ export class SandboxEgress {
       });
       return void denyTransparent(sock, protocol, reason);
     }
-    if (!synthetic && !named && dst.address.startsWith('198.1')) host = dst.address; // stale synthetic address: decided as a literal (blocked range)
     const res = await this.vet(host, dst.port);
     if (!res.ok) {
       this.denyEvent(protocol, res, dst.port, started);

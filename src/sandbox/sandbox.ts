@@ -91,6 +91,8 @@ export class SandboxBase {
   private readonly egressLog: EgressEvent[] = [];
   private readonly egressListeners = new Set<(e: EgressEvent) => void>();
   private readonly egressCollectors = new Set<EgressEvent[]>();
+  /** Aborted when the sandbox starts dying (ends watchEgress iterators). */
+  private readonly dead = new AbortController();
   private ttlTimer: NodeJS.Timeout;
   private killReason: KillReason | undefined;
   private killing: Promise<void> | undefined;
@@ -303,6 +305,38 @@ export class SandboxBase {
     return () => this.egressListeners.delete(listener);
   }
 
+  /**
+   * Egress events as an async iterator, from now until the sandbox dies or `signal` aborts:
+   * `for await (const e of sbx.watchEgress()) ...`.
+   */
+  async *watchEgress(signal?: AbortSignal): AsyncGenerator<EgressEvent> {
+    const queue: EgressEvent[] = [];
+    let wake: (() => void) | undefined;
+    const off = this.onEgress((e) => {
+      queue.push(e);
+      wake?.();
+    });
+    const stop = (): void => wake?.();
+    signal?.addEventListener('abort', stop);
+    this.dead.signal.addEventListener('abort', stop);
+    try {
+      for (;;) {
+        const e = queue.shift();
+        if (e) {
+          yield e;
+          continue;
+        }
+        if (signal?.aborted || this.dead.signal.aborted) break;
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
+    } finally {
+      off();
+      signal?.removeEventListener('abort', stop);
+      this.dead.signal.removeEventListener('abort', stop);
+    }
+  }
+
   /** Called by the egress gateway for every attempt. */
   recordEgress(e: EgressEvent): void {
     this.egressLog.push(e);
@@ -325,6 +359,7 @@ export class SandboxBase {
   private terminate(reason: KillReason): Promise<void> {
     this.killing ??= (async () => {
       this.killReason = reason;
+      this.dead.abort();
       clearTimeout(this.ttlTimer);
       for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
       try {

@@ -234,3 +234,17 @@ describe.skipIf(!canRunNamespaces)('canary credentials', () => {
     );
   });
 });
+
+describe.skipIf(!canRunNamespaces)('egress events', () => {
+  it('are delivered to watchEgress() until the sandbox dies', async () => {
+    const s = await airlock.create({ network: policy });
+    const got: string[] = [];
+    const done = (async () => {
+      for await (const e of s.watchEgress()) got.push(`${e.decision} ${e.host}`);
+    })();
+    await s.exec(`curl -s -m 10 http://${ALLOWED.name}/a; curl -s -m 10 http://${DENIED.name}/b`);
+    await s.kill();
+    await done; // the iterator ends when the sandbox dies
+    expect(got).toEqual([`allow ${ALLOWED.name}`, `deny ${DENIED.name}`]);
+  });
+});
