@@ -52,7 +52,10 @@ export const DNS_PORT = 53;
 /** Synthetic addresses handed out by the sandbox's DNS (never dialled: mapped back to their name). */
 export const SYNTHETIC_POOL = '198.18.0.0/15';
 
-const HEADERS_TIMEOUT_MS = 10_000; // slowloris: a request head must arrive within this
+const HEADERS_TIMEOUT_MS = 10_000;
+const MAX_SWAPPED_BODY_BYTES = 1024 * 1024;
+/** Bytes of the previous chunk kept when scanning a streamed body (longer than any encoded sentinel). */
+const BODY_SCAN_OVERLAP_BYTES = 512; // slowloris: a request head must arrive within this
 const FIRST_BYTES_TIMEOUT_MS = 300; // transparent: wait this long for SNI/Host before deciding without
 const IDLE_TIMEOUT_MS = 300_000;
 
@@ -71,6 +74,8 @@ export interface AttachOptions {
   readonly plumbing: EgressPlumbing;
   readonly policy: NetworkPolicy;
   readonly secrets?: SecretLease;
+  /** Names of secrets whose sentinels are also swapped in request bodies. */
+  readonly bodySwap?: ReadonlySet<string>;
   readonly onEvent: (e: EgressEvent) => void;
 }
 
@@ -425,6 +430,40 @@ export class SandboxEgress {
     const socket = vetted.socket;
     let bytesUp = 0;
     let bytesDown = 0;
+    // Secrets configured with `body: true` are swapped in the body too: buffered (bounded) for that.
+    const bodySecrets = lease
+      ? lease.secretsForHost(hostKey).filter((x) => this.o.bodySwap?.has(x.name))
+      : [];
+    let body: Buffer | undefined;
+    if (
+      bodySecrets.length &&
+      (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined)
+    ) {
+      body = await readBounded(req, MAX_SWAPPED_BODY_BYTES);
+      if (body === undefined) {
+        socket.destroy();
+        const reason = `Airlock egress: request bodies carrying secrets are limited to ${MAX_SWAPPED_BODY_BYTES} bytes`;
+        this.emit({
+          protocol,
+          host: hostKey,
+          port,
+          decision: 'deny',
+          reason,
+          code: 'body_too_large',
+          bytesUp: 0,
+          bytesDown: 0,
+          durationMs: Date.now() - started,
+        });
+        return void sendText(res, 413, reason);
+      }
+      bytesUp = body.length;
+      for (const x of bodySecrets) body = replaceAll(body, Buffer.from(x.sentinel), Buffer.from(x.value));
+      outHeaders = [
+        ...outHeaders.filter(([k]) => !/^(content-length|transfer-encoding)$/i.test(k)),
+        ['content-length', String(body.length)],
+      ];
+    }
+    let blocked = false; // set when a streamed body turns out to carry a credential
     const upstream = httpRequest({
       createConnection: () => socket,
       method: req.method,
@@ -457,11 +496,56 @@ export class SandboxEgress {
     };
     res.on('close', finish);
     upstream.on('error', (e) => {
+      if (blocked) return; // we cut it on purpose and answered 403
       if (!res.headersSent) sendText(res, 502, `Airlock egress: upstream ${hostKey} failed: ${e.message}`);
       else res.destroy();
     });
-    req.on('data', (d: Buffer) => (bytesUp += d.length));
-    req.pipe(upstream);
+    if (body) {
+      upstream.end(body);
+      return;
+    }
+    // Streamed body: forwarded chunk by chunk, each checked (with an overlap) for sentinels of
+    // secrets not bound to this host and for canaries before it leaves.
+    let tail = Buffer.alloc(0);
+    const boundHere = new Set((lease?.secretsForHost(hostKey) ?? []).map((x) => x.name));
+    req.on('data', (d: Buffer) => {
+      if (blocked) return; // drained, never forwarded
+      bytesUp += d.length;
+      if (lease) {
+        const window = Buffer.concat([tail, d]);
+        const leaked = lease.findSentinels(window).filter((n) => !boundHere.has(n));
+        const canaries = lease.findCanaries(window);
+        if (leaked.length || canaries.length) {
+          blocked = true;
+          upstream.destroy();
+          const alert = canaries.length ? 'canary' : 'sentinel';
+          const reason = `blocked by Airlock egress policy: the request body carries ${canaries.length ? `a planted canary credential (${canaries.join(', ')})` : `the credential ${leaked.join(', ')}, which may only be sent to its bound host(s)`}`;
+          this.emit({
+            protocol,
+            host: hostKey,
+            port,
+            address: vetted.address,
+            decision: 'deny',
+            reason,
+            code: alert,
+            alert,
+            bytesUp,
+            bytesDown,
+            durationMs: Date.now() - started,
+          });
+          sendText(res, 403, reason);
+          return;
+        }
+        tail = window.subarray(Math.max(0, window.length - BODY_SCAN_OVERLAP_BYTES));
+      }
+      if (!upstream.write(d)) {
+        req.pause();
+        upstream.once('drain', () => req.resume());
+      }
+    });
+    req.on('end', () => {
+      if (!blocked) upstream.end();
+    });
   }
 
   // ---- TLS interception for hosts with a bound secret -----------------------------------------
@@ -599,6 +683,28 @@ function parseAuthority(a: string): { host: string; port: number } | undefined {
   if (!m) return undefined;
   const port = Number(m[2]);
   return port >= 1 && port <= 65535 ? { host: m[1]!, port } : undefined;
+}
+
+async function readBounded(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) return undefined;
+    parts.push(chunk);
+  }
+  return Buffer.concat(parts);
+}
+
+function replaceAll(buf: Buffer, from: Buffer, to: Buffer): Buffer {
+  const out: Buffer[] = [];
+  let i = 0;
+  for (let j = buf.indexOf(from, i); j !== -1; j = buf.indexOf(from, i)) {
+    out.push(buf.subarray(i, j), to);
+    i = j + from.length;
+  }
+  out.push(buf.subarray(i));
+  return Buffer.concat(out);
 }
 
 function rawHeaderPairs(m: IncomingMessage): Array<[string, string]> {

@@ -263,6 +263,12 @@ export const SecretSpecSchema = z
       .array(secretHost)
       .min(1, 'hosts must list at least one host the secret is sent to')
       .describe('Exact host names for which the proxy swaps the sentinel for the real value.'),
+    body: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Also swap the sentinel in request bodies to those hosts (bodies are then buffered, up to 1 MiB).',
+      ),
   })
   .strict();
 

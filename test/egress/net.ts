@@ -82,6 +82,7 @@ export interface SeenRequest {
   readonly url: string;
   readonly headers: IncomingMessage['headers'];
   readonly at: number;
+  readonly body: string;
 }
 
 export interface TestServers {
@@ -96,10 +97,27 @@ export async function startTestServers(): Promise<TestServers> {
   const seen: SeenRequest[] = [];
   const servers: Array<HttpServer | Server> = [];
   const handler = (host: string) => (req: IncomingMessage, res: import('node:http').ServerResponse) => {
-    seen.push({ host, method: req.method ?? '', url: req.url ?? '', headers: req.headers, at: Date.now() });
-    const body = JSON.stringify({ host, url: req.url, authorization: req.headers.authorization ?? null });
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-    res.end(body);
+    const chunks: Buffer[] = [];
+    req.on('data', (d: Buffer) => chunks.push(d));
+    req.on('end', () => {
+      const received = Buffer.concat(chunks).toString('utf8');
+      seen.push({
+        host,
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        at: Date.now(),
+        body: received,
+      });
+      const body = JSON.stringify({
+        host,
+        url: req.url,
+        authorization: req.headers.authorization ?? null,
+        body: received,
+      });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
   };
   const listen = (s: HttpServer | Server, address: string, port: number): Promise<void> =>
     new Promise((resolve, reject) => {

@@ -165,12 +165,14 @@ describe('SecretsSchema', () => {
         name: 'GITHUB_TOKEN',
         value: { fromEnv: 'GITHUB_TOKEN' },
         hosts: ['api.github.com', 'uploads.github.com'],
+        body: false,
       },
-      { name: 'NPM_TOKEN', value: { fromFile: '/run/secrets/npm' }, hosts: ['registry.npmjs.org'] },
+      { name: 'NPM_TOKEN', value: { fromFile: '/run/secrets/npm' }, hosts: ['registry.npmjs.org'], body: false },
       {
         name: 'VAULT_X',
         value: { command: ['vault', 'kv', 'get', '-field=x', 'secret/x'] },
         hosts: ['x.example'],
+        body: false,
       },
     ]);
   });
@@ -434,7 +436,7 @@ describe('loadPolicyFile', () => {
         transparent: true,
         allowPrivate: [],
       },
-      secrets: [{ name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'] }],
+      secrets: [{ name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'], body: false }],
     });
   });
 

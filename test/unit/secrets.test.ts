@@ -40,7 +40,7 @@ function expectNoValue(e: AirlockError, value: string): void {
   for (const text of all) expect(text).not.toContain(value);
 }
 
-function specs(): SecretSpec[] {
+function specs(): Array<Pick<SecretSpec, 'name' | 'value' | 'hosts'>> {
   return [
     { name: 'GITHUB_TOKEN', value: { fromEnv: 'GH_REAL' }, hosts: ['api.github.com'] },
     { name: 'NPM_TOKEN', value: { fromEnv: 'NPM_REAL' }, hosts: ['registry.npmjs.org'] },
