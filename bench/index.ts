@@ -3,12 +3,17 @@
 // bench/results/<timestamp>.json. Benchmarks are never part of the test run.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
+import { egressBench, formatEgress } from './egress.js';
 import { formatLifecycle, lifecycle } from './lifecycle.js';
 
 const BENCHES = {
   lifecycle: async (runs: number, log: (s: string) => void) => {
     const r = await lifecycle({ runs, log });
     return { data: r, text: formatLifecycle(r) };
+  },
+  egress: async (_runs: number, log: (s: string) => void) => {
+    const r = await egressBench({ log });
+    return { data: r, text: formatEgress(r) };
   },
 } as const;
 

@@ -1,13 +1,15 @@
 // Turning command-line text into a sandbox spec and exec options. Pure (no I/O) except
-// `checkWorkspaceDir`, so every flag error is an INVALID_ARGUMENT naming the flag (exit code 2).
+// `checkWorkspaceDir` and the --policy file (egress-flags.ts), so every flag error is an
+// INVALID_ARGUMENT naming the flag (exit code 2).
 import { statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import { BACKEND_NAMES, type BackendName, type SandboxSpecInput } from '../core/spec.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
 import type { UidRange } from '../backends/namespaces/state.js';
+import { planEgress, type EgressFlags, type EgressPlan } from './egress-flags.js';
 
-export interface RunFlags {
+export interface RunFlags extends EgressFlags {
   backend?: string;
   memory?: string;
   cpus?: string;
@@ -28,6 +30,8 @@ export interface RunPlan {
   readonly command: string | string[];
   readonly timeoutMs: number;
   readonly maxOutputBytes: number;
+  /** The network part of the spec and where each secret came from (for error messages). */
+  readonly egress: EgressPlan;
 }
 
 /** The library's exec defaults, repeated here so `--help` can show them. */
@@ -160,14 +164,16 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
     f.ttl !== undefined
       ? parseDurationMs(f.ttl, '--ttl')
       : Math.min(MAX_TTL_MS, Math.max(DEFAULT_TTL_MS, timeoutMs + 30_000));
+  const egress = planEgress(f, cwd);
   const spec: SandboxSpecInput = {
     ...(f.backend !== undefined ? { backend: parseBackend(f.backend) } : {}),
     ttlMs,
     limits,
     ...(f.workspace !== undefined ? { workspace: parseWorkspace(f.workspace, cwd) } : {}),
     env: parseEnvPairs(f.env),
+    ...(egress.network ? { network: egress.network, secrets: egress.secrets } : {}),
   };
-  return { spec, command: commandFromArgs(args), timeoutMs, maxOutputBytes };
+  return { spec, command: commandFromArgs(args), timeoutMs, maxOutputBytes, egress };
 }
 
 /** `AIRLOCK_UID_RANGE=FIRST:COUNT` picks the host uids handed to sandboxes (default 3000000:65536). */
@@ -199,6 +205,10 @@ const FLAG_FOR_FIELD: Array<[RegExp, string]> = [
   [/^env(\.|$)/, '--env'],
   [/^backend$/, '--backend'],
   [/^command$/, 'CMD'],
+  [/^network\.allow(\.|$)/, '--allow'],
+  [/^network\.deny(\.|$)/, '--deny'],
+  [/^secrets(\.|$)/, '--secret'],
+  [/^(network|canaries)(\.|$)/, '--policy'],
 ];
 
 export function flagForField(field: string): string | undefined {

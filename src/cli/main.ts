@@ -20,6 +20,17 @@ Command:
   One plain word runs as itself: airlock run -- date
   Flags go before CMD; "--" is optional unless CMD starts with "-".
 
+Network:
+  Without --allow/--deny/--secret/--policy the sandbox has no network at all. With any of them it gets
+  an egress proxy (HTTP_PROXY etc. are set; other TCP is intercepted) that reaches only the allowed
+  hosts, never private, loopback or metadata addresses; a refusal is an HTTP 403 with the reason.
+    airlock run --allow api.github.com --allow '*.npmjs.org' --deny gist.github.com -- npm install
+  --secret GH=env:GITHUB_TOKEN@api.github.com: the sandbox sees GH=<sentinel>; the proxy swaps in the
+  real value only in requests to api.github.com (each host must also be allowed). SOURCE forms:
+  env:VAR, file:/abs/path, cmd:PROGRAM ARGS (split on spaces, no shell). --policy FILE loads
+  network:/secrets: from YAML; flags are merged on top (a --secret replaces a policy secret of that name).
+  With --json the result lists every egress attempt under "egress".
+
 Output and exit status:
   stdout/stderr stream live; with --json nothing streams and one ExecResult JSON is printed at the end.
   airlock exits with the command's status (128 + signal number if it died by a signal). Limits that
@@ -81,6 +92,20 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
       'bytes of stdout and of stderr kept in the --json result',
       DEFAULT_MAX_OUTPUT,
     )
+    .option(
+      '--allow <host[:port]>',
+      'let the sandbox reach this host (repeatable); no port: 80 and 443; *.example.com: its subdomains',
+      collect,
+      [],
+    )
+    .option('--deny <host[:port]>', 'never reach this host, even if allowed (repeatable)', collect, [])
+    .option(
+      '--secret <NAME=SOURCE@HOSTS>',
+      'a credential used without being seen (repeatable); SOURCE: env:VAR, file:/abs/path or cmd:PROGRAM ARGS',
+      collect,
+      [],
+    )
+    .option('--policy <file>', 'egress policy YAML (network:, secrets:); --allow/--deny/--secret add to it')
     .option('-i, --stdin', "forward airlock's stdin to the command (default: /dev/null)")
     .option('--json', 'print the ExecResult as JSON on stdout instead of streaming')
     .passThroughOptions()

@@ -4,6 +4,7 @@ import { rmSync } from 'node:fs';
 import type { Sandbox } from '../sandbox/index.js';
 import type { ExecResult } from '../sandbox/sandbox.js';
 import { formatBytes } from '../core/units.js';
+import { checkSecretSources, relabelSecretError } from './egress-flags.js';
 import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
 import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
 
@@ -26,13 +27,16 @@ export async function runCommand(
   const plan = planRun(args, flags, process.cwd());
   const ws = plan.spec.workspace;
   if (ws?.hostDir !== undefined) checkWorkspaceDir(ws.hostDir);
+  checkSecretSources(plan.egress);
 
   // Streamed output was already seen whole: keep no spill copy of it (the --json result points at one).
   const airlock = cliAirlock(flags.json ? {} : { maxSpillBytes: 0 });
   const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
   let sbx: Sandbox | undefined;
   try {
-    sbx = await airlock.create(plan.spec);
+    sbx = await airlock.create(plan.spec).catch((e: unknown) => {
+      throw relabelSecretError(e, plan.egress);
+    });
     if (trap.exitCode !== undefined) return trap.exitCode;
     const result = await sbx.exec(plan.command, {
       timeoutMs: plan.timeoutMs,

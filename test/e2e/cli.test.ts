@@ -149,6 +149,95 @@ describe('airlock CLI: flags and usage errors (no sandbox needed)', () => {
   });
 });
 
+describe('airlock CLI: egress flags (no sandbox, no network needed)', () => {
+  const dirs: string[] = [];
+  afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  const policyFile = (yaml: string): string => {
+    const dir = mkdtempSync(join(tmpdir(), 'airlock-cli-policy-'));
+    dirs.push(dir);
+    writeFileSync(join(dir, 'policy.yaml'), yaml);
+    return join(dir, 'policy.yaml');
+  };
+
+  /** Exit 2, nothing on stdout, exactly one stderr line starting with `airlock: FLAG: `. */
+  async function expectFlagError(args: string[], flag: string, text?: RegExp): Promise<string> {
+    const r = await cli(['run', ...args, '--', 'true']);
+    expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(lines(r.stderr), args.join(' ')).toHaveLength(1);
+    expect(r.stderr.startsWith(`airlock: ${flag}: `), r.stderr).toBe(true);
+    if (text) expect(r.stderr).toMatch(text);
+    return r.stderr;
+  }
+
+  it('run --help documents the network flags', async () => {
+    const r = await cli(['run', '--help']);
+    expect(r.code).toBe(0);
+    for (const f of ['--allow', '--deny', '--secret', '--policy']) expect(r.stdout).toContain(f);
+    expect(r.stdout).toMatch(/env:VAR, file:\/abs\/path/);
+  });
+
+  it('over-broad or malformed --allow values exit 2 with the reason', async () => {
+    await expectFlagError(['--allow', '*'], '--allow', /bare "\*" would allow every host/);
+    await expectFlagError(['--allow', '*.com'], '--allow', /too broad/);
+    await expectFlagError(['--allow', 'https://api.github.com/'], '--allow', /not a URL/);
+    await expectFlagError(['--allow', 'example.com:99999'], '--allow', /not a TCP port/);
+    await expectFlagError(['--allow', '169.254.169.254'], '--allow', /blocked range/);
+    await expectFlagError(['--allow', 'ok.example.com', '--deny', '*'], '--deny', /bare "\*"/);
+  });
+
+  it('malformed --secret values exit 2 naming --secret', async () => {
+    await expectFlagError(['--secret', 'NOEQUALS'], '--secret', /NAME=SOURCE@HOST/);
+    await expectFlagError(['--secret', '9X=env:X@a.example'], '--secret', /not a variable name/);
+    await expectFlagError(['--secret', 'T=vault:x@a.example'], '--secret', /env:, file: or cmd:/);
+    await expectFlagError(['--secret', 'T=env:X'], '--secret', /no hosts/);
+    await expectFlagError(['--secret', 'T=env:X@'], '--secret', /empty host/);
+    await expectFlagError(['--secret', 'T=env:BAD-NAME@a.example'], '--secret', /env: needs a variable name/);
+    await expectFlagError(['--secret', 'T=file:relative/path@a.example'], '--secret', /absolute path/);
+    await expectFlagError(['--secret', 'T=cmd:@a.example'], '--secret', /needs a program/);
+    await expectFlagError(['--secret', 'T=env:X@a.example:443'], '--secret', /without a port/);
+    await expectFlagError(['--secret', 'T=env:X@*.example.com'], '--secret', /not wildcards/);
+  });
+
+  it('a --secret error never repeats its source (a command argument may be a credential)', async () => {
+    const err = await expectFlagError(['--secret', 'T=cmd:vault login -token=hunter2'], '--secret');
+    expect(err).not.toContain('hunter2');
+  });
+
+  it('a --secret whose host is not allowed, or whose source is missing, exits 2 before any sandbox', async () => {
+    await expectFlagError(
+      ['--secret', 'T=env:HOME@api.example.com'],
+      '--secret',
+      /add --allow api\.example\.com/,
+    );
+    await expectFlagError(
+      ['--allow', 'api.example.com', '--secret', 'T=env:AIRLOCK_CLI_TEST_UNSET_VAR@api.example.com'],
+      '--secret',
+      /AIRLOCK_CLI_TEST_UNSET_VAR is not set/,
+    );
+    await expectFlagError(
+      ['--allow', 'api.example.com', '--secret', 'T=file:/nonexistent/token@api.example.com'],
+      '--secret',
+      /does not exist/,
+    );
+  });
+
+  it('--policy with a missing, unparsable or invalid file exits 2 naming --policy', async () => {
+    await expectFlagError(['--policy', '/nonexistent/policy.yaml'], '--policy', /not found/);
+    await expectFlagError(['--policy', policyFile('network:\n  allow: [ a.example\n')], '--policy');
+    await expectFlagError(['--policy', policyFile('network:\n  alow: [a.example]\n')], '--policy', /alow/);
+    await expectFlagError(['--policy', policyFile('network:\n  allow: ["*"]\n')], '--policy', /bare "\*"/);
+    await expectFlagError(
+      [
+        '--policy',
+        policyFile('secrets:\n  - name: T\n    value: { fromEnv: HOME }\n    hosts: [a.example]\n'),
+      ],
+      '--policy',
+      /add --allow a\.example/,
+    );
+  });
+});
+
 describe('airlock CLI: running sandboxes', () => {
   // Anything already on the host (e.g. a leaked fixture of another run sharing the test state dir)
   // is not this suite's doing; on a clean host the baseline is NO_RESIDUE and this is residue() itself.

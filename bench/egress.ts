@@ -1,0 +1,329 @@
+// E1: egress cost, beside its baselines measured in the same run.
+//   Throughput: a 100 MB download from a test server on 203.0.113.10:80 (a separate Node process), read
+//   directly by this process (Node http.get) and by curl on the host, vs curl inside a sandbox through
+//   the proxy (HTTP_PROXY) and through the transparent path (--noproxy '*': nftables + DNS).
+//   Latency: 200 sequential small requests by one python client (a new connection each), from inside a
+//   sandbox through the proxy, vs the same client on the host straight to the same server, vs the
+//   same client in the sandbox to a python http.server on the sandbox's own 127.0.0.1 (no proxy).
+//   Targets (issue 3): >= 80 % of direct throughput, <= 1 ms added p50.
+//
+// NETWORK SAFETY: the measurement runs only inside a network namespace made for it (unshare -n, lo
+// only, 203.0.113.10/32 on lo), exactly like scripts/egress-test.sh; egressBench() re-execs this file
+// there, and the child refuses to run anywhere else. The dialer refuses every address but the test one.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { get } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { Airlock, type Sandbox } from '../src/index.js';
+import { fmt, summarize, type Summary } from './stats.js';
+
+const SERVER_ADDRESS = '203.0.113.10';
+const NAME = 'bench.test';
+const DOWNLOAD_MIB = 100;
+const DOWNLOAD_RUNS = 5;
+const REQUESTS = 200;
+const WARMUP = 10;
+const CHILD_ENV = 'AIRLOCK_EGRESS_BENCH_NETNS';
+
+export interface Throughput {
+  readonly label: string;
+  /** MiB/s of each run. */
+  readonly runs: number[];
+  /** Median MiB/s. */
+  readonly mibPerS: number;
+}
+
+export interface EgressReport {
+  readonly downloadMiB: number;
+  readonly direct: Throughput; // Node http.get from this process
+  readonly hostCurl: Throughput; // curl on the host, same client as in the sandbox
+  readonly proxy: Throughput;
+  readonly transparent: Throughput;
+  readonly latency: {
+    readonly requests: number;
+    readonly proxy: Summary;
+    readonly hostDirect: Summary;
+    readonly sandboxLocal: Summary;
+  };
+}
+
+// ---- parent: re-exec in a private network namespace --------------------------------------------
+
+/** Runs the benchmark in a fresh `unshare -n` namespace and returns its report. */
+export async function egressBench(opts: { log: (s: string) => void }): Promise<EgressReport> {
+  if (process.getuid?.() !== 0) throw new Error('the egress benchmark needs root (sandboxes and unshare -n)');
+  const self = fileURLToPath(import.meta.url);
+  const script = [
+    'set -e',
+    'ip link set lo up',
+    `ip addr add ${SERVER_ADDRESS}/32 dev lo`,
+    `export ${CHILD_ENV}=1`,
+    `exec "$0" --import tsx "$1"`,
+  ].join('\n');
+  opts.log('egress: running in a private network namespace (unshare -n)');
+  const child = spawn('unshare', ['--net', '--', '/bin/sh', '-c', script, process.execPath, self], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+  const code = await new Promise<number | null>((r) => child.on('close', r));
+  if (code !== 0) throw new Error(`egress benchmark child exited ${code}`);
+  const last = out.trim().split('\n').pop() ?? '';
+  return JSON.parse(last) as EgressReport;
+}
+
+// ---- child: the measurement -----------------------------------------------------------------------
+
+function assertPrivateNetns(): void {
+  const ifaces = readFileSync('/proc/self/net/dev', 'utf8')
+    .split('\n')
+    .slice(2)
+    .map((l) => l.split(':')[0]!.trim())
+    .filter(Boolean);
+  if (process.env[CHILD_ENV] !== '1' || ifaces.length !== 1 || ifaces[0] !== 'lo') {
+    throw new Error(
+      `the egress benchmark runs only in its own network namespace (interfaces: ${ifaces.join(', ')})`,
+    );
+  }
+}
+
+const SERVER_JS = `
+const http = require('node:http');
+const chunk = Buffer.alloc(1 << 20, 97);
+http.createServer((req, res) => {
+  if (req.url === '/small') {
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': 3 });
+    return res.end('ok\\n');
+  }
+  res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': ${DOWNLOAD_MIB} * chunk.length });
+  let n = 0;
+  const pump = () => {
+    while (n < ${DOWNLOAD_MIB}) {
+      n++;
+      if (!res.write(chunk)) return void res.once('drain', pump);
+    }
+    res.end();
+  };
+  pump();
+}).listen(80, '${SERVER_ADDRESS}', () => process.stdout.write('ready\\n'));
+`;
+
+function startServer(): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(process.execPath, ['-e', SERVER_JS], { stdio: ['ignore', 'pipe', 'inherit'] });
+    c.on('error', reject);
+    c.stdout!.once('data', () => resolve(c));
+  });
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const throughput = (label: string, runs: number[]): Throughput => ({ label, runs, mibPerS: median(runs) });
+
+function nodeDownload(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    let bytes = 0;
+    get(`http://${SERVER_ADDRESS}/big`, (res) => {
+      res.on('data', (d: Buffer) => (bytes += d.length));
+      res.on('end', () => resolve(bytes / 2 ** 20 / ((performance.now() - t0) / 1000)));
+      res.on('error', reject);
+    }).on('error', reject);
+  });
+}
+
+const CURL_FMT = `-w '%{size_download} %{time_total}'`;
+
+function parseCurl(out: string): number {
+  const [size, secs] = out.trim().split(/\s+/).map(Number) as [number, number];
+  if (size !== DOWNLOAD_MIB * 2 ** 20) throw new Error(`curl downloaded ${size} bytes: ${out}`);
+  return size / 2 ** 20 / secs;
+}
+
+function hostRun(argv: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    c.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+    c.on('error', reject);
+    c.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${argv[0]} exited ${code}`))));
+  });
+}
+
+async function sandboxCurl(s: Sandbox, flags: string): Promise<number> {
+  const r = await s.exec(`curl -sS -o /dev/null ${flags} ${CURL_FMT} http://${NAME}/big`, {
+    timeoutMs: 300_000,
+  });
+  if (r.exitCode !== 0) throw new Error(`sandbox curl failed: ${r.stderr}`);
+  return parseCurl(r.stdout);
+}
+
+/** One python client for every latency row: argv host port url; prints per-request ms as JSON. */
+const LATENCY_PY = String.raw`
+import http.client, json, sys, time
+host, port, url, n, warm = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+out = []
+for i in range(warm + n):
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection(host, port, timeout=10)
+    c.request('GET', url, headers={'Connection': 'close'})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    if r.status != 200:
+        raise SystemExit('status %d: %r' % (r.status, body[:200]))
+    if i >= warm:
+        out.append((time.perf_counter() - t0) * 1000)
+print(json.dumps(out))
+`;
+
+async function sandboxLatency(s: Sandbox, host: string, port: number, url: string): Promise<Summary> {
+  const r = await s.exec(
+    ['python3', '-c', LATENCY_PY, host, String(port), url, String(REQUESTS), String(WARMUP)],
+    {
+      timeoutMs: 120_000,
+    },
+  );
+  if (r.exitCode !== 0) throw new Error(`latency client failed: ${r.stderr}`);
+  return summarize(JSON.parse(r.stdout) as number[]);
+}
+
+async function measure(log: (s: string) => void): Promise<EgressReport> {
+  assertPrivateNetns();
+  const server = await startServer();
+  const airlock = new Airlock({
+    stateDir: '/var/tmp/airlock-egress-bench',
+    uidRange: { first: 3_810_000, count: 4096 },
+    egress: {
+      resolver: async (name) => {
+        if (name !== NAME) throw new Error(`ENOTFOUND ${name}`);
+        return [SERVER_ADDRESS];
+      },
+      dialer: (address, port) =>
+        new Promise<Socket>((resolve, reject) => {
+          if (address !== SERVER_ADDRESS) return reject(new Error(`bench dialer refuses ${address}`));
+          const s = connect({ host: address, port });
+          s.once('connect', () => resolve(s));
+          s.once('error', reject);
+        }),
+    },
+    warmPool: 0,
+  });
+  try {
+    const s = await airlock.create({ network: { allow: [NAME] }, ttlMs: 1_800_000 });
+    try {
+      const runs = async (label: string, f: () => Promise<number>): Promise<Throughput> => {
+        const xs: number[] = [];
+        await f(); // warm-up
+        for (let i = 0; i < DOWNLOAD_RUNS; i++) xs.push(await f());
+        log(`egress: ${label}: ${xs.map((x) => x.toFixed(0)).join(', ')} MiB/s`);
+        return throughput(label, xs);
+      };
+      const direct = await runs('direct (Node http.get on the host)', nodeDownload);
+      const hostCurl = await runs('curl on the host, direct', async () =>
+        parseCurl(
+          await hostRun(['sh', '-c', `curl -sS -o /dev/null ${CURL_FMT} http://${SERVER_ADDRESS}/big`]),
+        ),
+      );
+      const proxy = await runs('sandbox curl through the proxy', () => sandboxCurl(s, ''));
+      const transparent = await runs('sandbox curl, transparent path', () => sandboxCurl(s, "--noproxy '*'"));
+
+      log(`egress: latency, ${REQUESTS} requests each`);
+      const proxyLat = await sandboxLatency(s, '127.0.0.1', 3128, `http://${NAME}/small`);
+      const hostDirect = summarize(
+        JSON.parse(
+          await hostRun([
+            '/usr/bin/python3',
+            '-c',
+            LATENCY_PY,
+            SERVER_ADDRESS,
+            '80',
+            '/small',
+            String(REQUESTS),
+            String(WARMUP),
+          ]),
+        ) as number[],
+      );
+      const srv = await s.exec(
+        'cd /tmp && echo ok > small && exec python3 -m http.server 8000 --bind 127.0.0.1',
+        {
+          background: true,
+        },
+      );
+      try {
+        await s.exec(
+          'for i in $(seq 50); do curl -s --noproxy "*" -o /dev/null http://127.0.0.1:8000/small && exit 0; sleep 0.1; done; exit 1',
+        );
+        const sandboxLocal = await sandboxLatency(s, '127.0.0.1', 8000, '/small');
+        return {
+          downloadMiB: DOWNLOAD_MIB,
+          direct,
+          hostCurl,
+          proxy,
+          transparent,
+          latency: { requests: REQUESTS, proxy: proxyLat, hostDirect, sandboxLocal },
+        };
+      } finally {
+        await srv.kill();
+      }
+    } finally {
+      await s.kill();
+    }
+  } finally {
+    await airlock.close();
+    server.kill();
+  }
+}
+
+// ---- report ---------------------------------------------------------------------------------------
+
+const pct = (x: number, base: number): string => `${((100 * x) / base).toFixed(0)} %`;
+const verdict = (ok: boolean): string => (ok ? 'meets target' : 'MISSES target');
+
+export function formatEgress(r: EgressReport): string {
+  const base = r.direct.mibPerS;
+  const row = (t: Throughput): string =>
+    `| ${t.label} | ${t.mibPerS.toFixed(0)} MiB/s | ${pct(t.mibPerS, base)} | ${pct(t.mibPerS, r.hostCurl.mibPerS)} |`;
+  const l = r.latency;
+  const lrow = (label: string, s: Summary): string =>
+    `| ${label} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.min)} |`;
+  const addedHost = l.proxy.p50 - l.hostDirect.p50;
+  const addedLocal = l.proxy.p50 - l.sandboxLocal.p50;
+  return [
+    `Throughput: ${r.downloadMiB} MiB download, median of ${r.direct.runs.length} runs (after one warm-up).`,
+    '',
+    '| path | throughput | vs Node direct | vs host curl |',
+    '|---|---|---|---|',
+    row(r.direct),
+    row(r.hostCurl),
+    row(r.proxy),
+    row(r.transparent),
+    '',
+    `Target >= 80 % of direct: proxy ${pct(r.proxy.mibPerS, base)} (${verdict(r.proxy.mibPerS >= 0.8 * base)}), ` +
+      `transparent ${pct(r.transparent.mibPerS, base)} (${verdict(r.transparent.mibPerS >= 0.8 * base)}).`,
+    '',
+    `Latency: ${l.requests} sequential GETs of 3 bytes, one python http.client, a new connection each.`,
+    '',
+    '| path | p50 | p99 | min |',
+    '|---|---|---|---|',
+    lrow('sandbox → proxy → test server', l.proxy),
+    lrow('host → test server (no sandbox, no proxy)', l.hostDirect),
+    lrow('sandbox → python http.server on its own 127.0.0.1', l.sandboxLocal),
+    '',
+    `Added p50 by the proxy: ${fmt(addedHost)} vs the host-direct baseline (same client, same server; ` +
+      `${verdict(addedHost <= 1)} <= 1 ms), ${fmt(addedLocal)} vs the in-sandbox baseline (different server).`,
+  ].join('\n');
+}
+
+// ---- entry point of the re-exec'd child -------------------------------------------------------------
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const log = (s: string): void => void process.stderr.write(`bench: ${s}\n`);
+  measure(log).then(
+    (r) => process.stdout.write(`${JSON.stringify(r)}\n`),
+    (e: unknown) => {
+      log(`egress: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      process.exitCode = 1;
+    },
+  );
+}
