@@ -101,6 +101,11 @@ export class SandboxEgress {
   private readonly dns: FakeDns;
   private closed = false;
   private readonly mitmServer: HttpServer;
+  /** Client-side TLS sockets of intercepted connections → where their requests may go. */
+  private readonly intercepted = new WeakMap<
+    Socket,
+    { host: string; port: number; address: string; upstream: TLSSocket; protocol: EgressProtocol }
+  >();
 
   constructor(
     private readonly gw: EgressGateway,
@@ -169,9 +174,17 @@ export class SandboxEgress {
 
   private httpServer(onRequest: (req: IncomingMessage, res: ServerResponse) => void): HttpServer {
     const s = createHttpServer(
-      { requestTimeout: 60_000, headersTimeout: HEADERS_TIMEOUT_MS, keepAliveTimeout: 5_000 },
+      {
+        requestTimeout: 60_000,
+        headersTimeout: HEADERS_TIMEOUT_MS,
+        keepAliveTimeout: 5_000,
+        connectionsCheckingInterval: 1_000,
+      },
       onRequest,
     );
+    // These servers never listen(): connections are handed to them. Node only tracks connections and
+    // enforces headersTimeout/requestTimeout (slowloris) from the 'listening' event on, so emit it.
+    s.emit('listening');
     s.on('clientError', (_err, sock: Socket) => {
       if (sock.writable)
         sock.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
@@ -241,13 +254,40 @@ export class SandboxEgress {
     this.sockets.add(up);
     let bytesUp = 0;
     let bytesDown = 0;
-    client.on('data', (d: Buffer) => (bytesUp += d.length));
+    let blocked: { reason: string; alert: 'sentinel' | 'canary' } | undefined;
+    // What the sandbox sends is checked (with an overlap across chunks) for sentinels of secrets not
+    // bound to this host and for canaries before it is forwarded. Inside TLS this finds nothing,
+    // by design: only plain protocols are visible here.
+    const lease = this.o.secrets;
+    const boundHere = new Set((lease?.secretsForHost(r.host) ?? []).map((x) => x.name));
+    let tail = Buffer.alloc(0);
+    const forward = (d: Buffer): void => {
+      bytesUp += d.length;
+      if (lease) {
+        const window = Buffer.concat([tail, d]);
+        const leaked = lease.findSentinels(window).filter((n) => !boundHere.has(n));
+        const canaries = lease.findCanaries(window);
+        if (leaked.length || canaries.length) {
+          blocked = canaries.length
+            ? {
+                alert: 'canary',
+                reason: `blocked by Airlock egress policy: a planted canary credential (${canaries.join(', ')}) was sent to ${r.host}`,
+              }
+            : {
+                alert: 'sentinel',
+                reason: `blocked by Airlock egress policy: the credential ${leaked.join(', ')} may only be sent to its bound host(s), not ${r.host}`,
+              };
+          done();
+          return;
+        }
+        tail = window.subarray(Math.max(0, window.length - BODY_SCAN_OVERLAP_BYTES));
+      }
+      if (!up.write(d)) {
+        client.pause();
+        up.once('drain', () => client.resume());
+      }
+    };
     up.on('data', (d: Buffer) => (bytesDown += d.length));
-    if (early && early.length) {
-      bytesUp += early.length;
-      up.write(early);
-    }
-    client.pipe(up);
     up.pipe(client);
     let reported = false;
     const done = (): void => {
@@ -261,13 +301,18 @@ export class SandboxEgress {
         host: r.host,
         port,
         address: r.address,
-        decision: 'allow',
-        reason: 'allowed by network.allow',
+        decision: blocked ? 'deny' : 'allow',
+        reason: blocked?.reason ?? 'allowed by network.allow',
+        ...(blocked ? { code: blocked.alert, alert: blocked.alert } : {}),
         bytesUp,
         bytesDown,
         durationMs: Date.now() - started,
       });
     };
+    if (early && early.length) forward(early);
+    client.on('data', forward);
+    client.on('end', () => up.end());
+    client.resume();
     up.on('error', done);
     client.on('error', done);
     up.on('close', done);
@@ -294,9 +339,19 @@ export class SandboxEgress {
     let buf = first;
     const more = (): Promise<Buffer> =>
       new Promise((resolve, reject) => {
-        sock.once('data', (d: Buffer) => resolve(d));
-        sock.once('close', () => reject(new Error('closed')));
+        const onData = (d: Buffer): void => {
+          sock.off('close', onClose);
+          resolve(d);
+        };
+        const onClose = (): void => {
+          sock.off('data', onData);
+          reject(new Error('closed'));
+        };
+        sock.once('data', onData);
+        sock.once('close', onClose);
       });
+    // The whole handshake must complete in time, however slowly bytes trickle in.
+    const deadline = setTimeout(() => sock.destroy(), HEADERS_TIMEOUT_MS);
     try {
       let g = socks5Greeting(buf);
       while (g.kind === 'incomplete') g = socks5Greeting((buf = Buffer.concat([buf, await more()])));
@@ -308,6 +363,9 @@ export class SandboxEgress {
       let r = socks5Request(buf);
       while (r.kind === 'incomplete') r = socks5Request((buf = Buffer.concat([buf, await more()])));
       if (r.kind === 'invalid') return void sock.end(socks5Reply(r.reply));
+      clearTimeout(deadline);
+      // Keep anything the client sends before our reply: paused until the tunnel pipes it.
+      sock.pause();
       const res = await this.vet(r.host, r.port);
       if (!res.ok) {
         this.denyEvent('socks5', res, r.port, started);
@@ -322,6 +380,8 @@ export class SandboxEgress {
       this.splice('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
     } catch {
       sock.destroy();
+    } finally {
+      clearTimeout(deadline);
     }
   }
 
@@ -342,7 +402,7 @@ export class SandboxEgress {
     }
     sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
     if (this.o.secrets?.boundHosts().has(res.host)) {
-      this.intercept(sock, res, target.port, head);
+      this.intercept('connect', sock, res, target.port, head);
       return;
     }
     this.splice('connect', sock, res, target.port, started, head);
@@ -481,6 +541,7 @@ export class SandboxEgress {
       up.pipe(res);
     });
     const finish = (): void => {
+      if (blocked) return; // the deny was reported when the body was cut
       this.emit({
         protocol,
         host: hostKey,
@@ -552,6 +613,7 @@ export class SandboxEgress {
 
   /** Terminate the client's TLS with a leaf cert for res.host, re-encrypt to the real host. */
   private intercept(
+    protocol: EgressProtocol,
     client: Socket,
     res: Extract<VetResult, { ok: true }>,
     port: number,
@@ -567,21 +629,18 @@ export class SandboxEgress {
       ...(this.gw.opts.upstreamCa ? { ca: [...this.gw.opts.upstreamCa] } : {}),
     });
     upstreamTls.on('error', () => tlsClient.destroy());
-    (tlsClient as unknown as { airlock: unknown }).airlock = {
+    this.intercepted.set(tlsClient, {
       host: res.host,
       port,
       address: res.address,
       upstream: upstreamTls,
-    };
+      protocol,
+    });
     this.mitmServer.emit('connection', tlsClient);
   }
 
   private async onMitmRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const meta = (
-      req.socket as unknown as {
-        airlock?: { host: string; port: number; address: string; upstream: TLSSocket };
-      }
-    ).airlock;
+    const meta = this.intercepted.get(req.socket);
     if (!meta) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
     // One upstream TLS connection per client connection; requests on it go to the vetted host only.
     const vetted = {
@@ -590,7 +649,7 @@ export class SandboxEgress {
       address: meta.address,
       socket: meta.upstream as unknown as Socket,
     };
-    await this.forward('connect', req, res, meta.host, meta.port, req.url ?? '/', { existing: vetted });
+    await this.forward(meta.protocol, req, res, meta.host, meta.port, req.url ?? '/', { existing: vetted });
   }
 
   // ---- transparent interception ----------------------------------------------------------------
@@ -644,7 +703,7 @@ export class SandboxEgress {
       return void denyTransparent(sock, protocol, res.verdict.reason);
     }
     if (protocol === 'transparent-tls' && this.o.secrets?.boundHosts().has(res.host)) {
-      this.intercept(sock, res, dst.port, first);
+      this.intercept('transparent-tls', sock, res, dst.port, first);
       return;
     }
     if (protocol === 'transparent-http' && this.o.secrets) {
@@ -655,6 +714,7 @@ export class SandboxEgress {
         (req, r) => void this.forward('transparent-http', req, r, host, dst.port, req.url ?? '/'),
       );
       http.emit('connection', sock);
+      sock.resume(); // firstBytes() paused it
       return;
     }
     this.splice(protocol, sock, res, dst.port, started, first);

@@ -133,10 +133,10 @@ describe.skipIf(!canRunNamespaces)('canary credentials', () => {
     }
   });
 
-  // KNOWN BUG (reported, gateway.ts forward()): when a streamed body is blocked, the response's
+  // Regression (fixed): when a streamed body is blocked, the response's
   // 'close' still runs finish(), which emits a second event for the same request with decision
-  // 'allow'. Remove `.fails` once a blocked request yields only its deny event.
-  it.fails('a request blocked for its body yields one deny event and no allow event', async () => {
+  // 'allow'.
+  it('a request blocked for its body yields one deny event and no allow event', async () => {
     const body = `token=${aws}`;
     const seen = await observe(async () => {
       await rawRequest(
@@ -147,11 +147,11 @@ describe.skipIf(!canRunNamespaces)('canary credentials', () => {
     expect(seen.events.map((e) => `${e.decision} ${e.code ?? ''}`)).toEqual(['deny canary']);
   });
 
-  // KNOWN BUG (reported, gateway.ts onTransparent()): in a sandbox with secrets or canaries, plain
+  // Regression (fixed): in a sandbox with secrets or canaries, plain
   // HTTP on the transparent path is handed to a per-connection http.Server while the socket is still
   // paused by firstBytes() (never resumed), so every such request hangs with no answer and no event.
-  // Remove `.fails` once transparent HTTP works with a lease.
-  it.fails('through the transparent path (curl --noproxy) → 403, alert "canary"', async () => {
+  //
+  it('through the transparent path (curl --noproxy) → 403, alert "canary"', async () => {
     const before = world.servers.seen.length;
     const r = await sbx.exec(
       `curl -sS -m 3 --noproxy '*' -w '\\n%{http_code}' -H "X-K: $AWS_SECRET_ACCESS_KEY" http://${ALLOWED.name}/t`,
@@ -177,7 +177,7 @@ describe.skipIf(!canRunNamespaces)('canary credentials', () => {
   // what they carry is plain HTTP to port 80, so a canary (or a sentinel) sent through one reaches an
   // allowed host with no alert. (Inside TLS it cannot be seen without interception: that part is by
   // design.) Remove `.fails` when plain-text tunnel payloads are scanned.
-  it.fails('a canary in plain HTTP inside a CONNECT tunnel to port 80 is blocked', async () => {
+  it('a canary in plain HTTP inside a CONNECT tunnel to port 80 is blocked', async () => {
     const before = world.servers.seen.length;
     const [c] = await rawConversations(sbx, [
       [

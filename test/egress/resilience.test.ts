@@ -128,61 +128,53 @@ describe.skipIf(!canRunNamespaces)('proxy resilience', () => {
     expect(statusOf(normal.steps[0]!)).toBe(200);
   });
 
-  // KNOWN BUG (reported, src/egress/gateway.ts): the proxy's http.Server is never listen()ed (sockets
+  // Regression (fixed): the proxy's http.Server is never listen()ed (sockets
   // are handed to it with emit('connection')), so Node never starts its connection checker and neither
   // headersTimeout (10 s) nor requestTimeout is enforced; a drip also keeps resetting the 300 s idle
-  // timer. The drip below runs 21 s and is never cut off. Remove `.fails` once the proxy enforces it.
-  it.fails(
-    'slowloris (one header byte per 500 ms) is cut off within headersTimeout',
-    async () => {
-      const drip = `GET http://${ALLOWED.name}/slow HTTP/1.1\r\nX: ${'a'.repeat(4)}`; // 42 bytes: 21 s
-      const [c] = await rawConversations(sbx, [[{ drip, intervalMs: 500, timeoutS: 1 }]], {
-        timeoutMs: 90_000,
-      });
-      const answeredAt = c!.answeredAtMs[0];
-      try {
-        expect(answeredAt, `still open after ${Math.round(c!.ms)} ms of dripping`).not.toBeNull();
-        expect(answeredAt!).toBeLessThan(HEADERS_TIMEOUT_MS + SLACK_MS);
-      } finally {
-        await stillServes();
-      }
-    },
-    90_000,
-  );
+  // timer. The drip below runs 21 s and was never cut off.
+  it('slowloris (one header byte per 500 ms) is cut off within headersTimeout', async () => {
+    const drip = `GET http://${ALLOWED.name}/slow HTTP/1.1\r\nX: ${'a'.repeat(4)}`; // 42 bytes: 21 s
+    const [c] = await rawConversations(sbx, [[{ drip, intervalMs: 500, timeoutS: 1 }]], {
+      timeoutMs: 90_000,
+    });
+    const answeredAt = c!.answeredAtMs[0];
+    try {
+      expect(answeredAt, `still open after ${Math.round(c!.ms)} ms of dripping`).not.toBeNull();
+      expect(answeredAt!).toBeLessThan(HEADERS_TIMEOUT_MS + SLACK_MS);
+    } finally {
+      await stillServes();
+    }
+  }, 90_000);
 
-  // KNOWN BUG (reported): a SOCKS5 handshake has no deadline at all (only the 300 s idle timer, which
-  // every dripped byte resets). Remove `.fails` once it is bounded like an HTTP head.
-  it.fails(
-    'a slow SOCKS5 handshake (one byte per 100 ms) is cut off within headersTimeout',
-    async () => {
-      // CONNECT to a 255-byte name of which only 200 bytes ever arrive: 20 s of dripping.
-      const drip = '\x05\x01\x00\x03\xff' + 'a'.repeat(200);
-      const [c] = await rawConversations(
-        sbx,
+  // Regression (fixed): a SOCKS5 handshake has no deadline at all (only the 300 s idle timer, which
+  // every dripped byte resets).
+  it('a slow SOCKS5 handshake (one byte per 100 ms) is cut off within headersTimeout', async () => {
+    // CONNECT to a 255-byte name of which only 200 bytes ever arrive: 20 s of dripping.
+    const drip = '\x05\x01\x00\x03\xff' + 'a'.repeat(200);
+    const [c] = await rawConversations(
+      sbx,
+      [
         [
-          [
-            { send: '\x05\x01\x00', until: '\x05\x00', timeoutS: 5 },
-            { drip, intervalMs: 100, timeoutS: 1 },
-          ],
+          { send: '\x05\x01\x00', until: '\x05\x00', timeoutS: 5 },
+          { drip, intervalMs: 100, timeoutS: 1 },
         ],
-        { timeoutMs: 90_000 },
-      );
-      expect(c!.steps[0]).toBe('\x05\x00');
-      const answeredAt = c!.answeredAtMs[1];
-      try {
-        expect(answeredAt, `still open after ${Math.round(c!.ms)} ms of dripping`).not.toBeNull();
-        expect(answeredAt!).toBeLessThan(HEADERS_TIMEOUT_MS + SLACK_MS);
-      } finally {
-        await stillServes();
-      }
-    },
-    90_000,
-  );
+      ],
+      { timeoutMs: 90_000 },
+    );
+    expect(c!.steps[0]).toBe('\x05\x00');
+    const answeredAt = c!.answeredAtMs[1];
+    try {
+      expect(answeredAt, `still open after ${Math.round(c!.ms)} ms of dripping`).not.toBeNull();
+      expect(answeredAt!).toBeLessThan(HEADERS_TIMEOUT_MS + SLACK_MS);
+    } finally {
+      await stillServes();
+    }
+  }, 90_000);
 
-  // KNOWN BUG (reported, gateway.ts onSocks `more()`): every chunk of an unfinished SOCKS5 message
+  // Regression (fixed): every chunk of an unfinished SOCKS5 message
   // adds a 'close' listener to the client socket that is never removed, so a byte-by-byte greeting
   // (up to 257 bytes) stacks up to 257 listeners and Node prints MaxListenersExceededWarning.
-  it.fails('a byte-by-byte SOCKS5 greeting leaks no socket listeners', async () => {
+  it('a byte-by-byte SOCKS5 greeting leaks no socket listeners', async () => {
     const warnings: string[] = [];
     const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
     process.on('warning', onWarning);

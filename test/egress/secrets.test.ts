@@ -180,15 +180,12 @@ describe.skipIf(!canRunNamespaces)('secret values never enter the sandbox', () =
     }
   });
 
-  // KNOWN BUG (reported, gateway.ts onTransparent()): with any secret (or canary) in the spec, plain
+  // Regression (fixed): with any secret (or canary) in the spec, plain
   // HTTP on the transparent path hangs: the intercepted socket is handed to an http.Server while still
-  // paused by firstBytes(). Remove `.fails` once it works.
-  it.fails(
-    'transparent plain HTTP (curl --noproxy) to an allowed host works in a sandbox with secrets',
-    async () => {
-      const r = await exec(`curl -sS -m 3 --noproxy '*' http://${ALLOWED.name}/transparent`);
-      expect(r.exitCode, r.stderr).toBe(0);
-      expect(JSON.parse(r.stdout)).toMatchObject({ url: '/transparent' });
-    },
-  );
+  // paused by firstBytes().
+  it('transparent plain HTTP (curl --noproxy) to an allowed host works in a sandbox with secrets', async () => {
+    const r = await exec(`curl -sS -m 3 --noproxy '*' http://${ALLOWED.name}/transparent`);
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ url: '/transparent' });
+  });
 });
