@@ -173,10 +173,8 @@ describe.skipIf(!canRunNamespaces)('canary credentials', () => {
     expect(seen.events.map((e) => e.alert)).toEqual(['canary']);
   });
 
-  // KNOWN GAP (reported, gateway.ts splice()): CONNECT and SOCKS5 tunnels are never scanned, even when
-  // what they carry is plain HTTP to port 80, so a canary (or a sentinel) sent through one reaches an
-  // allowed host with no alert. (Inside TLS it cannot be seen without interception: that part is by
-  // design.) Remove `.fails` when plain-text tunnel payloads are scanned.
+  // Plain-text payloads of CONNECT / SOCKS5 tunnels are scanned too (inside TLS they cannot be seen
+  // without interception: that part is by design).
   it('a canary in plain HTTP inside a CONNECT tunnel to port 80 is blocked', async () => {
     const before = world.servers.seen.length;
     const [c] = await rawConversations(sbx, [
