@@ -310,9 +310,15 @@ export class SandboxEgress {
       });
     };
     if (early && early.length) forward(early);
-    client.on('data', forward);
-    client.on('end', () => up.end());
-    client.resume();
+    if (lease) {
+      client.on('data', forward);
+      client.on('end', () => up.end());
+      client.resume();
+    } else {
+      // Nothing to look for: let streams move the bytes (with their own backpressure).
+      client.on('data', (d: Buffer) => (bytesUp += d.length));
+      client.pipe(up);
+    }
     up.on('error', done);
     client.on('error', done);
     up.on('close', done);
