@@ -167,7 +167,12 @@ describe('SecretsSchema', () => {
         hosts: ['api.github.com', 'uploads.github.com'],
         body: false,
       },
-      { name: 'NPM_TOKEN', value: { fromFile: '/run/secrets/npm' }, hosts: ['registry.npmjs.org'], body: false },
+      {
+        name: 'NPM_TOKEN',
+        value: { fromFile: '/run/secrets/npm' },
+        hosts: ['registry.npmjs.org'],
+        body: false,
+      },
       {
         name: 'VAULT_X',
         value: { command: ['vault', 'kv', 'get', '-field=x', 'secret/x'] },
@@ -436,7 +441,9 @@ describe('loadPolicyFile', () => {
         transparent: true,
         allowPrivate: [],
       },
-      secrets: [{ name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'], body: false }],
+      secrets: [
+        { name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'], body: false },
+      ],
     });
   });
 
