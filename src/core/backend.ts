@@ -23,6 +23,8 @@ export interface ProbeCheck {
   readonly name: string;
   readonly ok: boolean;
   readonly detail: string;
+  /** A feature some specs need (e.g. transparent egress); its absence does not make the tier unavailable. */
+  readonly optional?: boolean;
 }
 
 export interface BackendProbe {

@@ -184,7 +184,16 @@ export class NamespacesBackend implements BackendV1 {
         ? `filter actions: ${readTrim('/proc/sys/kernel/seccomp/actions_avail')}`
         : 'kernel lacks seccomp filters',
     });
-    const failed = checks.filter((c) => !c.ok);
+    const nft = existsSync('/usr/sbin/nft') && existsSync('/usr/sbin/ip');
+    checks.push({
+      name: 'egress',
+      ok: nft,
+      optional: true,
+      detail: nft
+        ? 'nftables + iproute2: transparent egress interception available'
+        : 'nftables/iproute2 missing: network policies need `transparent: false` (apt-get install nftables iproute2)',
+    });
+    const failed = checks.filter((c) => !c.ok && !c.optional);
     this.probed = failed.length
       ? { available: false, reason: failed.map((c) => `${c.name}: ${c.detail}`).join('; '), checks }
       : { available: true, checks };
