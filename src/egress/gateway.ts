@@ -53,7 +53,12 @@ export const DNS_PORT = 53;
 export const SYNTHETIC_POOL = '198.18.0.0/15';
 
 const HEADERS_TIMEOUT_MS = 10_000;
+/** Client + upstream sockets one sandbox may hold open in the gateway at once. */
+const MAX_SOCKETS_PER_SANDBOX = 4096;
+/** Request headers into which a bound secret's real value may be swapped (credential headers only). */
+const SWAP_HEADERS = /^(authorization|x-api-key|api-key|x-auth-token|private-token|x-goog-api-key|cookie)$/i;
 const MAX_SWAPPED_BODY_BYTES = 1024 * 1024;
+const MAX_BUFFERED_BYTES_PER_SANDBOX = 16 * 1024 * 1024;
 /** Bytes of the previous chunk kept when scanning a streamed body (longer than any encoded sentinel). */
 const BODY_SCAN_OVERLAP_BYTES = 512; // slowloris: a request head must arrive within this
 const FIRST_BYTES_TIMEOUT_MS = 300; // transparent: wait this long for SNI/Host before deciding without
@@ -100,11 +105,16 @@ export class SandboxEgress {
   private readonly sockets = new Set<Socket>();
   private readonly dns: FakeDns;
   private closed = false;
+  /** Bytes reserved for request bodies being buffered for a secret swap. */
+  private bufferedBytes = 0;
   private readonly mitmServer: HttpServer;
+  /** Intercepted plain HTTP of sandboxes with secrets: one server, the target per connection. */
+  private readonly transparentHttp: HttpServer;
+  private readonly transparentHttpTargets = new WeakMap<Socket, { host: string; port: number }>();
   /** Client-side TLS sockets of intercepted connections → where their requests may go. */
   private readonly intercepted = new WeakMap<
     Socket,
-    { host: string; port: number; address: string; upstream: TLSSocket; protocol: EgressProtocol }
+    { host: string; port: number; protocol: EgressProtocol }
   >();
 
   constructor(
@@ -117,20 +127,25 @@ export class SandboxEgress {
       pool: SYNTHETIC_POOL,
     });
     // Proxy: one port, SOCKS5 sniffed by its first byte, everything else is HTTP.
-    const http = this.httpServer((req, res) => void this.onProxyRequest(req, res));
-    http.on(
-      'connect',
-      (req: IncomingMessage, sock: Socket, head: Buffer) => void this.onConnect(req, sock, head),
+    const http = this.httpServer((req, res) => this.guard(this.onProxyRequest(req, res), res));
+    http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
+      this.guard(this.onConnect(req, sock, head), sock),
     );
     const proxy = createServer((sock) => this.track(sock, () => this.onProxyConnection(sock, http)));
     proxy.listen({ fd: o.plumbing.listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
     this.servers.push(proxy, http);
     // Requests inside intercepted TLS (hosts with a bound secret) are served here.
-    this.mitmServer = this.httpServer((req, res) => void this.onMitmRequest(req, res));
+    this.mitmServer = this.httpServer((req, res) => this.guard(this.onMitmRequest(req, res), res));
     this.servers.push(this.mitmServer);
+    this.transparentHttp = this.httpServer((req, res) => {
+      const t = this.transparentHttpTargets.get(req.socket);
+      if (!t) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
+      this.guard(this.forward('transparent-http', req, res, t.host, t.port, req.url ?? '/'), res);
+    });
+    this.servers.push(this.transparentHttp);
     if (transparent) {
       o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
-      const t = createServer((sock) => this.track(sock, () => void this.onTransparent(sock)));
+      const t = createServer((sock) => this.track(sock, () => this.guard(this.onTransparent(sock), sock)));
       t.listen({ fd: o.plumbing.listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
       this.servers.push(t);
     }
@@ -193,8 +208,16 @@ export class SandboxEgress {
     return s;
   }
 
+  /** Count an upstream socket against the sandbox until it closes (and close it with the sandbox). */
+  private hold(sock: Socket): void {
+    this.sockets.add(sock);
+    sock.once('close', () => this.sockets.delete(sock));
+    sock.on('error', () => {});
+  }
+
   private track(sock: Socket, handle: () => void): void {
-    if (this.closed) {
+    // One sandbox must not exhaust Airlock's file descriptors (each client also holds an upstream).
+    if (this.closed || this.sockets.size >= MAX_SOCKETS_PER_SANDBOX) {
       sock.destroy();
       return;
     }
@@ -251,7 +274,7 @@ export class SandboxEgress {
     early?: Buffer,
   ): void {
     const up = r.socket;
-    this.sockets.add(up);
+    this.hold(up);
     let bytesUp = 0;
     let bytesDown = 0;
     let blocked: { reason: string; alert: 'sentinel' | 'canary' } | undefined;
@@ -330,7 +353,7 @@ export class SandboxEgress {
   private onProxyConnection(sock: Socket, http: HttpServer): void {
     sock.once('data', (first: Buffer) => {
       if (first[0] === 0x05) {
-        void this.onSocks(sock, first);
+        this.guard(this.onSocks(sock, first), sock);
         return;
       }
       sock.pause();
@@ -383,6 +406,10 @@ export class SandboxEgress {
         return void sock.end(socks5Reply(code));
       }
       sock.write(socks5Reply(SUCCEEDED, { address: '0.0.0.0', port: 0 }));
+      if (this.o.secrets?.boundHosts().has(res.host)) {
+        this.intercept('socks5', sock, res, r.port, buf.subarray(r.consumed));
+        return;
+      }
       this.splice('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
     } catch {
       sock.destroy();
@@ -417,6 +444,9 @@ export class SandboxEgress {
   // ---- proxy: HTTP absolute-form ----------------------------------------------------------------
 
   private async onProxyRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.httpVersionMajor !== 1) {
+      return void sendText(res, 400, 'Airlock egress proxy: only HTTP/1.0 and HTTP/1.1 requests are proxied');
+    }
     let url: URL;
     try {
       url = new URL(req.url ?? '');
@@ -445,23 +475,37 @@ export class SandboxEgress {
     host: string,
     port: number,
     path: string,
-    tls?: { existing: Extract<VetResult, { ok: true }> },
+    tls = false,
   ): Promise<void> {
     const started = Date.now();
-    const headers = rawHeaderPairs(req).filter(
-      ([k]) => !/^(proxy-connection|proxy-authorization|keep-alive|connection)$/i.test(k),
-    );
     const canon = canonicalHost(host);
     const hostKey = canon.kind === 'name' ? canon.name : canon.kind === 'ip' ? canon.address : host;
+    // Host always names the host that was decided on and dialled: a request cannot be routed to
+    // another virtual host (or a denied one) behind an allowed address.
+    const defaultPort = tls ? 443 : 80;
+    const hostHeader = `${canon.kind === 'ip' && canon.family === 6 ? `[${hostKey}]` : hostKey}${port === defaultPort ? '' : `:${port}`}`;
+    const headers: Array<[string, string]> = [
+      ['Host', hostHeader],
+      ...rawHeaderPairs(req).filter(
+        ([k]) => !/^(host|proxy-connection|proxy-authorization|keep-alive|connection)$/i.test(k),
+      ),
+    ];
     // Secrets: swap sentinels for this host's bound secrets; any other sentinel or a canary is exfiltration.
     let swapped: string[] = [];
     let outHeaders = headers;
     const lease = this.o.secrets;
     if (lease) {
       const s = lease.swapHeaders(hostKey, headers);
-      outHeaders = s.headers;
-      swapped = s.swapped;
-      const inPath = lease.findSentinels(path);
+      // Real values go only into credential headers: a header the server might echo back (Origin,
+      // Referer, X-Anything) keeps the sentinel, so a reflected value cannot reach the sandbox.
+      outHeaders = headers.map((h, i) => (SWAP_HEADERS.test(h[0]) ? (s.headers[i] ?? h) : h));
+      swapped = outHeaders.some(([k, v], i) => SWAP_HEADERS.test(k) && v !== headers[i]![1]) ? s.swapped : [];
+      // A sentinel split across header values is still a sentinel.
+      const joined = lease.findSentinels(headers.map(([, v]) => v).join(''));
+      const inPath = [
+        ...lease.findSentinels(path),
+        ...joined.filter((n) => !lease.secretsForHost(hostKey).some((x) => x.name === n)),
+      ];
       const unbound = [...new Set([...s.unbound, ...inPath])];
       const canaries = lease.findCanaries(`${path}\n${headers.map(([k, v]) => `${k}: ${v}`).join('\n')}`);
       if (unbound.length || canaries.length) {
@@ -484,7 +528,7 @@ export class SandboxEgress {
         return void sendText(res, 403, reason);
       }
     }
-    const vetted = tls?.existing ?? (await this.vet(host, port));
+    const vetted = await this.vet(host, port);
     if (!vetted.ok) {
       this.denyEvent(protocol, vetted, port, started);
       return void sendText(
@@ -493,7 +537,32 @@ export class SandboxEgress {
         vetted.verdict.reason,
       );
     }
-    const socket = vetted.socket;
+    this.hold(vetted.socket);
+    let socket: Socket = vetted.socket;
+    if (tls) {
+      try {
+        socket = await this.upstreamTls(vetted.socket, hostKey);
+      } catch (e) {
+        vetted.socket.destroy();
+        const reason = `Airlock egress: could not verify ${hostKey}'s TLS certificate: ${(e as Error).message}`;
+        this.emit({
+          protocol,
+          host: hostKey,
+          port,
+          address: vetted.address,
+          decision: 'deny',
+          reason,
+          code: 'upstream_tls',
+          bytesUp: 0,
+          bytesDown: 0,
+          durationMs: Date.now() - started,
+        });
+        return void sendText(res, 502, reason);
+      }
+    }
+    // The upstream connection lives exactly as long as this request.
+    res.on('close', () => socket.destroy());
+    socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
     let bytesUp = 0;
     let bytesDown = 0;
     // Secrets configured with `body: true` are swapped in the body too: buffered (bounded) for that.
@@ -505,7 +574,20 @@ export class SandboxEgress {
       bodySecrets.length &&
       (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined)
     ) {
-      body = await readBounded(req, MAX_SWAPPED_BODY_BYTES);
+      if (this.bufferedBytes + MAX_SWAPPED_BODY_BYTES > MAX_BUFFERED_BYTES_PER_SANDBOX) {
+        socket.destroy();
+        return void sendText(
+          res,
+          503,
+          'Airlock egress: too many request bodies with secrets in flight; retry',
+        );
+      }
+      this.bufferedBytes += MAX_SWAPPED_BODY_BYTES;
+      try {
+        body = await readBounded(req, MAX_SWAPPED_BODY_BYTES);
+      } finally {
+        this.bufferedBytes -= MAX_SWAPPED_BODY_BYTES;
+      }
       if (body === undefined) {
         socket.destroy();
         const reason = `Airlock egress: request bodies carrying secrets are limited to ${MAX_SWAPPED_BODY_BYTES} bytes`;
@@ -538,13 +620,57 @@ export class SandboxEgress {
       setHost: false,
     });
     upstream.on('response', (up) => {
-      res.writeHead(
-        up.statusCode ?? 502,
-        up.statusMessage,
-        rawHeaderPairs(up).flat() as unknown as Record<string, string>,
-      );
+      const status = up.statusCode ?? 0;
+      if (status < 100 || status > 599) {
+        upstream.destroy();
+        return void sendText(
+          res,
+          502,
+          `Airlock egress: ${hostKey} answered with an invalid status ${status}`,
+        );
+      }
+      // Whatever the upstream reflects, the sandbox never reads a real value back: scrub them.
+      const realValues = lease
+        ? lease
+            .secretsForHost(hostKey)
+            .map((x) => ({ from: Buffer.from(x.value), to: Buffer.from(x.sentinel) }))
+        : [];
+      const scrub = (t: string): string =>
+        realValues.reduce((acc, r) => acc.split(r.from.toString()).join(r.to.toString()), t);
+      try {
+        res.writeHead(
+          status,
+          up.statusMessage,
+          rawHeaderPairs(up)
+            // A scrubbed body may change length: let Node frame it (chunked) instead.
+            .filter(([k]) => realValues.length === 0 || !/^(content-length|transfer-encoding)$/i.test(k))
+            .map(([k, v]) => [k, scrub(v)])
+            .flat() as unknown as Record<string, string>,
+        );
+      } catch (e) {
+        upstream.destroy();
+        return void sendText(
+          res,
+          502,
+          `Airlock egress: ${hostKey} sent an invalid response head: ${(e as Error).message}`,
+        );
+      }
       up.on('data', (d: Buffer) => (bytesDown += d.length));
-      up.pipe(res);
+      if (realValues.length === 0) return void up.pipe(res);
+      // Streamed scrub: hold back the last (longest value - 1) bytes so a value split across chunks is caught.
+      const keep = Math.max(...realValues.map((r) => r.from.length)) - 1;
+      let carry: Buffer = Buffer.alloc(0);
+      up.on('data', (d: Buffer) => {
+        let buf: Buffer = Buffer.concat([carry, d]);
+        for (const r of realValues) buf = replaceAll(buf, r.from, r.to);
+        const cut = Math.max(0, buf.length - keep);
+        carry = buf.subarray(cut);
+        if (!res.write(buf.subarray(0, cut))) {
+          up.pause();
+          res.once('drain', () => up.resume());
+        }
+      });
+      up.on('end', () => res.end(carry));
     });
     const finish = (): void => {
       if (blocked) return; // the deny was reported when the body was cut
@@ -617,7 +743,10 @@ export class SandboxEgress {
 
   // ---- TLS interception for hosts with a bound secret -----------------------------------------
 
-  /** Terminate the client's TLS with a leaf cert for res.host, re-encrypt to the real host. */
+  /**
+   * Terminate the client's TLS with a leaf cert for res.host. Each request inside is then forwarded
+   * over its own freshly vetted, certificate-verified TLS connection to the real host.
+   */
   private intercept(
     protocol: EgressProtocol,
     client: Socket,
@@ -625,37 +754,50 @@ export class SandboxEgress {
     port: number,
     head?: Buffer,
   ): void {
+    res.socket.destroy(); // the decision is made; requests dial their own upstream
     if (head && head.length) client.unshift(head);
     const ca = this.gw.opts.ca();
     const tlsClient = new TLSSocket(client, { isServer: true, secureContext: ca.secureContextFor(res.host) });
     tlsClient.on('error', () => client.destroy());
-    const upstreamTls = tlsConnect({
-      socket: res.socket,
-      servername: res.host,
-      ...(this.gw.opts.upstreamCa ? { ca: [...this.gw.opts.upstreamCa] } : {}),
+    tlsClient.on('secure', () => {
+      // The name the client asked for inside the tunnel must be the one that was decided on.
+      const sni = tlsClient.servername;
+      if (typeof sni === 'string' && sni.toLowerCase() !== res.host) tlsClient.destroy();
     });
-    upstreamTls.on('error', () => tlsClient.destroy());
-    this.intercepted.set(tlsClient, {
-      host: res.host,
-      port,
-      address: res.address,
-      upstream: upstreamTls,
-      protocol,
-    });
+    this.intercepted.set(tlsClient, { host: res.host, port, protocol });
     this.mitmServer.emit('connection', tlsClient);
   }
 
   private async onMitmRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.intercepted.get(req.socket);
     if (!meta) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
-    // One upstream TLS connection per client connection; requests on it go to the vetted host only.
-    const vetted = {
-      ok: true as const,
-      host: meta.host,
-      address: meta.address,
-      socket: meta.upstream as unknown as Socket,
-    };
-    await this.forward(meta.protocol, req, res, meta.host, meta.port, req.url ?? '/', { existing: vetted });
+    await this.forward(meta.protocol, req, res, meta.host, meta.port, req.url ?? '/', true);
+  }
+
+  /** TLS to the real host, its certificate verified against the system store (or upstreamCa). */
+  private upstreamTls(raw: Socket, host: string): Promise<Socket> {
+    return new Promise((resolve, reject) => {
+      const t = tlsConnect({
+        socket: raw,
+        servername: host,
+        ...(this.gw.opts.upstreamCa ? { ca: [...this.gw.opts.upstreamCa] } : {}),
+      });
+      t.once('secureConnect', () => {
+        t.removeListener('error', reject);
+        this.hold(t);
+        resolve(t);
+      });
+      t.once('error', reject);
+    });
+  }
+
+  /** Run an async handler; any failure closes its connection instead of reaching the process. */
+  private guard(p: Promise<void>, conn: Socket | ServerResponse): void {
+    p.catch((e: unknown) => {
+      this.gw.opts.logger.warn({ err: (e as Error)?.message }, 'egress handler failed');
+      if ('headersSent' in conn && !conn.headersSent) sendText(conn, 502, 'Airlock egress: internal error');
+      else conn.destroy();
+    });
   }
 
   // ---- transparent interception ----------------------------------------------------------------
@@ -716,10 +858,8 @@ export class SandboxEgress {
       // Plain HTTP: run it through the forwarding path so sentinels are swapped/checked.
       res.socket.destroy();
       sock.unshift(first);
-      const http = this.httpServer(
-        (req, r) => void this.forward('transparent-http', req, r, host, dst.port, req.url ?? '/'),
-      );
-      http.emit('connection', sock);
+      this.transparentHttpTargets.set(sock, { host, port: dst.port });
+      this.transparentHttp.emit('connection', sock);
       sock.resume(); // firstBytes() paused it
       return;
     }

