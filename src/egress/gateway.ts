@@ -644,6 +644,8 @@ export class SandboxEgress {
           rawHeaderPairs(up)
             // A scrubbed body may change length: let Node frame it (chunked) instead.
             .filter(([k]) => realValues.length === 0 || !/^(content-length|transfer-encoding)$/i.test(k))
+            // Hop-by-hop: each upstream connection serves one request; the client's may live on.
+            .filter(([k]) => !/^(connection|keep-alive|proxy-connection)$/i.test(k))
             .map(([k, v]) => [k, scrub(v)])
             .flat() as unknown as Record<string, string>,
         );

@@ -1,5 +1,6 @@
 // Egress end to end: real sandboxes, real curl / python / node inside them, the proxy and the
 // transparent path, against test servers in this run's private network namespace.
+import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
 import { canRunNamespaces, TEST_UID_RANGE } from '../helpers.js';
@@ -8,6 +9,7 @@ import {
   assertPrivateNetns,
   DENIED,
   guardedDialer,
+  OTHER,
   SECRET_HOST,
   startTestServers,
   testResolver,
@@ -275,3 +277,84 @@ describe.skipIf(!canRunNamespaces)('secrets in request bodies', () => {
     });
   });
 });
+
+describe.skipIf(!canRunNamespaces)(
+  'review regressions: nothing a sandbox or an upstream sends can take the gateway down',
+  () => {
+    const spec = {
+      network: { allow: [...policy.allow, `${OTHER.name}:8099`] },
+      secrets: [
+        { name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name], body: true },
+      ],
+    };
+
+    it('two pipelined requests inside an intercepted TLS tunnel are both answered', async () => {
+      await withSandbox(spec, async (s) => {
+        const py = [
+          'import socket, ssl',
+          's = socket.create_connection(("127.0.0.1", 3128))',
+          `s.sendall(b"CONNECT ${SECRET_HOST.name}:443 HTTP/1.1\\r\\nHost: ${SECRET_HOST.name}:443\\r\\n\\r\\n")`,
+          'assert b" 200 " in s.recv(4096)',
+          'ctx = ssl.create_default_context()',
+          `t = ctx.wrap_socket(s, server_hostname="${SECRET_HOST.name}")`,
+          `req = "GET /{} HTTP/1.1\\r\\nHost: ${SECRET_HOST.name}\\r\\n\\r\\n"`,
+          't.sendall((req.format("one") + req.format("two")).encode())',
+          'data = b""',
+          'while data.count(b"HTTP/1.1 200") < 2:',
+          '    chunk = t.recv(65536)',
+          '    if not chunk: break',
+          '    data += chunk',
+          'print(data.count(b"HTTP/1.1 200"))',
+        ].join('\n');
+        const r = await s.exec(['python3', '-c', py], { timeoutMs: 20_000 });
+        expect(r.stdout.trim(), r.stderr).toBe('2');
+        expect((await s.exec(`curl -sS -m 10 http://${ALLOWED.name}/still-up`)).exitCode).toBe(0);
+      });
+    });
+
+    it('an aborted request body (secret with body swap) does not crash the gateway', async () => {
+      await withSandbox(spec, async (s) => {
+        const py = [
+          'import socket',
+          's = socket.create_connection(("127.0.0.1", 3128))',
+          `s.sendall(b"POST http://${SECRET_HOST.name}/x HTTP/1.1\\r\\nHost: ${SECRET_HOST.name}\\r\\nContent-Length: 100\\r\\n\\r\\n0123456789")`,
+          's.close()',
+        ].join('\n');
+        await s.exec(['python3', '-c', py]);
+        await new Promise((r) => setTimeout(r, 200));
+        const ok = await s.exec(`curl -sS -m 10 http://${ALLOWED.name}/after-abort`);
+        expect(ok.exitCode, ok.stderr).toBe(0);
+      });
+    });
+
+    it('an upstream with an invalid status line gets a 502, and the gateway lives on', async () => {
+      const bad = createServer((c) => {
+        c.on('error', () => {});
+        c.once('data', () => c.end('HTTP/1.1 099 Nope\r\nContent-Length: 0\r\n\r\n'));
+      });
+      await new Promise<void>((r) => bad.listen(8099, OTHER.address, r));
+      try {
+        await withSandbox(spec, async (s) => {
+          const r = await s.exec(`curl -sS -m 10 -o /dev/null -w '%{http_code}' http://${OTHER.name}:8099/`);
+          expect(r.stdout).toBe('502');
+          expect((await s.exec(`curl -sS -m 10 http://${ALLOWED.name}/after-bad-status`)).exitCode).toBe(0);
+        });
+      } finally {
+        bad.close();
+      }
+    });
+
+    it('Host always names the dialled host; real values go only into credential headers', async () => {
+      await withSandbox(spec, async (s) => {
+        const r = await s.exec(
+          `curl -sS -m 10 -H "Host: ${DENIED.name}" -H "X-Echo: $TEST_TOKEN" -H "Authorization: Bearer $TEST_TOKEN" http://${SECRET_HOST.name}/pinned`,
+        );
+        expect(r.exitCode, r.stderr).toBe(0);
+        const seen = servers.seen.findLast((q) => q.url === '/pinned');
+        expect(seen?.headers.host).toBe(SECRET_HOST.name);
+        expect(seen?.headers.authorization).toBe('Bearer real-secret-value-42');
+        expect(seen?.headers['x-echo']).toMatch(/^airlock_sentinel_test_token_/);
+      });
+    });
+  },
+);
