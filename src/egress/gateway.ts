@@ -264,6 +264,30 @@ export class SandboxEgress {
     });
   }
 
+  /** Report a refusal (the reason is the text the sandbox also receives). */
+  private denied(
+    protocol: EgressProtocol,
+    host: string,
+    port: number,
+    reason: string,
+    code: string,
+    started: number,
+    extra: Partial<Pick<EgressEvent, 'address' | 'alert' | 'bytesUp' | 'bytesDown'>> = {},
+  ): void {
+    this.emit({
+      protocol,
+      host,
+      port,
+      decision: 'deny',
+      reason,
+      code,
+      bytesUp: 0,
+      bytesDown: 0,
+      durationMs: Date.now() - started,
+      ...extra,
+    });
+  }
+
   /** Pipe client <-> upstream, then report one event with the byte counts. */
   private splice(
     protocol: EgressProtocol,
@@ -513,18 +537,7 @@ export class SandboxEgress {
         const reason = canaries.length
           ? `blocked by Airlock egress policy: the request carries a planted canary credential (${canaries.join(', ')}); this looks like credential exfiltration`
           : `blocked by Airlock egress policy: the credential ${unbound.join(', ')} may only be sent to its bound host(s), not ${hostKey}`;
-        this.emit({
-          protocol,
-          host: hostKey,
-          port,
-          decision: 'deny',
-          reason,
-          code: alert,
-          alert,
-          bytesUp: 0,
-          bytesDown: 0,
-          durationMs: Date.now() - started,
-        });
+        this.denied(protocol, hostKey, port, reason, alert, started, { alert });
         return void sendText(res, 403, reason);
       }
     }
@@ -545,18 +558,7 @@ export class SandboxEgress {
       } catch (e) {
         vetted.socket.destroy();
         const reason = `Airlock egress: could not verify ${hostKey}'s TLS certificate: ${(e as Error).message}`;
-        this.emit({
-          protocol,
-          host: hostKey,
-          port,
-          address: vetted.address,
-          decision: 'deny',
-          reason,
-          code: 'upstream_tls',
-          bytesUp: 0,
-          bytesDown: 0,
-          durationMs: Date.now() - started,
-        });
+        this.denied(protocol, hostKey, port, reason, 'upstream_tls', started, { address: vetted.address });
         return void sendText(res, 502, reason);
       }
     }
@@ -591,17 +593,7 @@ export class SandboxEgress {
       if (body === undefined) {
         socket.destroy();
         const reason = `Airlock egress: request bodies carrying secrets are limited to ${MAX_SWAPPED_BODY_BYTES} bytes`;
-        this.emit({
-          protocol,
-          host: hostKey,
-          port,
-          decision: 'deny',
-          reason,
-          code: 'body_too_large',
-          bytesUp: 0,
-          bytesDown: 0,
-          durationMs: Date.now() - started,
-        });
+        this.denied(protocol, hostKey, port, reason, 'body_too_large', started);
         return void sendText(res, 413, reason);
       }
       bytesUp = body.length;
@@ -834,17 +826,7 @@ export class SandboxEgress {
     const host = synthetic ?? named ?? dst.address;
     if (synthetic && named && canonicalName(named) !== canonicalName(synthetic)) {
       const reason = `blocked by Airlock egress policy: connection to ${synthetic} names ${named}; the name must match the address it was resolved for`;
-      this.emit({
-        protocol,
-        host: synthetic,
-        port: dst.port,
-        decision: 'deny',
-        reason,
-        code: 'mismatch',
-        bytesUp: 0,
-        bytesDown: 0,
-        durationMs: Date.now() - started,
-      });
+      this.denied(protocol, synthetic, dst.port, reason, 'mismatch', started);
       return void denyTransparent(sock, protocol, reason);
     }
     const res = await this.vet(host, dst.port);
