@@ -37,3 +37,4 @@ export {
   type EgressVerdict,
   type SecretSpec,
 } from './policy/network.js';
+export { scanDefinitions, highestSeverity, type Finding, type Severity, type ScanInput } from './mcp/scan.js';
