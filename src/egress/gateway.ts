@@ -52,6 +52,7 @@ export const DNS_PORT = 53;
 /** Synthetic addresses handed out by the sandbox's DNS (never dialled: mapped back to their name). */
 export const SYNTHETIC_POOL = '198.18.0.0/15';
 
+/** Slowloris: a request head (or a SOCKS5 handshake) must arrive within this. */
 const HEADERS_TIMEOUT_MS = 10_000;
 /** Client + upstream sockets one sandbox may hold open in the gateway at once. */
 const MAX_SOCKETS_PER_SANDBOX = 4096;
@@ -60,7 +61,7 @@ const SWAP_HEADERS = /^(authorization|x-api-key|api-key|x-auth-token|private-tok
 const MAX_SWAPPED_BODY_BYTES = 1024 * 1024;
 const MAX_BUFFERED_BYTES_PER_SANDBOX = 16 * 1024 * 1024;
 /** Bytes of the previous chunk kept when scanning a streamed body (longer than any encoded sentinel). */
-const BODY_SCAN_OVERLAP_BYTES = 512; // slowloris: a request head must arrive within this
+const BODY_SCAN_OVERLAP_BYTES = 512;
 const FIRST_BYTES_TIMEOUT_MS = 300; // transparent: wait this long for SNI/Host before deciding without
 const IDLE_TIMEOUT_MS = 300_000;
 
@@ -108,7 +109,7 @@ export class SandboxEgress {
   /** Bytes reserved for request bodies being buffered for a secret swap. */
   private bufferedBytes = 0;
   private readonly mitmServer: HttpServer;
-  /** Intercepted plain HTTP of sandboxes with secrets: one server, the target per connection. */
+  /** Intercepted plain HTTP: one server for the sandbox, the decided target per connection. */
   private readonly transparentHttp: HttpServer;
   private readonly transparentHttpTargets = new WeakMap<Socket, { host: string; port: number }>();
   /** Client-side TLS sockets of intercepted connections → where their requests may go. */
@@ -244,24 +245,22 @@ export class SandboxEgress {
     );
   }
 
+  /** Report a refusal by vetAndDial (policy, SSRF guard, resolution or connect failure). */
   private denyEvent(
     protocol: EgressProtocol,
     r: Extract<VetResult, { ok: false }>,
     port: number,
     started: number,
   ): void {
-    this.emit({
+    this.denied(
       protocol,
-      host: r.host,
+      r.host,
       port,
-      ...(r.address ? { address: r.address } : {}),
-      decision: 'deny',
-      reason: r.verdict.reason,
-      code: r.verdict.code,
-      bytesUp: 0,
-      bytesDown: 0,
-      durationMs: Date.now() - started,
-    });
+      r.verdict.reason,
+      r.verdict.code,
+      started,
+      r.address ? { address: r.address } : {},
+    );
   }
 
   /** Report a refusal (the reason is the text the sandbox also receives). */
@@ -342,7 +341,6 @@ export class SandboxEgress {
       reported = true;
       client.destroy();
       up.destroy();
-      this.sockets.delete(up);
       this.emit({
         protocol,
         host: r.host,
@@ -422,11 +420,8 @@ export class SandboxEgress {
       const res = await this.vet(r.host, r.port);
       if (!res.ok) {
         this.denyEvent('socks5', res, r.port, started);
-        const code =
-          'code' in res.verdict &&
-          (res.verdict.code === 'resolve_failed' || res.verdict.code === 'connect_failed')
-            ? HOST_UNREACHABLE
-            : NOT_ALLOWED;
+        const unreachable = res.verdict.code === 'resolve_failed' || res.verdict.code === 'connect_failed';
+        const code = unreachable ? HOST_UNREACHABLE : NOT_ALLOWED;
         return void sock.end(socks5Reply(code));
       }
       sock.write(socks5Reply(SUCCEEDED, { address: '0.0.0.0', port: 0 }));
@@ -707,18 +702,11 @@ export class SandboxEgress {
           upstream.destroy();
           const alert = canaries.length ? 'canary' : 'sentinel';
           const reason = `blocked by Airlock egress policy: the request body carries ${canaries.length ? `a planted canary credential (${canaries.join(', ')})` : `the credential ${leaked.join(', ')}, which may only be sent to its bound host(s)`}`;
-          this.emit({
-            protocol,
-            host: hostKey,
-            port,
+          this.denied(protocol, hostKey, port, reason, alert, started, {
             address: vetted.address,
-            decision: 'deny',
-            reason,
-            code: alert,
             alert,
             bytesUp,
             bytesDown,
-            durationMs: Date.now() - started,
           });
           sendText(res, 403, reason);
           return;
@@ -829,6 +817,16 @@ export class SandboxEgress {
       this.denied(protocol, synthetic, dst.port, reason, 'mismatch', started);
       return void denyTransparent(sock, protocol, reason);
     }
+    if (protocol === 'transparent-http') {
+      // Plain HTTP goes through the forwarding path: every request on the connection is vetted,
+      // its Host pinned to the decided host and checked for sentinels. A raw splice would forward
+      // later (pipelined / keep-alive) requests whose Host header was never looked at.
+      sock.unshift(first);
+      this.transparentHttpTargets.set(sock, { host, port: dst.port });
+      this.transparentHttp.emit('connection', sock);
+      sock.resume(); // firstBytes() paused it
+      return;
+    }
     const res = await this.vet(host, dst.port);
     if (!res.ok) {
       this.denyEvent(protocol, res, dst.port, started);
@@ -836,15 +834,6 @@ export class SandboxEgress {
     }
     if (protocol === 'transparent-tls' && this.o.secrets?.boundHosts().has(res.host)) {
       this.intercept('transparent-tls', sock, res, dst.port, first);
-      return;
-    }
-    if (protocol === 'transparent-http' && this.o.secrets) {
-      // Plain HTTP: run it through the forwarding path so sentinels are swapped/checked.
-      res.socket.destroy();
-      sock.unshift(first);
-      this.transparentHttpTargets.set(sock, { host, port: dst.port });
-      this.transparentHttp.emit('connection', sock);
-      sock.resume(); // firstBytes() paused it
       return;
     }
     this.splice(protocol, sock, res, dst.port, started, first);
