@@ -12,7 +12,7 @@ import {
   type ExecCommand,
   type SandboxSpec,
 } from '../core/spec.js';
-import { defaultEnv } from '../backends/namespaces/bwrap.js';
+import { defaultEnv } from '../core/env.js';
 import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
@@ -152,7 +152,7 @@ export class SandboxBase {
     const started = performance.now();
     const proc = await this.backend.spawn({
       argv,
-      env: { ...defaultEnv(), ...this.hooks.env, ...this.spec.env, ...o.env },
+      env: this.envWith(o.env),
       cwd: o.cwd,
       stdin: opts.stdin !== undefined,
     });
@@ -267,7 +267,7 @@ export class SandboxBase {
     this.assertAlive();
     const proc = await this.backend.spawn({
       argv,
-      env: { ...defaultEnv(), ...this.hooks.env, ...this.spec.env },
+      env: this.envWith({}),
       cwd: '/',
       stdin: o.stdin !== undefined,
     });
@@ -292,6 +292,11 @@ export class SandboxBase {
       clearTimeout(timer);
       this.running.delete(entry);
     }
+  }
+
+  /** The complete environment of a process: defaults, runtime additions, spec.env, then `extra`. */
+  private envWith(extra: Readonly<Record<string, string>>): Record<string, string> {
+    return { ...defaultEnv(), ...this.hooks.env, ...this.spec.env, ...extra };
   }
 
   /** Egress attempts so far (newest last; at most the latest 10,000). */

@@ -89,12 +89,3 @@ export function bwrapOptions(
   a.push('--seccomp', String(FD.seccomp), '--info-fd', String(FD.info), '--block-fd', String(FD.block));
   return a;
 }
-
-export function defaultEnv(): Record<string, string> {
-  return {
-    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-    HOME: SANDBOX_HOME,
-    USER: 'user',
-    LANG: 'C.UTF-8',
-  };
-}

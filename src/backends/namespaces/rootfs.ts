@@ -4,10 +4,11 @@
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { SANDBOX_HOME } from '../../core/env.js';
 
 export const SANDBOX_UID = 1000;
 export const SANDBOX_USER = 'user';
-export const SANDBOX_HOME = '/home/user';
+export { SANDBOX_HOME };
 export const SANDBOX_HOSTNAME = 'airlock';
 
 /** Host /etc entries copied verbatim: public data only (checked: no secrets in any of these). */
