@@ -1,7 +1,16 @@
 // The Airlock runtime: which backends exist, where host state lives, and the live sandboxes of this
 // process. No hidden global: `Sandbox.create` without an explicit runtime uses one created on first
 // use with defaults (state dir from AIRLOCK_STATE_DIR or /var/lib/airlock).
-import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
@@ -57,6 +66,7 @@ export class Airlock {
   private readonly secretEnv: NodeJS.ProcessEnv;
   private gatewayInstance: EgressGateway | undefined;
   private ca: MitmCa | undefined;
+  private caPublic: { bundle: string; cert: string } | undefined;
 
   constructor(opts: AirlockOptions = {}) {
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
@@ -212,23 +222,34 @@ export class Airlock {
     }
   }
 
-  /** Public copies of the CA (the key never leaves `ca/`): its cert, and the host bundle plus it. */
+  /**
+   * Public copies of the CA (the key never leaves `ca/`): its cert, and the host bundle plus it.
+   * Written once per runtime, each atomically (tmp + rename), because live sandboxes bind them.
+   */
   private caFiles(): { bundle: string; cert: string } {
+    if (this.caPublic) return this.caPublic;
     const ca = this.mitmCa();
     const dir = join(this.stateDir, 'ca-public');
     mkdirSync(dir, { recursive: true, mode: 0o755 });
     chmodSync(dir, 0o755);
-    const cert = join(dir, 'airlock-egress-ca.pem');
-    const bundle = join(dir, 'ca-bundle.pem');
     let hostBundle = '';
     try {
       hostBundle = readFileSync(HOST_CA_BUNDLE, 'utf8');
     } catch {
       /* no system bundle: the sandbox trusts only Airlock's CA */
     }
-    writeFileSync(cert, ca.certPem, { mode: 0o644 });
-    writeFileSync(bundle, `${hostBundle.trimEnd()}\n${ca.certPem}`, { mode: 0o644 });
-    return { bundle, cert };
+    const write = (name: string, content: string): string => {
+      const path = join(dir, name);
+      const tmp = `${path}.${process.pid}.tmp`;
+      writeFileSync(tmp, content, { mode: 0o644 });
+      renameSync(tmp, path);
+      return path;
+    };
+    this.caPublic = {
+      cert: write('airlock-egress-ca.pem', ca.certPem),
+      bundle: write('ca-bundle.pem', `${hostBundle.trimEnd()}\n${ca.certPem}`),
+    };
+    return this.caPublic;
   }
 
   get(id: string): Sandbox {
