@@ -13,6 +13,18 @@ export const ERROR_CODES = {
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
   DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },
+  /** A JSON-RPC message that is not exactly one well-formed, unambiguous object (MCP gateway). */
+  MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
+  /** A gateway config, lockfile or tool rule that cannot be used as written. */
+  MCP_INVALID_CONFIG: { exit: 2, http: 400 },
+  /** A tool call refused by policy: tool not allowed, argument rule, quarantined definition. */
+  MCP_CALL_DENIED: { exit: 1, http: 403 },
+  /** A per-session budget (steps, tokens, bytes, wall time, rate) is used up. */
+  MCP_BUDGET_EXHAUSTED: { exit: 1, http: 429 },
+  /** The sandboxed MCP server died, hung or broke the protocol. */
+  MCP_SERVER_FAILED: { exit: 1, http: 502 },
+  /** Missing or wrong bearer token, or a rejected Host/Origin (gateway HTTP). */
+  UNAUTHORIZED: { exit: 4, http: 401 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 

@@ -21,6 +21,12 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
   DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },
+  MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
+  MCP_INVALID_CONFIG: { exit: 2, http: 400 },
+  MCP_CALL_DENIED: { exit: 1, http: 403 },
+  MCP_BUDGET_EXHAUSTED: { exit: 1, http: 429 },
+  MCP_SERVER_FAILED: { exit: 1, http: 502 },
+  UNAUTHORIZED: { exit: 4, http: 401 },
   INTERNAL: { exit: 70, http: 500 },
 };
 const CODES = Object.keys(EXPECTED) as AirlockErrorCode[];
