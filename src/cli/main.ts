@@ -10,6 +10,15 @@ import { demoCommand } from './demo.js';
 import { doctorCommand } from './doctor.js';
 import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
 import { processIo, runCommand, type Io } from './run.js';
+import {
+  gatewayCommand,
+  mcpDiffCommand,
+  mcpPinCommand,
+  mcpScanCommand,
+  mcpServeCommand,
+  type GatewayFlags,
+  type McpFlags,
+} from './mcp.js';
 
 const RUN_HELP = `
 Command:
@@ -41,6 +50,18 @@ Output and exit status:
 Environment:
   AIRLOCK_STATE_DIR   host state (default /var/lib/airlock)
   AIRLOCK_UID_RANGE   host uids for sandboxes, FIRST:COUNT (default 3000000:65536)
+`;
+
+const MCP_HELP = `
+Drop-in for an mcpServers entry: replace
+  "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]
+with
+  "command": "airlock", "args": ["mcp", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
+The server runs in a sandbox with no network (unless --allow/--policy), sees only its own package files
+(read-only, resolved from ./node_modules or the npx cache: nothing is downloaded) and its workspace.
+Its tools are scanned and pinned (./airlock.lock.json if present, else trust on first use for the session);
+changed or poisoned tools are hidden and refused. Results are truncated and redacted. Its stderr is shown
+here prefixed with [name]. stdout is the MCP protocol.
 `;
 
 function version(): string {
@@ -112,6 +133,69 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .addHelpText('after', RUN_HELP)
     .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
 
+  const sandboxFlags = (c: Command): Command =>
+    c
+      .addOption(new Option('--backend <name>', 'isolation tier').choices(BACKEND_NAMES))
+      .option('--memory <size>', 'memory limit, e.g. 256m (default 512m)')
+      .option('--cpus <n>', 'CPU limit (default 1)')
+      .option('--pids <n>', 'max processes/threads (default 256)')
+      .option('--disk <size>', 'writable disk size (default 512m)')
+      .option('--ttl <duration>', 'server sandbox lifetime (default 24h, renewed by every call)')
+      .option('--workspace <dir[:cow|ro]>', "host dir as the server's /workspace: cow (default) or ro")
+      .option('-e, --env <NAME=VALUE>', 'environment variable for the server (repeatable)', collect, [])
+      .option('--allow <host[:port]>', 'let the server reach this host (repeatable)', collect, [])
+      .option('--deny <host[:port]>', 'never reach this host (repeatable)', collect, [])
+      .option(
+        '--secret <NAME=SOURCE@HOSTS>',
+        'a credential the server uses without seeing it (repeatable)',
+        collect,
+        [],
+      )
+      .option(
+        '--policy <file>',
+        'MCP policy YAML/JSON: network, secrets, tools, budgets, scan, output, limits',
+      )
+      .option('--name <name>', 'server name in the lockfile and logs (default: from the command)')
+      .option('--lockfile <file>', 'pinned definitions (default ./airlock.lock.json)')
+      .passThroughOptions();
+  const mcp = sandboxFlags(
+    program
+      .command('mcp')
+      .description('run one stdio MCP server in a sandbox, mediated; speaks MCP on stdin/stdout')
+      .usage('[flags] -- CMD [ARGS...]   |   mcp scan|pin|diff [flags] -- CMD [ARGS...]')
+      .argument('[CMD...]', 'the server command, e.g. npx -y @modelcontextprotocol/server-memory'),
+  )
+    .option('--audit-log <file>', 'append every audit event as a JSON line')
+    .addHelpText('after', MCP_HELP)
+    .action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpServeCommand(cmd, flags, io)));
+  sandboxFlags(
+    mcp
+      .command('scan')
+      .description("print the description scanner's findings (exit 1 on high)")
+      .argument('<CMD...>'),
+  )
+    .option('--json', 'machine-readable report')
+    .action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpScanCommand(cmd, flags, io)));
+  sandboxFlags(
+    mcp.command('pin').description("pin the server's definitions in the lockfile").argument('<CMD...>'),
+  ).action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpPinCommand(cmd, flags, io)));
+  sandboxFlags(
+    mcp
+      .command('diff')
+      .description('show how the definitions differ from the lockfile (exit 1 if they do)')
+      .argument('<CMD...>'),
+  ).action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpDiffCommand(cmd, flags, io)));
+  program
+    .command('gateway')
+    .description('serve many sandboxed MCP servers behind one Streamable HTTP (or stdio) endpoint')
+    .requiredOption(
+      '--config <file>',
+      'mcpServers JSON (Claude Desktop / Cursor format) with optional airlock blocks',
+    )
+    .option('--listen <host:port>', 'override airlock.listen (loopback unless the config allows otherwise)')
+    .option('--stdio', 'serve one client on stdin/stdout instead of HTTP')
+    .option('--audit-log <file>', 'append every audit event as a JSON line')
+    .action(async (flags: GatewayFlags) => setStatus(await gatewayCommand(flags, io)));
   program
     .command('doctor')
     .description('report which isolation tiers and kernel controls work on this host')

@@ -78,6 +78,73 @@ export const WorkspaceSchema = z
     }
   });
 
+/** Sandbox paths a read-only mount may not cover: they are the sandbox's own layout. */
+const RESERVED_SANDBOX_ROOTS = [
+  '/usr',
+  '/bin',
+  '/sbin',
+  '/lib',
+  '/lib64',
+  '/lib32',
+  '/libx32',
+  '/etc',
+  '/proc',
+  '/dev',
+  '/sys',
+  '/tmp',
+  '/home',
+  '/workspace',
+  '/run',
+];
+
+/**
+ * A host file or directory bound read-only into the sandbox (e.g. an MCP server's own package).
+ * Never writable: the sandbox changes nothing on the host through it.
+ */
+export const MountSchema = z
+  .object({
+    hostPath: z
+      .string()
+      .refine((p) => isAbsolute(p), 'mounts[].hostPath must be an absolute path')
+      .transform((p) => normalize(p).replace(/\/+$/, '') || '/')
+      .superRefine((p, ctx) => {
+        const why = forbiddenMountSourceReason(p);
+        if (why) ctx.addIssue({ code: 'custom', message: why });
+      }),
+    /** Where it appears inside the sandbox (absolute; default: the same path as on the host). */
+    path: z
+      .string()
+      .refine((p) => isAbsolute(p), 'mounts[].path must be an absolute path inside the sandbox')
+      .transform((p) => normalize(p).replace(/\/+$/, '') || '/')
+      .optional(),
+  })
+  .strict()
+  .transform((m) => ({ hostPath: m.hostPath, path: m.path ?? m.hostPath }))
+  .superRefine((m, ctx) => {
+    if (forbiddenMountSourceReason(m.hostPath)) return; // reported on hostPath already
+    const root =
+      m.path === '/' ? '/' : RESERVED_SANDBOX_ROOTS.find((r) => under(m.path, r) || under(r, m.path));
+    if (root) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['path'],
+        message: `mounts[].path "${m.path}" would cover the sandbox's own ${root}; mount it elsewhere (e.g. under /opt)`,
+      });
+    }
+  });
+export type Mount = z.output<typeof MountSchema>;
+
+/** Why a host path cannot be mounted into a sandbox, or undefined (applied again to its realpath). */
+export function forbiddenMountSourceReason(p: string, stateDir?: string): string | undefined {
+  if (p === '/') return 'mounts[].hostPath cannot be "/": mount the server\'s own directory';
+  const root = [...FORBIDDEN_WORKSPACE_ROOTS, '/etc'].find((r) => under(p, r));
+  if (root)
+    return `mounts[].hostPath cannot be under ${root} (host configuration and kernel interfaces are never shared)`;
+  if (stateDir && (under(p, stateDir) || under(stateDir, p)))
+    return `mounts[].hostPath cannot contain or be inside Airlock's state dir ${stateDir}`;
+  return undefined;
+}
+
 export const LimitsSchema = z
   .object({
     memoryBytes: z
@@ -103,6 +170,8 @@ export const SandboxSpecSchema = z
     ttlMs: z.number().int().min(1000, 'ttlMs must be at least 1000').max(DAY_MS).default(600_000),
     limits: LimitsSchema.default(() => LimitsSchema.parse({})),
     workspace: WorkspaceSchema.default(() => WorkspaceSchema.parse({})),
+    /** Host files or dirs bound read-only (at most 16), e.g. an MCP server's package. */
+    mounts: z.array(MountSchema).max(16, 'at most 16 mounts').default([]),
     env: EnvSchema.default({}),
     metadata: z.record(z.string(), z.string()).default({}),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */

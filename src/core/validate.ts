@@ -11,7 +11,7 @@ export function parseOrThrow<S extends z.ZodType>(
   schema: S,
   input: unknown,
   what: string,
-  code: 'INVALID_SPEC' | 'INVALID_ARGUMENT' = 'INVALID_SPEC',
+  code: 'INVALID_SPEC' | 'INVALID_ARGUMENT' | 'MCP_INVALID_CONFIG' = 'INVALID_SPEC',
 ): z.output<S> {
   const r = schema.safeParse(input);
   if (r.success) return r.data;

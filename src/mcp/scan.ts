@@ -785,3 +785,18 @@ export function highestSeverity(findings: readonly Finding[]): Severity | undefi
   for (const f of findings) if (best === undefined || RANK[f.severity] > RANK[best]) best = f.severity;
   return best;
 }
+
+/** The owner label findings use for the item `name` at `index` (e.g. `tools[<label>]`). */
+export const ownerLabel = (name: unknown, index: number): string => label(name, index);
+
+/**
+ * The phrase rules alone (hidden instructions, secrecy toward the user, sensitive paths) on any text,
+ * e.g. a tool result: the same folding (tag characters decoded, invisibles dropped, look-alikes folded)
+ * and the same limit (the first SCAN_LIMITS.maxPhraseScanChars characters) as scanDefinitions. At most
+ * one finding per rule, in rule order, each located at `location`.
+ */
+export function scanPhrases(text: string, location: string): Finding[] {
+  const out: Finding[] = [];
+  phraseFindings({ owner: location, location, text, kind: 'prose' }, fold(text), out);
+  return out;
+}

@@ -59,6 +59,7 @@ export class Airlock {
   readonly logger: Logger;
   private readonly backends: Partial<Record<BackendName, BackendV1>> = {};
   private readonly live = new Map<string, Sandbox>();
+  private readonly redactions = new Map<string, ReturnType<SecretLease['redactionSet']>>();
   private reaped: Promise<void> | undefined;
   private readonly maxSpillBytes: number;
   private readonly spillRetentionMs: number;
@@ -136,7 +137,10 @@ export class Airlock {
     const sbx = new Sandbox(bs, spec, {
       spillDir,
       maxSpillBytes: this.maxSpillBytes,
-      onGone: (gone) => this.live.delete(gone),
+      onGone: (gone) => {
+        this.live.delete(gone);
+        this.redactions.delete(gone);
+      },
       ...(net ? { env: net.env, onKill: net.close } : {}),
     });
     ref.sbx = sbx;
@@ -147,7 +151,16 @@ export class Airlock {
       throw e;
     }
     this.live.set(id, sbx);
+    if (net?.redaction) this.redactions.set(id, net.redaction);
     return sbx;
+  }
+
+  /**
+   * What output guards must scrub for a sandbox of this runtime: its secrets' real values and
+   * sentinels, and its canary tokens (empty lists when it has none). Operator-side only.
+   */
+  redactionSetFor(sandboxId: string): ReturnType<SecretLease['redactionSet']> {
+    return this.redactions.get(sandboxId) ?? { secrets: [], sentinels: [], canaries: [] };
   }
 
   private gateway(): EgressGateway {
@@ -176,6 +189,7 @@ export class Airlock {
     env: Record<string, string>;
     close: () => Promise<void>;
     canaryFiles: Array<{ path: string; content: string }>;
+    redaction?: ReturnType<SecretLease['redactionSet']>;
   }> {
     const plumbing = bs.egress;
     if (!plumbing) {
@@ -215,7 +229,12 @@ export class Airlock {
         onEvent,
       });
       Object.assign(env, egress.env(), lease?.env() ?? {});
-      return { env, close: () => egress.close(), canaryFiles: lease?.canaryFiles() ?? [] };
+      return {
+        env,
+        close: () => egress.close(),
+        canaryFiles: lease?.canaryFiles() ?? [],
+        ...(lease ? { redaction: lease.redactionSet() } : {}),
+      };
     } catch (e) {
       lease?.revoke();
       throw e;

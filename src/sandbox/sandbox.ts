@@ -2,7 +2,7 @@
 // "run this argv": output shaping, timeouts, the TTL, cancellation, result classification, files.
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import {
@@ -56,6 +56,24 @@ export interface ExecHandle {
   wait(): Promise<ExecResult>;
   /** SIGKILL the process tree; resolves once it is gone. */
   kill(): Promise<void>;
+}
+
+/** A long-running process with raw pipes (e.g. a stdio MCP server); see SandboxBase.spawn. */
+export interface SandboxProcess {
+  readonly id: string;
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  /** Resolves once the process tree is gone (never rejects). */
+  readonly exited: Promise<{ exitCode: number | null; signal: NodeJS.Signals | null; killedBy?: KilledBy }>;
+  /** SIGKILL the process tree; resolves once it is gone. */
+  kill(): Promise<void>;
+}
+
+export interface SpawnOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  signal?: AbortSignal;
 }
 
 export interface SandboxInfo {
@@ -173,6 +191,62 @@ export class SandboxBase {
       kill: async () => {
         run.kill('killed');
         await run.result.catch(() => {});
+      },
+    };
+  }
+
+  /**
+   * Start a process with raw stdin/stdout/stderr pipes and no output shaping, for protocols spoken
+   * over stdio (an MCP server). The caller must read stdout and stderr (unread pipes stall the
+   * process). It dies with the sandbox (kill, TTL) and with `signal`.
+   */
+  async spawn(cmd: ExecCommand, opts: SpawnOptions = {}): Promise<SandboxProcess> {
+    this.assertAlive();
+    const argv = parseCommand(cmd);
+    const o = parseOrThrow(
+      ExecOptionsSchema,
+      { cwd: opts.cwd, env: opts.env },
+      'spawn options',
+      'INVALID_ARGUMENT',
+    );
+    if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'spawn aborted before it started');
+    const before = await this.backend.counters();
+    const proc = await this.backend.spawn({ argv, env: this.envWith(o.env), cwd: o.cwd, stdin: true });
+    let killedBy: KilledBy | undefined;
+    const entry = {
+      kill: (reason: KilledBy) => {
+        killedBy ??= reason;
+        proc.kill();
+      },
+    };
+    this.running.add(entry);
+    const onAbort = (): void => entry.kill('killed');
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    if (this.killing) entry.kill(this.killReason === 'ttl' ? 'ttl' : 'killed');
+    proc.stdin!.on('error', () => {}); // EPIPE once the process is gone: its exit says why
+    const exited = proc.exited.then(async (exit) => {
+      this.running.delete(entry);
+      opts.signal?.removeEventListener('abort', onAbort);
+      if (killedBy === undefined && exit.exitCode !== 0) {
+        const after = await this.backend.counters().catch(() => before);
+        if (after.oomKills > before.oomKills) killedBy = 'oom';
+        else if (after.pidsLimitHits > before.pidsLimitHits) killedBy = 'pids';
+      }
+      return {
+        exitCode: exit.exitCode,
+        signal: exit.signal ?? (killedBy !== undefined ? ('SIGKILL' as const) : null),
+        ...(killedBy ? { killedBy } : {}),
+      };
+    });
+    return {
+      id: randomBytes(6).toString('hex'),
+      stdin: proc.stdin!,
+      stdout: proc.stdout,
+      stderr: proc.stderr,
+      exited,
+      kill: async () => {
+        entry.kill('killed');
+        await exited;
       },
     };
   }

@@ -246,6 +246,25 @@ export class SecretLease {
     return env;
   }
 
+  /**
+   * What output filters must redact for this sandbox: each secret's real value and sentinel, and
+   * each canary token. For the operator's own guards (the MCP output guard), never for the sandbox.
+   * Take it at creation: revoke() forgets the real values (the caller keeps its copy to scrub late results).
+   */
+  redactionSet(): {
+    secrets: Array<{ name: string; value: string }>;
+    sentinels: Array<{ name: string; value: string }>;
+    canaries: Array<{ name: string; value: string }>;
+  } {
+    return {
+      secrets: this.#entries.flatMap((e) =>
+        e.value === undefined ? [] : [{ name: e.name, value: e.value }],
+      ),
+      sentinels: this.#entries.map((e) => ({ name: e.name, value: e.sentinel })),
+      canaries: this.#canaries.map((c) => ({ name: c.name, value: c.token })),
+    };
+  }
+
   /** Every host some secret is bound to (canonical names): the hosts the proxy must intercept. */
   boundHosts(): Set<string> {
     return new Set(this.#entries.flatMap((e) => [...e.hosts]));

@@ -796,6 +796,124 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
       });
     });
 
+    // ---- read-only mounts -----------------------------------------------------------------------
+
+    describe('mounts', () => {
+      test('a host dir and a host file are mounted read-only at their paths', async () => {
+        const dir = projectDir();
+        const before = snapshot(dir);
+        const sbx = await create({
+          mounts: [
+            { hostPath: dir, path: '/opt/project' },
+            { hostPath: join(dir, 'README.md'), path: '/opt/readme' },
+          ],
+        });
+        const r = await sbx.exec('cat /opt/project/src/main.py /opt/readme; ls /opt/project');
+        expect(r).toMatchObject({
+          exitCode: 0,
+          stdout: 'print("hello")\n# project\nREADME.md\ndata.bin\nentry\nsrc\n',
+        });
+        for (const cmd of [
+          'echo x > /opt/project/new',
+          'echo x >> /opt/project/README.md',
+          'rm /opt/project/data.bin',
+          'echo x > /opt/readme',
+          'chmod 777 /opt/project/src',
+          'mkdir /opt/other',
+        ]) {
+          const w = await sbx.exec(cmd);
+          expect({ cmd, exitCode: w.exitCode }).not.toEqual({ cmd, exitCode: 0 });
+        }
+        expect(snapshot(dir)).toEqual(before);
+      });
+
+      test('a mount defaults to the same path inside the sandbox', async () => {
+        const dir = mkdtempSync('/var/tmp/airlock-contract-'); // /tmp itself is the sandbox's own
+        hostPaths.push(dir);
+        chmodSync(dir, 0o755);
+        writeFileSync(join(dir, 'README.md'), '# project\n');
+        const sbx = await create({ mounts: [{ hostPath: dir }] });
+        expect(sbx.spec.mounts).toEqual([{ hostPath: dir, path: dir }]);
+        expect((await sbx.exec(['cat', join(dir, 'README.md')])).stdout).toBe('# project\n');
+      });
+
+      test('mounts that would expose host config or cover the sandbox layout are refused', async () => {
+        await expectError(create({ mounts: [{ hostPath: '/etc' }] }), 'INVALID_SPEC', 'mounts.0.hostPath');
+        await expectError(
+          create({ mounts: [{ hostPath: '/', path: '/opt/x' }] }),
+          'INVALID_SPEC',
+          'mounts.0.hostPath',
+        );
+        await expectError(
+          create({ mounts: [{ hostPath: '/proc/self', path: '/opt/x' }] }),
+          'INVALID_SPEC',
+          'mounts.0.hostPath',
+        );
+        const dir = projectDir();
+        await expectError(
+          create({ mounts: [{ hostPath: dir, path: '/usr/lib/x' }] }),
+          'INVALID_SPEC',
+          'mounts.0.path',
+        );
+        await expectError(
+          create({ mounts: [{ hostPath: dir, path: '/workspace' }] }),
+          'INVALID_SPEC',
+          'mounts.0.path',
+        );
+        await expectError(
+          create({ mounts: [{ hostPath: join(dir, 'missing'), path: '/opt/x' }] }),
+          'INVALID_SPEC',
+          'mounts.0.hostPath',
+        );
+        // A symlink to a forbidden place is checked by where it leads.
+        const link = join(dir, 'to-etc');
+        symlinkSync('/etc', link);
+        await expectError(
+          create({ mounts: [{ hostPath: link, path: '/opt/x' }] }),
+          'INVALID_SPEC',
+          'mounts.0.hostPath',
+        );
+      });
+    });
+
+    // ---- spawn: raw pipes -----------------------------------------------------------------------
+
+    describe('spawn', () => {
+      test('spawn gives a live process with raw stdin/stdout/stderr pipes', async () => {
+        const sbx = await create();
+        const p = await sbx.spawn([
+          '/bin/sh',
+          '-c',
+          'while read l; do echo "out:$l"; echo "err:$l" >&2; done; exit 3',
+        ]);
+        const out: Buffer[] = [];
+        const err: Buffer[] = [];
+        p.stdout.on('data', (b: Buffer) => out.push(b));
+        p.stderr.on('data', (b: Buffer) => err.push(b));
+        p.stdin.write('one\n');
+        await new Promise<void>((resolve) => {
+          const check = (): void => {
+            if (Buffer.concat(out).toString().includes('out:one\n')) resolve();
+            else setTimeout(check, 5);
+          };
+          check();
+        });
+        p.stdin.end('two\n');
+        expect(await p.exited).toEqual({ exitCode: 3, signal: null });
+        expect(Buffer.concat(out).toString()).toBe('out:one\nout:two\n');
+        expect(Buffer.concat(err).toString()).toBe('err:one\nerr:two\n');
+      });
+
+      test('a spawned process dies with its sandbox', async () => {
+        const sbx = await create();
+        const p = await sbx.spawn('sleep 600');
+        p.stdout.resume();
+        p.stderr.resume();
+        await sbx.kill();
+        expect(await p.exited).toMatchObject({ signal: 'SIGKILL', killedBy: 'killed' });
+      });
+    });
+
     // ---- limits ---------------------------------------------------------------------------------
 
     describe('limits', () => {

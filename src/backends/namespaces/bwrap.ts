@@ -11,6 +11,8 @@ export interface BwrapLayout {
   /** The sandbox's /workspace: overlay mount, a plain dir on the sandbox disk, or a host dir (ro). */
   readonly workspaceDir: string;
   readonly workspaceReadOnly: boolean;
+  /** Host files/dirs bound read-only: [prepared read-only clone on the host, path in the sandbox]. */
+  readonly roMounts?: ReadonlyArray<readonly [host: string, sandbox: string]>;
   /** Extra read-only files bound over the generated /etc (e.g. the CA bundle for egress interception). */
   readonly extraRoFiles?: ReadonlyArray<readonly [host: string, sandbox: string]>;
   /** Sandbox-private dirs on its size-capped disk. */
@@ -82,6 +84,7 @@ export function bwrapOptions(
   // bwrap's root is an unbounded tmpfs: once every mount point exists, make it read-only so that
   // the only writable places are the ones on the sandbox's size-capped disk.
   for (const [host, inside] of layout.extraRoFiles ?? []) a.push('--ro-bind', host, inside);
+  for (const [host, inside] of layout.roMounts ?? []) a.push('--ro-bind', host, inside);
   a.push('--remount-ro', '/');
   a.push('--chdir', cwd);
   a.push('--clearenv');

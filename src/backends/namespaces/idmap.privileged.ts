@@ -5,6 +5,7 @@
 // uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 
 const OPEN_TREE_CLONE = 1;
@@ -74,5 +75,28 @@ export async function mountIdmapped(
   } finally {
     if (treeFd >= 0) closeSync(treeFd);
     closeSync(usernsFd);
+  }
+}
+
+/**
+ * Bind `source` (file or dir) read-only, nosuid, nodev at `target` (which must exist and be of the
+ * same kind). A detached clone of just that mount (no submounts): the sandbox's uid sees the files
+ * with their host owners and modes, so it reads what any other host user could read and writes
+ * nothing. open_tree + mount_setattr instead of mount(MS_BIND) + remount: the read-only flag is set
+ * on the clone before it becomes visible anywhere.
+ */
+export function bindReadOnly(source: string, target: string): void {
+  const s = libc();
+  const treeFd = s.openTree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (treeFd < 0) throw new AirlockError('INTERNAL', `open_tree ${source} failed: errno ${s.errno()}`);
+  try {
+    const attr = Buffer.alloc(32);
+    attr.writeBigUInt64LE(BigInt(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV), 0);
+    if (s.mountSetattr(treeFd, '', AT_EMPTY_PATH, attr, attr.length) !== 0)
+      throw new AirlockError('INTERNAL', `mount_setattr ${source} failed: errno ${s.errno()}`);
+    if (s.moveMount(treeFd, '', AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) !== 0)
+      throw new AirlockError('INTERNAL', `move_mount ${source} failed: errno ${s.errno()}`);
+  } finally {
+    closeSync(treeFd);
   }
 }

@@ -8,6 +8,7 @@ import {
   chownSync,
   existsSync,
   mkdirSync,
+  readdirSync,
   readFileSync,
   realpathSync,
   rmSync,
@@ -28,7 +29,13 @@ import type {
   SpawnRequest,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
-import { forbiddenWorkspaceReason, LimitsSchema, type Limits, type SandboxSpec } from '../../core/spec.js';
+import {
+  forbiddenMountSourceReason,
+  forbiddenWorkspaceReason,
+  LimitsSchema,
+  type Limits,
+  type SandboxSpec,
+} from '../../core/spec.js';
 import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import {
   attachCgroup,
@@ -38,7 +45,7 @@ import {
   type CgroupHandle,
   type CgroupLayout,
 } from './cgroups.privileged.js';
-import { mountIdmapped } from './idmap.privileged.js';
+import { bindReadOnly, mountIdmapped } from './idmap.privileged.js';
 import {
   createNetns,
   interceptTcpInNetns,
@@ -312,8 +319,20 @@ export class NamespacesBackend implements BackendV1 {
           mountOverlay(workspaceDir, [source], { dir: upper, work });
         }
       }
+      // Read-only host mounts (e.g. an MCP server's package): each a detached read-only clone under
+      // the sandbox dir, which bwrap then binds at its sandbox path.
+      const roMounts: Array<readonly [string, string]> = [];
+      for (const [i, m] of spec.mounts.entries()) {
+        const src = checkMountSource(m.hostPath, realpathOr(this.ctx.stateDir), i);
+        const target = join(dir, `ro-${i}`);
+        if (statSync(src).isDirectory()) mkdirSync(target, { mode: 0o755 });
+        else writeFileSync(target, '', { mode: 0o444 });
+        bindReadOnly(src, target);
+        roMounts.push([target, m.path]);
+      }
       const layout: BwrapLayout = {
         etcDir: this.etcDir!,
+        roMounts,
         workspaceDir,
         workspaceReadOnly: ws.mode === 'ro', // also bound read-only
         tmpDir: slot.tmpDir,
@@ -409,6 +428,9 @@ class HostResources {
     // 1. processes (they pin the mounts), 2. mounts, innermost first, 3. files, 4. uid lease.
     await step(() => this.cgroup?.destroy());
     await step(() => unmount(join(this.dir, 'ws')));
+    for (const name of readdirOr(this.dir)) {
+      if (/^ro-\d+$/.test(name)) await step(() => unmount(join(this.dir, name)));
+    }
     await step(() => unmount(join(this.dir, 'lower')));
     await step(() => unmount(join(this.dir, 'disk')));
     await step(() => unmount(join(this.dir, 'netns')));
@@ -505,6 +527,31 @@ function checkHostDir(p: string, stateDir: string): string {
     throw new AirlockError('INVALID_SPEC', `${why} (resolved from "${p}")`, { field: 'workspace.hostDir' });
   }
   return real;
+}
+
+function checkMountSource(p: string, stateDir: string, i: number): string {
+  const field = `mounts.${i}.hostPath`;
+  let real: string;
+  try {
+    real = realpathSync(p);
+  } catch {
+    throw new AirlockError('INVALID_SPEC', `${field} "${p}" does not exist`, { field });
+  }
+  const st = statSync(real);
+  if (!st.isDirectory() && !st.isFile()) {
+    throw new AirlockError('INVALID_SPEC', `${field} "${p}" is neither a file nor a directory`, { field });
+  }
+  const why = forbiddenMountSourceReason(real, stateDir);
+  if (why) throw new AirlockError('INVALID_SPEC', `${why} (resolved from "${p}")`, { field });
+  return real;
+}
+
+function readdirOr(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
 }
 
 function realpathOr(p: string): string {

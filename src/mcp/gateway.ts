@@ -1,0 +1,257 @@
+// The MCP gateway core: the configured servers (each a pool of sandboxed instances by boundary),
+// the client sessions, and the wiring between them (server→client requests and notifications go to
+// the session that caused them; stderr, frame errors, egress and exits become log lines and audit
+// events). Transports (stdio for `airlock mcp`, Streamable HTTP for `airlock gateway`) sit on top.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import type { Implementation, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import type { Logger } from '../core/backend.js';
+import type { GuardOptions } from '../guard/output.js';
+import type { CompiledToolRules, ScanPolicy } from '../policy/mcp.js';
+import type { Airlock } from '../sandbox/airlock.js';
+import type { AuditEvent, AuditSink } from './audit.js';
+import { mcpEvent } from './audit.js';
+import type { Budgets } from './budget.js';
+import type { Boundary } from './config.js';
+import type { ServerPin } from './pin.js';
+import { ServerPool } from './pool.js';
+import { McpSession } from './session.js';
+import type { ServerLaunch, Upstream, UpstreamHooks } from './upstream.js';
+
+export interface ServerSetup {
+  readonly name: string;
+  /** Tool/prompt name prefix (`<namespace>__<tool>`), or false for the server's own names. */
+  readonly namespace: string | false;
+  readonly launch: ServerLaunch;
+  readonly boundary: Boundary;
+  readonly rules: CompiledToolRules;
+  readonly budgets: Budgets;
+  readonly scan: ScanPolicy;
+  readonly output: { readonly maxTextBytes: number };
+  /** From the lockfile; absent: trust on first use, per session. */
+  readonly pinned?: ServerPin;
+}
+
+export interface ServerEntry {
+  readonly setup: ServerSetup;
+  readonly pool: ServerPool;
+}
+
+export interface GatewayOptions {
+  readonly airlock: Airlock;
+  readonly servers: readonly ServerSetup[];
+  /** 'single': one server, fronted transparently (its own capabilities and info); 'multi': a gateway. */
+  readonly mode: 'single' | 'multi';
+  readonly audit?: AuditSink;
+  readonly logger?: Logger;
+  /** A server's stderr line, e.g. written to Airlock's stderr with a prefix. */
+  readonly onServerStderr?: (server: string, line: string) => void;
+  /** Re-list interval per session (0: only at session start and on list_changed). Default 30 s. */
+  readonly relistIntervalMs?: number;
+  /** Per-request timeout towards a server (reset by progress). Default 120 s. */
+  readonly callTimeoutMs?: number;
+  /** Where full outputs of truncated results are kept (default <stateDir>/spill/mcp). */
+  readonly spillDir?: string;
+}
+
+export class GatewayCore {
+  private readonly servers = new Map<string, ServerEntry>();
+  private readonly sessions = new Set<McpSession>();
+  readonly relistIntervalMs: number;
+  readonly callTimeoutMs: number;
+  private readonly spillDir: string;
+  private mirrored: { info?: Implementation; caps: ServerCapabilities; instructions?: string } | undefined;
+
+  constructor(private readonly opts: GatewayOptions) {
+    this.relistIntervalMs = opts.relistIntervalMs ?? 30_000;
+    this.callTimeoutMs = opts.callTimeoutMs ?? 120_000;
+    this.spillDir = opts.spillDir ?? join(opts.airlock.stateDir, 'spill', 'mcp');
+    for (const setup of opts.servers) {
+      const pool = new ServerPool(
+        setup.launch,
+        setup.boundary,
+        opts.airlock,
+        (key) => this.hooks(setup.name, key),
+        opts.logger,
+      );
+      this.servers.set(setup.name, { setup, pool });
+    }
+  }
+
+  entries(): ServerEntry[] {
+    return [...this.servers.values()];
+  }
+
+  /** Start what runs regardless of clients. In single mode, mirror the server's capabilities. */
+  async start(): Promise<void> {
+    await Promise.all(this.entries().map((e) => e.pool.warm()));
+    if (this.opts.mode === 'single') {
+      const entry = this.entries()[0]!;
+      const lease = await entry.pool.acquire({ sessionId: '', tenant: '', purpose: 'list' });
+      const up = lease.upstream;
+      await lease.release();
+      const caps = up.capabilities;
+      this.mirrored = {
+        ...(up.client.getServerVersion() ? { info: up.client.getServerVersion()! } : {}),
+        caps: {
+          ...(caps.tools ? { tools: { listChanged: true } } : { tools: { listChanged: true } }),
+          ...(caps.prompts ? { prompts: { listChanged: true } } : {}),
+          ...(caps.resources
+            ? { resources: { subscribe: caps.resources.subscribe === true, listChanged: true } }
+            : {}),
+          ...(caps.logging ? { logging: {} } : {}),
+          ...(caps.completions ? { completions: {} } : {}),
+        },
+        ...(up.instructions !== undefined ? { instructions: up.instructions } : {}),
+      };
+    }
+  }
+
+  serverInfo(): Implementation {
+    const m = this.mirrored?.info;
+    return m
+      ? { ...m, title: `${m.title ?? m.name} (via Airlock)` }
+      : { name: 'airlock-gateway', version: '0.1.0' };
+  }
+
+  capabilities(): ServerCapabilities {
+    return (
+      this.mirrored?.caps ?? {
+        tools: { listChanged: true },
+        prompts: { listChanged: true },
+        resources: { subscribe: true, listChanged: true },
+        logging: {},
+        completions: {},
+      }
+    );
+  }
+
+  /**
+   * Instructions for the client. In single mode the server's own, unless the scanner quarantines
+   * them; a gateway gives none (servers' instructions would speak for each other).
+   */
+  instructions(): string | undefined {
+    return this.mirrored?.instructions;
+  }
+
+  /** Hide the mirrored instructions (the scanner or a pin said so). */
+  dropInstructions(): void {
+    if (this.mirrored) delete this.mirrored.instructions;
+  }
+
+  audit(e: AuditEvent): void {
+    try {
+      this.opts.audit?.(e);
+    } catch {
+      /* a failing sink never breaks a call */
+    }
+  }
+
+  guardOptions(sandboxId: string, setup: ServerSetup, tool: string): GuardOptions {
+    const r = this.opts.airlock.redactionSetFor(sandboxId);
+    return {
+      maxTextBytes: setup.output.maxTextBytes,
+      secrets: r.secrets,
+      sentinels: r.sentinels,
+      canaries: r.canaries,
+      redactCredentialPatterns: true,
+      flagInstructions: true,
+      provenance: { server: setup.name, tool, sandboxId },
+      spill: (full) => {
+        mkdirSync(this.spillDir, { recursive: true, mode: 0o700 });
+        const path = join(this.spillDir, `${sandboxId}-${randomBytes(6).toString('hex')}.txt`);
+        writeFileSync(path, full, { mode: 0o600 });
+        return path;
+      },
+    };
+  }
+
+  openSession(sessionId: string, tenant: string): McpSession {
+    const s = new McpSession(this, sessionId, tenant);
+    this.sessions.add(s);
+    return s;
+  }
+
+  async sessionClosed(s: McpSession): Promise<void> {
+    this.sessions.delete(s);
+    await Promise.allSettled(this.entries().map((e) => e.pool.endSession(s.sessionId)));
+  }
+
+  /** Live sandboxed instances of a server (tests, status). */
+  instances(server: string): Promise<Upstream[]> {
+    return this.servers.get(server)?.pool.instances() ?? Promise.resolve([]);
+  }
+
+  get sessionCount(): number {
+    return this.sessions.size;
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.sessions].map((s) => s.close()));
+    await Promise.allSettled(this.entries().map((e) => e.pool.close()));
+  }
+
+  /** The sessions an instance's messages may go to: its own session, else whoever is calling it. */
+  private sessionsFor(server: string, key: string): McpSession[] {
+    const all = [...this.sessions];
+    if (key.startsWith('session:')) return all.filter((s) => `session:${s.sessionId}` === key);
+    if (key.startsWith('tenant:')) return all.filter((s) => `tenant:${s.tenant}` === key);
+    void server;
+    return all;
+  }
+
+  private hooks(server: string, key: string): UpstreamHooks {
+    const log = this.opts.logger;
+    return {
+      onSandbox: (sbx) => sbx.onEgress((e) => this.audit({ ...e, kind: 'egress', server })),
+      onStderr: (line) => {
+        if (this.opts.onServerStderr) this.opts.onServerStderr(server, line);
+        else log?.info({ server, stderr: line }, 'mcp server stderr');
+      },
+      onFrameError: (info) => {
+        this.opts.onServerStderr?.(
+          server,
+          `[airlock] dropped a broken frame from the server: ${info.reason}`,
+        );
+        this.audit(
+          mcpEvent({
+            sandboxId: '',
+            server,
+            method: 'frame',
+            decision: 'error',
+            code: `frame_${info.code}`,
+            reason: info.reason,
+          }),
+        );
+      },
+      onExit: (e) => {
+        this.audit(
+          mcpEvent({
+            sandboxId: '',
+            server,
+            method: 'exit',
+            decision: 'error',
+            code: e.killedBy ?? 'exit',
+            reason: `server instance (${key}) exited: ${e.exitCode ?? e.signal}${e.killedBy ? ` (${e.killedBy})` : ''}`,
+          }),
+        );
+      },
+      onServerRequest: async (req, signal) => {
+        const targets = this.sessionsFor(server, key);
+        const s = targets.find((t) => t.hasInflight(server)) ?? targets[targets.length - 1];
+        if (!s) throw new Error(`no client session to forward ${req.method} to`);
+        return s.fromServerRequest(server, req, signal);
+      },
+      onNotification: (n) => {
+        const targets = this.sessionsFor(server, key);
+        if (n.method === 'notifications/message') {
+          const s = targets.find((t) => t.hasInflight(server)) ?? targets[targets.length - 1];
+          void s?.fromServerNotification(server, n);
+          return;
+        }
+        for (const s of targets) void s.fromServerNotification(server, n);
+      },
+    };
+  }
+}

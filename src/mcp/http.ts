@@ -1,0 +1,282 @@
+// SECURITY-CRITICAL: the gateway's Streamable HTTP endpoint. Checked in this order, before any MCP
+// processing: the path (/mcp), the Host header (DNS-rebinding protection: a page on evil.example
+// that resolves to 127.0.0.1 sends Host: evil.example), the Origin header when present, the bearer
+// token (one per tenant, compared in constant time), then the body through the canonical parser.
+// A session id belongs to the tenant that created it; another tenant's token gets "not found".
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import {
+  createServer,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { EventStore } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { mcpEvent } from './audit.js';
+import { FRAME_LIMITS, parseMessage } from './frame.js';
+import type { GatewayCore } from './gateway.js';
+import type { McpSession } from './session.js';
+
+export interface HttpFrontOptions {
+  readonly host: string;
+  readonly port: number;
+  /** Tenants and their bearer tokens (at least one). */
+  readonly tenants: ReadonlyArray<{ readonly name: string; readonly token: string }>;
+  /** Host header values accepted (host:port, lower case). Default: the listen address and localhost forms. */
+  readonly allowedHosts?: readonly string[];
+  /**
+   * Origin header values accepted when a request has one, besides the gateway's own origins
+   * (http://<each allowed host>). Requests without Origin (non-browser clients) are not affected.
+   */
+  readonly extraOrigins?: readonly string[];
+  readonly maxBodyBytes?: number;
+  /** Sessions idle longer than this are closed (their per-session sandboxes killed). Default 30 min. */
+  readonly sessionIdleMs?: number;
+}
+
+interface Live {
+  readonly transport: StreamableHTTPServerTransport;
+  readonly session: McpSession;
+  readonly tenant: string;
+  lastUsed: number;
+}
+
+const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
+
+export class HttpFront {
+  private readonly http: HttpServer;
+  private readonly live = new Map<string, Live>();
+  private readonly tokens: Array<{ name: string; hash: Buffer }>;
+  private allowedHosts: Set<string>;
+  private allowedOrigins: Set<string>;
+  private sweeper: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly core: GatewayCore,
+    private readonly opts: HttpFrontOptions,
+  ) {
+    if (!opts.tenants.length) throw new Error('the HTTP gateway needs at least one tenant with a token');
+    this.tokens = opts.tenants.map((t) => ({ name: t.name, hash: digest(t.token) }));
+    this.allowedHosts = new Set();
+    this.allowedOrigins = new Set();
+    this.http = createServer((req, res) => void this.handle(req, res));
+  }
+
+  async listen(): Promise<{ host: string; port: number; url: string }> {
+    await new Promise<void>((resolve, reject) => {
+      this.http.once('error', reject);
+      this.http.listen(this.opts.port, this.opts.host, () => resolve());
+    });
+    const port = (this.http.address() as AddressInfo).port;
+    const hostPart = this.opts.host.includes(':') ? `[${this.opts.host}]` : this.opts.host;
+    const defaults = [`${hostPart}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`];
+    this.allowedHosts = new Set((this.opts.allowedHosts ?? defaults).map((h) => h.toLowerCase()));
+    this.allowedOrigins = new Set(
+      [...[...this.allowedHosts].map((h) => `http://${h}`), ...(this.opts.extraOrigins ?? [])].map((o) =>
+        o.toLowerCase(),
+      ),
+    );
+    const idle = this.opts.sessionIdleMs ?? 30 * 60_000;
+    this.sweeper = setInterval(() => this.sweep(idle), Math.min(idle, 60_000));
+    this.sweeper.unref();
+    return { host: this.opts.host, port, url: `http://${hostPart}:${port}/mcp` };
+  }
+
+  get sessionCount(): number {
+    return this.live.size;
+  }
+
+  async close(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    await Promise.allSettled([...this.live.values()].map((l) => l.transport.close()));
+    this.live.clear();
+    this.http.closeAllConnections?.();
+    await new Promise<void>((r) => this.http.close(() => r()));
+  }
+
+  private sweep(idleMs: number): void {
+    const now = Date.now();
+    for (const [id, l] of this.live) {
+      if (now - l.lastUsed > idleMs) {
+        this.live.delete(id);
+        void l.transport.close();
+      }
+    }
+  }
+
+  private tenantOf(req: IncomingMessage): string | undefined {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    if (!m) return undefined;
+    const h = digest(m[1]!);
+    let found: string | undefined;
+    // Compare against every tenant (no early exit) so timing says nothing about which one matched.
+    for (const t of this.tokens) if (timingSafeEqual(h, t.hash)) found ??= t.name;
+    return found;
+  }
+
+  private reject(
+    res: ServerResponse,
+    status: number,
+    message: string,
+    headers: Record<string, string> = {},
+  ): void {
+    if (res.headersSent) return;
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      const url = new URL(req.url ?? '/', 'http://gateway');
+      if (url.pathname !== '/mcp') return this.reject(res, 404, 'not found: the MCP endpoint is /mcp');
+      const host = (req.headers.host ?? '').toLowerCase();
+      if (!this.allowedHosts.has(host)) {
+        this.auditHttp(
+          'host_rejected',
+          `request with Host "${host.slice(0, 80)}" refused (DNS-rebinding protection)`,
+        );
+        return this.reject(res, 403, 'forbidden: Host header not allowed');
+      }
+      const origin = req.headers.origin;
+      if (origin !== undefined && !this.allowedOrigins.has(origin.toLowerCase())) {
+        this.auditHttp('origin_rejected', `request with Origin "${origin.slice(0, 80)}" refused`);
+        return this.reject(res, 403, 'forbidden: Origin not allowed');
+      }
+      const tenant = this.tenantOf(req);
+      if (!tenant) {
+        this.auditHttp('unauthorized', 'request without a valid bearer token refused');
+        return this.reject(
+          res,
+          401,
+          'unauthorized: send Authorization: Bearer <token> from the gateway config',
+          {
+            'www-authenticate': 'Bearer realm="airlock"',
+          },
+        );
+      }
+      const sid = req.headers['mcp-session-id'];
+      const sessionId = Array.isArray(sid) ? sid[0] : sid;
+
+      let body: JSONRPCMessage | undefined;
+      if (req.method === 'POST') {
+        const raw = await readBody(req, this.opts.maxBodyBytes ?? FRAME_LIMITS.maxFrameBytes);
+        if (raw === undefined) return this.reject(res, 413, 'request body too large');
+        const parsed = parseMessage(raw);
+        if (!parsed.ok) {
+          this.auditHttp(
+            `frame_${parsed.code}`,
+            `dropped a broken frame from a client: ${parsed.reason}`,
+            tenant,
+          );
+          res.writeHead(400, { 'content-type': 'application/json' });
+          res.end(
+            JSON.stringify({
+              jsonrpc: '2.0',
+              id: parsed.id ?? null,
+              error: {
+                code: parsed.code === 'not_json' || parsed.code === 'invalid_utf8' ? -32700 : -32600,
+                message: parsed.reason,
+              },
+            }),
+          );
+          return;
+        }
+        body = parsed.message as JSONRPCMessage;
+      }
+
+      if (sessionId !== undefined) {
+        const l = this.live.get(sessionId);
+        // Unknown, expired, or another tenant's session: the same answer, so ids cannot be probed.
+        if (!l || l.tenant !== tenant)
+          return this.reject(res, 404, 'session not found; initialize a new session');
+        l.lastUsed = Date.now();
+        await l.transport.handleRequest(req, res, body);
+        return;
+      }
+      if (req.method !== 'POST' || !body || !('method' in body) || body.method !== 'initialize') {
+        return this.reject(res, 400, 'bad request: no mcp-session-id; start with an initialize request');
+      }
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        eventStore: new MemoryEventStore(),
+        onsessioninitialized: (id) => {
+          this.live.set(id, { transport, session, tenant, lastUsed: Date.now() });
+        },
+        onsessionclosed: (id) => {
+          this.live.delete(id);
+        },
+      });
+      const session = this.core.openSession(randomUUID(), tenant);
+      transport.onclose = () => {
+        if (transport.sessionId) this.live.delete(transport.sessionId);
+        void session.close();
+      };
+      await session.connect(transport);
+      await transport.handleRequest(req, res, body);
+    } catch (e) {
+      this.reject(res, 500, `internal error: ${(e as Error).message}`);
+    }
+  }
+
+  private auditHttp(code: string, reason: string, tenant?: string): void {
+    this.core.audit(
+      mcpEvent({
+        sandboxId: '',
+        server: '*',
+        method: 'http',
+        decision: 'deny',
+        code,
+        reason,
+        ...(tenant ? { tenant } : {}),
+      }),
+    );
+  }
+}
+
+async function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of req) {
+    n += (c as Buffer).length;
+    if (n > max) {
+      req.resume();
+      return undefined;
+    }
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/**
+ * Events kept per session for SSE resumption (a client reconnecting with Last-Event-ID gets what it
+ * missed). Bounded: the oldest events go first.
+ */
+class MemoryEventStore implements EventStore {
+  private readonly events: Array<{ id: string; streamId: string; message: JSONRPCMessage }> = [];
+  private n = 0;
+  private static readonly MAX = 1000;
+
+  async storeEvent(streamId: string, message: JSONRPCMessage): Promise<string> {
+    const id = `${streamId}_${++this.n}`;
+    this.events.push({ id, streamId, message });
+    if (this.events.length > MemoryEventStore.MAX) this.events.shift();
+    return id;
+  }
+
+  async getStreamIdForEventId(eventId: string): Promise<string | undefined> {
+    return this.events.find((e) => e.id === eventId)?.streamId;
+  }
+
+  async replayEventsAfter(
+    lastEventId: string,
+    { send }: { send: (eventId: string, message: JSONRPCMessage) => Promise<void> },
+  ): Promise<string> {
+    const i = this.events.findIndex((e) => e.id === lastEventId);
+    if (i < 0) return '';
+    const streamId = this.events[i]!.streamId;
+    for (const e of this.events.slice(i + 1)) if (e.streamId === streamId) await send(e.id, e.message);
+    return streamId;
+  }
+}

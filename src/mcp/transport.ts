@@ -1,0 +1,104 @@
+// An MCP transport over a pair of byte streams (a sandboxed server's stdout/stdin, or Airlock's own
+// stdin/stdout when it is the server a client launched). Every incoming line goes through the one
+// canonical parser (frame.ts): what the gateway checks is exactly what it forwards. A broken frame
+// is reported through `onframeerror` and dropped (or answered with a JSON-RPC error when it carried
+// a usable request id); it never closes the session.
+import type { Readable, Writable } from 'node:stream';
+import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { LineFramer, jsonRpcErrorFor, serializeMessage, type JsonRpcMessage } from './frame.js';
+
+export interface FrameErrorInfo {
+  readonly code: string;
+  readonly reason: string;
+  readonly id?: string | number;
+}
+
+export interface StreamTransportOptions {
+  /** Answer a broken request that carried an id with a JSON-RPC error (the peer is a client). */
+  readonly answerBrokenRequests?: boolean;
+  readonly maxFrameBytes?: number;
+}
+
+export class StreamTransport implements Transport {
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+  onmessage?: (message: JSONRPCMessage) => void;
+  /** Sees every parsed message first; returning true consumes it (the SDK never sees it). */
+  intercept?: (message: JSONRPCMessage) => boolean;
+  /** Called for every frame the canonical parser rejected. */
+  onframeerror?: (info: FrameErrorInfo) => void;
+  /** Bytes read and written so far (for audit). */
+  bytesIn = 0;
+  bytesOut = 0;
+  private readonly framer: LineFramer;
+  private started = false;
+  private closed = false;
+
+  constructor(
+    private readonly input: Readable,
+    private readonly output: Writable,
+    private readonly opts: StreamTransportOptions = {},
+  ) {
+    this.framer = new LineFramer(opts.maxFrameBytes ? { maxFrameBytes: opts.maxFrameBytes } : {});
+  }
+
+  async start(): Promise<void> {
+    if (this.started) throw new Error('StreamTransport already started');
+    this.started = true;
+    this.input.on('data', this.onData);
+    this.input.on('end', this.onEnd);
+    this.input.on('error', this.onStreamError);
+    this.output.on('error', this.onStreamError);
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    this.bytesIn += chunk.length;
+    for (const ev of this.framer.push(chunk)) this.dispatch(ev);
+  };
+
+  private readonly onEnd = (): void => {
+    for (const ev of this.framer.end()) this.dispatch(ev);
+    void this.close();
+  };
+
+  private readonly onStreamError = (e: Error): void => {
+    this.onerror?.(e);
+  };
+
+  private dispatch(ev: ReturnType<LineFramer['push']>[number]): void {
+    if (ev.kind === 'message') {
+      if (this.intercept?.(ev.message as JSONRPCMessage)) return;
+      this.onmessage?.(ev.message as JSONRPCMessage);
+      return;
+    }
+    this.onframeerror?.({ code: ev.code, reason: ev.reason, ...(ev.id !== undefined ? { id: ev.id } : {}) });
+    if (this.opts.answerBrokenRequests && ev.id !== undefined) {
+      void this.writeLine(
+        serializeMessage(jsonRpcErrorFor({ ok: false, code: ev.code, reason: ev.reason, id: ev.id })),
+      );
+    }
+  }
+
+  async send(message: JSONRPCMessage, _opts?: TransportSendOptions): Promise<void> {
+    if (this.closed) throw new Error('transport closed');
+    await this.writeLine(serializeMessage(message as JsonRpcMessage));
+  }
+
+  private writeLine(line: string): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.output.destroyed || this.output.writableEnded) return resolve();
+      this.bytesOut += Buffer.byteLength(line);
+      if (this.output.write(line)) resolve();
+      else this.output.once('drain', resolve);
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.input.off('data', this.onData);
+    this.input.off('end', this.onEnd);
+    this.onclose?.();
+  }
+}
