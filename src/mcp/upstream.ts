@@ -37,6 +37,8 @@ import { StreamTransport, type FrameErrorInfo } from './transport.js';
 const DAY_MS = 24 * 3_600_000;
 /** How long a server may take to start and answer initialize. */
 const DEFAULT_START_TIMEOUT_MS = 60_000;
+/** Largest message a server may send (one line on its stdout); larger ones are dropped and reported. */
+const MAX_SERVER_FRAME_BYTES = 64 * 1024 * 1024;
 /** Pages of a paginated list read before giving up (a server cannot make the gateway loop forever). */
 const MAX_LIST_PAGES = 100;
 /** Methods a server may send to the client (through the gateway). Everything else: method not found. */
@@ -155,7 +157,10 @@ export class Upstream {
       hooks.onSandbox?.(sandbox);
       proc = await sandbox.spawn(resolved.argv, { cwd: '/workspace' });
       pipeLines(proc.stderr, (l) => hooks.onStderr?.(l));
-      const transport = new StreamTransport(proc.stdout, proc.stdin);
+      // Results may be large (the output guard cuts them for the client); bounded all the same.
+      const transport = new StreamTransport(proc.stdout, proc.stdin, {
+        maxFrameBytes: MAX_SERVER_FRAME_BYTES,
+      });
       transport.onframeerror = (info) => hooks.onFrameError?.(info);
       const client = new Client(
         { name: 'airlock-gateway', version: '0.1.0' },
