@@ -15,7 +15,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { EventStore } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { mcpEvent } from './audit.js';
-import { FRAME_LIMITS, parseMessage } from './frame.js';
+import { FRAME_LIMITS, jsonRpcErrorFor, parseMessage } from './frame.js';
 import type { GatewayCore } from './gateway.js';
 import type { McpSession } from './session.js';
 
@@ -171,16 +171,7 @@ export class HttpFront {
             tenant,
           );
           res.writeHead(400, { 'content-type': 'application/json' });
-          res.end(
-            JSON.stringify({
-              jsonrpc: '2.0',
-              id: parsed.id ?? null,
-              error: {
-                code: parsed.code === 'not_json' || parsed.code === 'invalid_utf8' ? -32700 : -32600,
-                message: parsed.reason,
-              },
-            }),
-          );
+          res.end(JSON.stringify(jsonRpcErrorFor(parsed)));
           return;
         }
         body = parsed.message as JSONRPCMessage;

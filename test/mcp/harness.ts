@@ -122,21 +122,28 @@ export async function startCli(
 }
 
 /**
- * A reverse proxy that adds the bearer token and passes everything else (Host, Origin, SSE) through
- * untouched: the conformance runner cannot send headers of its own.
+ * A reverse proxy that adds the bearer token (the conformance runner cannot send headers of its own)
+ * and maps its own address to the gateway's in Host and Origin, as a real reverse proxy in front of
+ * the gateway would; any other Host or Origin (e.g. evil.example.com) goes through unchanged.
  */
 export async function authProxy(
   targetPort: number,
   token: string,
 ): Promise<{ url: string; close(): Promise<void> }> {
+  let own = -1;
+  const mapPort = (v: string | undefined): string | undefined =>
+    v?.replace(new RegExp(`^((?:http://)?(?:127\\.0\\.0\\.1|localhost)):${own}$`), `$1:${targetPort}`);
   const server: Server = createServer((req, res) => {
+    const headers = { ...req.headers, authorization: `Bearer ${token}` };
+    if (headers.host) headers.host = mapPort(headers.host);
+    if (headers.origin) headers.origin = mapPort(headers.origin);
     const up = httpRequest(
       {
         host: '127.0.0.1',
         port: targetPort,
         method: req.method,
         path: req.url,
-        headers: { ...req.headers, authorization: `Bearer ${token}` },
+        headers,
       },
       (r) => {
         res.writeHead(r.statusCode ?? 502, r.headers);
@@ -148,6 +155,7 @@ export async function authProxy(
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const port = (server.address() as AddressInfo).port;
+  own = port;
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     close: () =>
