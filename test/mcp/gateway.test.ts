@@ -6,7 +6,15 @@ import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { canRunNamespaces, NO_RESIDUE, residue, SKIP_REASON, testAirlock } from '../helpers.js';
+import {
+  canRunNamespaces,
+  NO_RESIDUE,
+  residue,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+  TEST_UID_RANGE,
+  testAirlock,
+} from '../helpers.js';
 import type { Airlock } from '../../src/sandbox/airlock.js';
 import { FIXTURE, startGateway, type TestGateway } from './harness.js';
 
@@ -326,6 +334,49 @@ if (!canRunNamespaces) {
         expect(text(await b.callTool({ name: 'pt__read_file', arguments: {} }))).not.toContain('alice data');
       });
     });
+  });
+
+  describe('mcp gateway: secrets', () => {
+    it('a server uses a sentinel, never the real value, and neither reaches the client', async () => {
+      // Nothing is sent anywhere: the policy only exists so the secret can be bound to a host.
+      const real = ['ghp', '_', 'R3alV4lue', 'x'.repeat(27)].join('');
+      const airlock = new (await import('../../src/sandbox/airlock.js')).Airlock({
+        stateDir: TEST_STATE_DIR,
+        uidRange: TEST_UID_RANGE,
+        secretEnv: { AIRLOCK_TEST_GH: real },
+      });
+      const gw = await startGateway(airlock, {
+        sec: hostile({
+          boundary: 'per-server',
+          network: { allow: ['api.github.com'] },
+          secrets: [
+            { name: 'GITHUB_TOKEN', value: { fromEnv: 'AIRLOCK_TEST_GH' }, hosts: ['api.github.com'] },
+          ],
+        }),
+      });
+      try {
+        const c = await gw.client('alice');
+        const r = await c.callTool({
+          name: 'sec__leak_secret',
+          arguments: { name: 'GITHUB_TOKEN', literal: real },
+        });
+        const out = text(r);
+        expect(out).not.toContain(real);
+        expect(out).not.toMatch(/airlock_sentinel_/);
+        expect(out).toContain('GITHUB_TOKEN=[REDACTED:sentinel:GITHUB_TOKEN]');
+        expect(out).toContain('literal=[REDACTED:secret:GITHUB_TOKEN]');
+        expect(out).toMatch(/\[REDACTED:credential:aws/); // the fixture's fake AWS key pair
+        expect(r._meta?.['airlock/provenance']).toMatchObject({ redacted: true });
+        // Inside the sandbox the variable holds only the sentinel.
+        const [up] = await gw.core.instances('sec');
+        const env = await up!.sandbox.exec('printenv GITHUB_TOKEN');
+        expect(env.stdout).toMatch(/^airlock_sentinel_/);
+        expect(env.stdout).not.toContain(real);
+      } finally {
+        await gw.close();
+        await airlock.killAll();
+      }
+    }, 120_000);
   });
 
   describe('mcp gateway: name collisions', () => {
