@@ -38,3 +38,30 @@ export {
   type SecretSpec,
 } from './policy/network.js';
 export { scanDefinitions, highestSeverity, type Finding, type Severity, type ScanInput } from './mcp/scan.js';
+export { GatewayCore, type GatewayOptions as McpGatewayOptions, type ServerSetup } from './mcp/gateway.js';
+export { HttpFront, type HttpFrontOptions } from './mcp/http.js';
+export { serveStdio } from './mcp/stdio.js';
+export { gatewaySetups, serverSetup } from './mcp/setup.js';
+export {
+  loadGatewayConfig,
+  parseGatewayConfig,
+  resolveTenants,
+  type GatewayConfig,
+  type McpServerConfig,
+  type Boundary,
+} from './mcp/config.js';
+export {
+  pinDefinitions,
+  comparePins,
+  formatDiff,
+  readLockfile,
+  writeLockfile,
+  SessionPins,
+  type ServerPin,
+  type Lockfile,
+} from './mcp/pin.js';
+export { parseMessage, LineFramer, type JsonRpcMessage } from './mcp/frame.js';
+export { guardToolResult, redactText, type GuardOptions, type GuardReport } from './guard/output.js';
+export { findCredentials } from './guard/credentials.js';
+export { decideCall, compileToolRules, type CallVerdict, type ToolRules } from './policy/mcp.js';
+export type { McpAuditEvent, AuditEvent } from './mcp/audit.js';
