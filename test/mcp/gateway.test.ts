@@ -4,7 +4,11 @@
 // boundaries (per-session, per-tenant, per-call, per-server), tool rules and budgets, and no leaks.
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import {
+  McpError,
+  ToolListChangedNotificationSchema,
+  type CallToolResult,
+} from '@modelcontextprotocol/sdk/types.js';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
   canRunNamespaces,
@@ -372,6 +376,32 @@ if (!canRunNamespaces) {
         const env = await up!.sandbox.exec('printenv GITHUB_TOKEN');
         expect(env.stdout).toMatch(/^airlock_sentinel_/);
         expect(env.stdout).not.toContain(real);
+      } finally {
+        await gw.close();
+        await airlock.killAll();
+      }
+    }, 120_000);
+  });
+
+  describe('mcp gateway: re-listing on a timer', () => {
+    it('catches a change without any client request and tells the client (list_changed)', async () => {
+      const airlock = testAirlock();
+      const gw = await startGateway(
+        airlock,
+        { h: hostile({ boundary: 'per-session' }) },
+        { relistIntervalMs: 1000 },
+      );
+      try {
+        const c = await gw.client('alice');
+        let changed = 0;
+        c.setNotificationHandler(ToolListChangedNotificationSchema, () => void changed++);
+        // The session-start listing pinned the first definitions; the timer's listing sees the
+        // fixture's second ones (weather changed, fetch_data renamed) and quarantines them.
+        for (let i = 0; i < 100 && changed === 0; i++) await new Promise((r) => setTimeout(r, 100));
+        expect(changed).toBeGreaterThan(0);
+        const names = (await c.listTools()).tools.map((t) => t.name);
+        expect(names).toContain('h__echo');
+        expect(names).not.toContain('h__weather');
       } finally {
         await gw.close();
         await airlock.killAll();
