@@ -18,6 +18,8 @@ export interface StreamTransportOptions {
   /** Answer a broken request that carried an id with a JSON-RPC error (the peer is a client). */
   readonly answerBrokenRequests?: boolean;
   readonly maxFrameBytes?: number;
+  /** Longest string in a message (default: the parser's 4 MiB; a server's results may be larger). */
+  readonly maxStringBytes?: number;
 }
 
 export class StreamTransport implements Transport {
@@ -40,7 +42,10 @@ export class StreamTransport implements Transport {
     private readonly output: Writable,
     private readonly opts: StreamTransportOptions = {},
   ) {
-    this.framer = new LineFramer(opts.maxFrameBytes ? { maxFrameBytes: opts.maxFrameBytes } : {});
+    this.framer = new LineFramer({
+      ...(opts.maxFrameBytes ? { maxFrameBytes: opts.maxFrameBytes } : {}),
+      ...(opts.maxStringBytes ? { maxStringBytes: opts.maxStringBytes } : {}),
+    });
   }
 
   async start(): Promise<void> {

@@ -95,6 +95,8 @@ export class Upstream {
   >();
   private progressSeq = 0;
   private onNotification: ((n: Notification) => void) | undefined;
+  /** Aborted (and replaced) when a message from the server was too large to read: see frameLost. */
+  private lost = new AbortController();
 
   private constructor(
     readonly launch: ServerLaunch,
@@ -153,6 +155,7 @@ export class Upstream {
       mounts: resolved.mounts,
     });
     let proc: SandboxProcess | undefined;
+    let up: Upstream | undefined;
     try {
       hooks.onSandbox?.(sandbox);
       proc = await sandbox.spawn(resolved.argv, { cwd: '/workspace' });
@@ -160,8 +163,12 @@ export class Upstream {
       // Results may be large (the output guard cuts them for the client); bounded all the same.
       const transport = new StreamTransport(proc.stdout, proc.stdin, {
         maxFrameBytes: MAX_SERVER_FRAME_BYTES,
+        maxStringBytes: MAX_SERVER_FRAME_BYTES,
       });
-      transport.onframeerror = (info) => hooks.onFrameError?.(info);
+      transport.onframeerror = (info) => {
+        hooks.onFrameError?.(info);
+        up?.frameLost(info);
+      };
       const client = new Client(
         { name: 'airlock-gateway', version: '0.1.0' },
         {
@@ -178,7 +185,7 @@ export class Upstream {
         }
         return hooks.onServerRequest(req, extra.signal);
       };
-      const up = new Upstream(launch, sandbox, proc, resolved, transport, client);
+      up = new Upstream(launch, sandbox, proc, resolved, transport, client);
       up.onNotification = (n) => hooks.onNotification?.(n);
       void proc.exited.then((e) => hooks.onExit?.(e));
       const timeoutMs = launch.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
@@ -203,6 +210,30 @@ export class Upstream {
         },
       );
     }
+  }
+
+  /**
+   * A message from the server was dropped because it was too large or too deep to read: it may
+   * have been the answer to a pending request, which would then wait for its timeout. Fail every
+   * pending request now, saying why (well-formed junk lines do not count: they carry no answer).
+   */
+  frameLost(info: FrameErrorInfo): void {
+    if (!['oversized', 'string_too_long', 'too_deep', 'too_many_keys'].includes(info.code)) return;
+    const c = this.lost;
+    this.lost = new AbortController();
+    c.abort(
+      new AirlockError(
+        'MCP_SERVER_FAILED',
+        `MCP server ${this.launch.name} sent a message Airlock cannot read (${info.reason}); pending requests failed`,
+      ),
+    );
+  }
+
+  private withLost(opts: RequestOptions): RequestOptions {
+    return {
+      ...opts,
+      signal: opts.signal ? AbortSignal.any([opts.signal, this.lost.signal]) : this.lost.signal,
+    };
   }
 
   get exited(): boolean {
@@ -253,7 +284,7 @@ export class Upstream {
       const r = (await this.client.request(
         { method, params: cursor ? { cursor } : {} } as never,
         schema,
-        opts,
+        this.withLost(opts),
       )) as Record<string, unknown>;
       out.push(...((r[key] as T[] | undefined) ?? []));
       cursor = typeof r.nextCursor === 'string' ? r.nextCursor : undefined;
@@ -285,7 +316,7 @@ export class Upstream {
           },
         },
         CallToolResultSchema,
-        opts,
+        this.withLost(opts),
       )) as CallToolResult;
     } finally {
       if (token) this.progress.delete(token);
@@ -310,7 +341,7 @@ export class Upstream {
     return this.client.request(
       { method, ...(params ? { params } : {}) } as never,
       schema,
-      opts,
+      this.withLost(opts),
     ) as Promise<Result>;
   }
 

@@ -49,6 +49,7 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       uid: o.hostUid,
       gid: o.hostUid, // libuv also drops supplementary groups (setgroups(0)) when changing ids
       env: {}, // neither the trampoline nor bwrap gets an environment (no LD_PRELOAD and the like)
+      cwd: '/', // not Airlock's own cwd: the shell would export it as PWD, readable in /proc/1/environ
       stdio: [o.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
     }),
   );
