@@ -13,7 +13,7 @@ import {
 import type { AddressInfo } from 'node:net';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { EventStore } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { isInitializeRequest, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { mcpEvent } from './audit.js';
 import { FRAME_LIMITS, jsonRpcErrorFor, parseMessage } from './frame.js';
 import type { GatewayCore } from './gateway.js';
@@ -41,6 +41,8 @@ interface Live {
   readonly session: McpSession;
   readonly tenant: string;
   lastUsed: number;
+  /** Ids of this session's requests whose HTTP answer is still open. */
+  readonly inflight: Set<string>;
 }
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
@@ -162,7 +164,10 @@ export class HttpFront {
       let body: JSONRPCMessage | undefined;
       if (req.method === 'POST') {
         const raw = await readBody(req, this.opts.maxBodyBytes ?? FRAME_LIMITS.maxFrameBytes);
-        if (raw === undefined) return this.reject(res, 413, 'request body too large');
+        if (raw === undefined) {
+          this.auditHttp('frame_oversized', 'dropped a request body over the size limit', tenant);
+          return this.reject(res, 413, 'request body too large');
+        }
         const parsed = parseMessage(raw);
         if (!parsed.ok) {
           this.auditHttp(
@@ -183,17 +188,27 @@ export class HttpFront {
         if (!l || l.tenant !== tenant)
           return this.reject(res, 404, 'session not found; initialize a new session');
         l.lastUsed = Date.now();
+        if (body && 'method' in body && 'id' in body) {
+          // The SDK sends an answer to the open stream of the request with that id: a second request
+          // reusing an id in flight would take over the first one's stream and leave it unanswered.
+          const key = JSON.stringify(body.id);
+          if (l.inflight.has(key))
+            return this.reject(res, 400, 'invalid request: this id is in use by a request in flight');
+          l.inflight.add(key);
+          res.once('close', () => l.inflight.delete(key));
+        }
         await l.transport.handleRequest(req, res, body);
         return;
       }
-      if (req.method !== 'POST' || !body || !('method' in body) || body.method !== 'initialize') {
+      // Only a valid initialize opens a session: the SDK refuses any other, and nothing would close it.
+      if (req.method !== 'POST' || !body || !isInitializeRequest(body)) {
         return this.reject(res, 400, 'bad request: no mcp-session-id; start with an initialize request');
       }
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         eventStore: new MemoryEventStore(),
         onsessioninitialized: (id) => {
-          this.live.set(id, { transport, session, tenant, lastUsed: Date.now() });
+          this.live.set(id, { transport, session, tenant, lastUsed: Date.now(), inflight: new Set() });
         },
         onsessionclosed: (id) => {
           this.live.delete(id);

@@ -98,6 +98,27 @@ export class McpSession {
       }
     };
     this.server.onclose = () => void this.close();
+    // Valid messages the SDK drops unanswered (JSON-RPC forbids an answer): a response to an id this
+    // session never sent, a notification nothing handles. Logged, like a broken frame.
+    this.server.onerror = (e) => this.dropped('protocol_error', e.message);
+    this.server.fallbackNotificationHandler = async (n) =>
+      this.dropped('unhandled_notification', `dropped notification ${n.method}: nothing handles it`);
+  }
+
+  private dropped(code: string, reason: string): void {
+    this.core.audit(
+      mcpEvent({
+        sandboxId: '',
+        server: '*',
+        method: 'protocol',
+        session: this.sessionId,
+        tenant: this.tenant,
+        decision: 'error',
+        code,
+        // Printable ASCII, clipped: the SDK's messages quote the peer's message.
+        reason: reason.replace(/[^\x20-\x7e]/g, '?').slice(0, 300),
+      }),
+    );
   }
 
   connect(transport: Transport): Promise<void> {

@@ -229,11 +229,30 @@ export class Upstream {
     );
   }
 
-  private withLost(opts: RequestOptions): RequestOptions {
-    return {
-      ...opts,
-      signal: opts.signal ? AbortSignal.any([opts.signal, this.lost.signal]) : this.lost.signal,
-    };
+  /**
+   * Runs one request with a signal of its own, aborted by the caller's signal or by `lost`. The SDK
+   * adds an 'abort' listener to the signal it is given and never removes it, and AbortSignal.any keeps
+   * its result reachable from the long-lived `lost` signal on Node 20: either way every request (and
+   * its result) would stay in memory for as long as the server runs. Our listeners go with the request.
+   */
+  private async withLost<T>(opts: RequestOptions, run: (o: RequestOptions) => Promise<T>): Promise<T> {
+    const own = new AbortController();
+    const sources = [this.lost.signal, ...(opts.signal ? [opts.signal] : [])];
+    const unlink: Array<() => void> = [];
+    for (const s of sources) {
+      if (s.aborted) {
+        own.abort(s.reason);
+        break;
+      }
+      const onAbort = (): void => own.abort(s.reason);
+      s.addEventListener('abort', onAbort, { once: true });
+      unlink.push(() => s.removeEventListener('abort', onAbort));
+    }
+    try {
+      return await run({ ...opts, signal: own.signal });
+    } finally {
+      for (const u of unlink) u();
+    }
   }
 
   get exited(): boolean {
@@ -281,10 +300,8 @@ export class Upstream {
     const out: T[] = [];
     let cursor: string | undefined;
     for (let page = 0; page < MAX_LIST_PAGES; page++) {
-      const r = (await this.client.request(
-        { method, params: cursor ? { cursor } : {} } as never,
-        schema,
-        this.withLost(opts),
+      const r = (await this.withLost(opts, (o) =>
+        this.client.request({ method, params: cursor ? { cursor } : {} } as never, schema, o),
       )) as Record<string, unknown>;
       out.push(...((r[key] as T[] | undefined) ?? []));
       cursor = typeof r.nextCursor === 'string' ? r.nextCursor : undefined;
@@ -306,17 +323,19 @@ export class Upstream {
     const token = onProgress ? `airlock-${++this.progressSeq}` : undefined;
     if (token) this.progress.set(token, onProgress!);
     try {
-      return (await this.client.request(
-        {
-          method: 'tools/call',
-          params: {
-            name,
-            ...(args !== undefined ? { arguments: args } : {}),
-            ...(token ? { _meta: { progressToken: token } } : {}),
+      return (await this.withLost(opts, (o) =>
+        this.client.request(
+          {
+            method: 'tools/call',
+            params: {
+              name,
+              ...(args !== undefined ? { arguments: args } : {}),
+              ...(token ? { _meta: { progressToken: token } } : {}),
+            },
           },
-        },
-        CallToolResultSchema,
-        this.withLost(opts),
+          CallToolResultSchema,
+          o,
+        ),
       )) as CallToolResult;
     } finally {
       if (token) this.progress.delete(token);
@@ -338,10 +357,8 @@ export class Upstream {
         'resources/list': ListResourcesResultSchema,
         'resources/templates/list': ListResourceTemplatesResultSchema,
       }[method] ?? EmptyResultSchema;
-    return this.client.request(
-      { method, ...(params ? { params } : {}) } as never,
-      schema,
-      this.withLost(opts),
+    return this.withLost(opts, (o) =>
+      this.client.request({ method, ...(params ? { params } : {}) } as never, schema, o),
     ) as Promise<Result>;
   }
 

@@ -1,0 +1,428 @@
+// M1: what the MCP gateway adds to a tools/call, beside its baseline measured in the same run. One
+// cheap tool (the hostile fixture's `echo`), the same server program spoken to four ways:
+//   direct       SDK Client + StdioClientTransport running the fixture on the host: no sandbox, no
+//                gateway (the baseline)
+//   cli          SDK Client on the stdio of the real `airlock mcp` CLI (a child process) running the
+//                fixture in a sandbox, per-server boundary (`airlock mcp`'s default)
+//   http         SDK Client + StreamableHTTPClientTransport to a gateway in this process (the test
+//                harness's startGateway: HttpFront + GatewayCore), fixture in a sandbox, per-server,
+//                no namespace. Client and gateway share this process's CPU and event loop.
+//   http-process the same HTTP gateway as its own process (`airlock gateway --config`), so the CPU
+//                columns separate the client's cost from the gateway's
+// Latency: SEQUENTIAL calls one at a time after WARMUP, p50/p99. Throughput: N calls kept in flight on
+// one session for DURATION_MS each, calls/s. CPU per call: CPU time (user + sys) each process used
+// during the throughput phases, divided by the calls made: where the time goes. Targets (issue):
+// <= 1 ms added p50 for a per-server boundary, >= 2,000 calls/s.
+//
+// The HTTP clients give fetch no AbortSignal: the SDK's client transport passes one signal to every
+// fetch, and undici keeps a listener on it per request until GC (a client-side leak that prints
+// thousands of MaxListenersExceededWarning lines under load; the bench never aborts a call).
+// AIRLOCK_MCP_BENCH_CPU_PROF=<dir> writes V8 CPU profiles of the `airlock mcp` and `airlock gateway`
+// children.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { Airlock } from '../src/index.js';
+import { FIXTURE, ROOT, startGateway } from '../test/mcp/harness.js';
+import { fmt, summarize, type Summary } from './stats.js';
+
+const STATE_DIR = '/var/tmp/airlock-mcp-bench';
+const UID_RANGE = { first: 3_820_000, count: 4096 } as const;
+const TOOL = 'echo';
+const ARGS = { text: 'bench' } as const;
+const WARMUP = 200;
+const SEQUENTIAL = 2000;
+const IN_FLIGHT = [16, 64] as const;
+const DURATION_MS = 5000;
+const TARGET_ADDED_P50_MS = 1;
+const TARGET_CALLS_PER_S = 2000;
+
+export interface CpuPerCall {
+  /** This process: the client, and for `http` the gateway too. */
+  readonly benchMs: number;
+  /** The gateway's own process (`airlock mcp` / `airlock gateway`), when it has one. */
+  readonly gatewayMs?: number;
+  /** The MCP server: the fixture process (direct) or every process of its sandbox. */
+  readonly serverMs: number;
+}
+
+export interface Throughput {
+  readonly inFlight: number;
+  readonly calls: number;
+  readonly seconds: number;
+  readonly callsPerS: number;
+  /** Latency of each call while N were in flight. */
+  readonly latency: Summary;
+  readonly cpu: CpuPerCall;
+}
+
+export interface PathReport {
+  readonly label: string;
+  readonly sequential: Summary;
+  readonly throughput: Throughput[];
+}
+
+export interface McpReport {
+  readonly tool: string;
+  readonly warmup: number;
+  readonly durationMs: number;
+  readonly direct: PathReport;
+  readonly cli: PathReport;
+  readonly http: PathReport;
+  readonly httpProcess: PathReport;
+}
+
+// ---- CPU accounting -------------------------------------------------------------------------------
+
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+
+/** utime + stime of a process, ms (0 if it is gone). */
+function processCpuMs(pid: number): number {
+  try {
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / CLK_TCK;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU ms of every process running under a uid of the bench's range (the sandboxed servers). */
+function sandboxCpuMs(): number {
+  let ms = 0;
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]);
+      if (uid >= UID_RANGE.first && uid < UID_RANGE.first + UID_RANGE.count) ms += processCpuMs(Number(p));
+    } catch {
+      /* exited */
+    }
+  }
+  return ms;
+}
+
+interface CpuProbe {
+  readonly gatewayPid?: () => number | null | undefined;
+  readonly server: () => number;
+}
+
+interface CpuSnapshot {
+  readonly bench: number;
+  readonly gateway?: number;
+  readonly server: number;
+}
+
+function snapshot(probe: CpuProbe): CpuSnapshot {
+  const u = process.cpuUsage();
+  const pid = probe.gatewayPid?.();
+  return {
+    bench: (u.user + u.system) / 1000,
+    ...(pid ? { gateway: processCpuMs(pid) } : {}),
+    server: probe.server(),
+  };
+}
+
+// ---- measurement ----------------------------------------------------------------------------------
+
+async function callOnce(client: Client): Promise<void> {
+  const r = (await client.callTool({ name: TOOL, arguments: ARGS })) as CallToolResult;
+  if (r.isError) throw new Error(`${TOOL} failed: ${JSON.stringify(r.content).slice(0, 300)}`);
+}
+
+async function measure(
+  label: string,
+  client: Client,
+  probe: CpuProbe,
+  log: (s: string) => void,
+): Promise<PathReport> {
+  const first = (await client.callTool({ name: TOOL, arguments: ARGS })) as CallToolResult;
+  const text = first.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
+  if (!text.includes(ARGS.text)) throw new Error(`${label}: ${TOOL} returned ${JSON.stringify(first)}`);
+  for (let i = 0; i < WARMUP; i++) await callOnce(client);
+  log(`mcp: ${label}: ${SEQUENTIAL} sequential calls`);
+  const seq: number[] = [];
+  for (let i = 0; i < SEQUENTIAL; i++) {
+    const t0 = performance.now();
+    await callOnce(client);
+    seq.push(performance.now() - t0);
+  }
+  const throughput: Throughput[] = [];
+  for (const n of IN_FLIGHT) {
+    log(`mcp: ${label}: ${n} in flight for ${DURATION_MS / 1000} s`);
+    const lat: number[] = [];
+    const cpu0 = snapshot(probe);
+    const start = performance.now();
+    const deadline = start + DURATION_MS;
+    await Promise.all(
+      Array.from({ length: n }, async () => {
+        while (performance.now() < deadline) {
+          const t0 = performance.now();
+          await callOnce(client);
+          lat.push(performance.now() - t0);
+        }
+      }),
+    );
+    const seconds = (performance.now() - start) / 1000;
+    const cpu1 = snapshot(probe);
+    const per = (a: number, b: number): number => (b - a) / lat.length;
+    throughput.push({
+      inFlight: n,
+      calls: lat.length,
+      seconds,
+      callsPerS: lat.length / seconds,
+      latency: summarize(lat),
+      cpu: {
+        benchMs: per(cpu0.bench, cpu1.bench),
+        ...(cpu0.gateway !== undefined && cpu1.gateway !== undefined
+          ? { gatewayMs: per(cpu0.gateway, cpu1.gateway) }
+          : {}),
+        serverMs: per(cpu0.server, cpu1.server),
+      },
+    });
+  }
+  const report = { label, sequential: summarize(seq), throughput };
+  log(
+    `mcp: ${label}: p50 ${fmt(report.sequential.p50)}, ` +
+      throughput.map((t) => `${t.callsPerS.toFixed(0)} calls/s @${t.inFlight}`).join(', '),
+  );
+  return report;
+}
+
+// ---- the four paths -------------------------------------------------------------------------------
+
+const baseEnv = (): Record<string, string> => ({
+  PATH: process.env.PATH ?? '/usr/bin:/bin',
+  HOME: process.env.HOME ?? '/root',
+});
+const airlockEnv = (): Record<string, string> => ({
+  ...baseEnv(),
+  AIRLOCK_STATE_DIR: STATE_DIR,
+  AIRLOCK_UID_RANGE: `${UID_RANGE.first}:${UID_RANGE.count}`,
+});
+const profFlags = (): string[] => {
+  const dir = process.env.AIRLOCK_MCP_BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', '--cpu-prof-dir', dir] : [];
+};
+const cli = (args: string[]): string[] => [
+  ...profFlags(),
+  '--import',
+  'tsx',
+  `${ROOT}/src/cli/main.ts`,
+  ...args,
+];
+
+/** A connected stdio client; `f` gets it and the pid of the process it launched. */
+async function withStdioClient<T>(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  f: (c: Client, pid: () => number | null) => Promise<T>,
+): Promise<T> {
+  const transport = new StdioClientTransport({ command, args, cwd: ROOT, env, stderr: 'pipe' });
+  let tail = '';
+  transport.stderr?.on('data', (b: Buffer) => (tail = (tail + b.toString()).slice(-4000)));
+  const client = new Client({ name: 'bench', version: '1' });
+  try {
+    await client.connect(transport);
+    return await f(client, () => transport.pid);
+  } catch (e) {
+    throw new Error(`${(e as Error).message}\n--- stderr of ${args.join(' ')}:\n${tail}`, { cause: e });
+  } finally {
+    await client.close();
+  }
+}
+
+async function httpClient(url: string, token: string): Promise<Client> {
+  const client = new Client({ name: 'bench', version: '1' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(url), {
+      requestInit: { headers: { authorization: `Bearer ${token}` } },
+      fetch: (input, init) => fetch(input, { ...init, signal: null }),
+    }),
+  );
+  return client;
+}
+
+/** `airlock gateway --config` as a child process; resolves once it prints its URL. */
+async function startGatewayProcess(
+  command: string[],
+): Promise<{ child: ChildProcess; url: string; token: string; tail: () => string }> {
+  const dir = `${STATE_DIR}/bench-gateway`;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const token = randomBytes(32).toString('hex');
+  const config = `${dir}/gateway.json`;
+  writeFileSync(
+    config,
+    JSON.stringify({
+      mcpServers: {
+        bench: {
+          command: command[0],
+          args: command.slice(1),
+          airlock: { boundary: 'per-server', namespace: false },
+        },
+      },
+      airlock: {
+        tenants: [{ name: 'bench', tokenEnv: 'AIRLOCK_BENCH_TOKEN' }],
+        lockfile: `${dir}/no-lockfile.json`,
+      },
+    }),
+    { mode: 0o600 },
+  );
+  const child = spawn(process.execPath, cli(['gateway', '--config', config, '--listen', '127.0.0.1:0']), {
+    cwd: ROOT,
+    env: { ...airlockEnv(), AIRLOCK_BENCH_TOKEN: token },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stderr!.setEncoding('utf8').on('data', (t: string) => {
+      err = (err + t).slice(-8000);
+      const m = / at (http:\/\/\S+\/mcp) /.exec(err);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`airlock gateway exited ${code}: ${err}`)));
+  });
+  return { child, url, token, tail: () => err };
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpReport> {
+  const { log } = opts;
+  if (process.getuid?.() !== 0) throw new Error('the mcp benchmark needs root (sandboxes)');
+  const server = FIXTURE('hostile-server.ts');
+  const [node, ...fixtureArgs] = server;
+
+  log('mcp: direct (fixture on the host, no sandbox, no gateway)');
+  const direct = await withStdioClient(node!, fixtureArgs, baseEnv(), (c, pid) =>
+    measure('direct stdio (baseline)', c, { server: () => processCpuMs(pid() ?? 0) }, log),
+  );
+
+  log('mcp: through `airlock mcp` (a child process; per-server boundary)');
+  const viaCli = await withStdioClient(
+    process.execPath,
+    cli(['mcp', '--lockfile', `${STATE_DIR}/no-lockfile/airlock.lock.json`, '--', ...server]),
+    airlockEnv(),
+    (c, pid) => measure('airlock mcp (stdio)', c, { gatewayPid: pid, server: sandboxCpuMs }, log),
+  );
+
+  log('mcp: through the HTTP gateway (in this process; per-server boundary)');
+  const airlock = new Airlock({ stateDir: STATE_DIR, uidRange: UID_RANGE });
+  let http: PathReport;
+  try {
+    const gw = await startGateway(airlock, {
+      bench: { command: node, args: fixtureArgs, airlock: { boundary: 'per-server', namespace: false } },
+    });
+    try {
+      const c = await httpClient(gw.url, gw.tokens.alice!);
+      try {
+        http = await measure('HTTP gateway, in-process', c, { server: sandboxCpuMs }, log);
+      } finally {
+        await c.close();
+      }
+    } finally {
+      await gw.close();
+    }
+  } finally {
+    await airlock.close();
+  }
+
+  log('mcp: through `airlock gateway` (HTTP, its own process; per-server boundary)');
+  const gp = await startGatewayProcess(server);
+  let httpProcess: PathReport;
+  try {
+    const c = await httpClient(gp.url, gp.token);
+    try {
+      httpProcess = await measure(
+        'HTTP gateway, own process',
+        c,
+        { gatewayPid: () => gp.child.pid, server: sandboxCpuMs },
+        log,
+      );
+    } finally {
+      await c.close();
+    }
+  } catch (e) {
+    throw new Error(`${(e as Error).message}\n--- stderr of airlock gateway:\n${gp.tail()}`, { cause: e });
+  } finally {
+    await stopChild(gp.child);
+  }
+  return { tool: TOOL, warmup: WARMUP, durationMs: DURATION_MS, direct, cli: viaCli, http, httpProcess };
+}
+
+// ---- report ---------------------------------------------------------------------------------------
+
+const verdict = (ok: boolean): string => (ok ? 'meets target' : 'MISSES target');
+const ratio = (x: number, base: number): string => `${(x / base).toFixed(2)}×`;
+const added = (x: number, base: number): string => `${x - base >= 0 ? '+' : ''}${(x - base).toFixed(2)} ms`;
+const ms3 = (x: number | undefined): string => (x === undefined ? '—' : x.toFixed(3));
+
+export function formatMcp(r: McpReport): string {
+  const base = r.direct;
+  const paths = [r.direct, r.cli, r.http, r.httpProcess];
+  const seqRow = (p: PathReport): string => {
+    const s = p.sequential;
+    const b = base.sequential;
+    return p === base
+      ? `| ${p.label} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.mean)} | — | — | — |`
+      : `| ${p.label} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.mean)} | ${added(s.p50, b.p50)} | ` +
+          `${added(s.p99, b.p99)} | ${ratio(s.p50, b.p50)} |`;
+  };
+  const tputRow = (p: PathReport): string =>
+    `| ${p.label} | ` +
+    p.throughput
+      .map((t, k) => {
+        const b = base.throughput[k]!;
+        const rel = p === base ? '' : ` (${ratio(t.callsPerS, b.callsPerS)})`;
+        return `${t.callsPerS.toFixed(0)}${rel} | ${fmt(t.latency.p50)} / ${fmt(t.latency.p99)}`;
+      })
+      .join(' | ') +
+    ' |';
+  const cpuRow = (p: PathReport): string => {
+    const t = p.throughput[p.throughput.length - 1]!;
+    const total = t.cpu.benchMs + (t.cpu.gatewayMs ?? 0) + t.cpu.serverMs;
+    return `| ${p.label} | ${ms3(t.cpu.benchMs)} | ${ms3(t.cpu.gatewayMs)} | ${ms3(t.cpu.serverMs)} | ${ms3(total)} |`;
+  };
+  const head = IN_FLIGHT.map((n) => `calls/s @${n} (vs direct) | p50 / p99 @${n}`).join(' | ');
+  const lastN = IN_FLIGHT[IN_FLIGHT.length - 1];
+  const lines = [
+    `Tool \`${r.tool}\` of the hostile fixture; ${base.sequential.n} sequential calls after ${r.warmup} ` +
+      `warm-up calls; throughput with N calls in flight on one session for ${r.durationMs / 1000} s each.`,
+    '',
+    '| path | p50 | p99 | mean | added p50 | added p99 | p50 ratio |',
+    '|---|---|---|---|---|---|---|',
+    ...paths.map(seqRow),
+    '',
+    `| path | ${head} |`,
+    `|---|${IN_FLIGHT.map(() => '---|---|').join('')}`,
+    ...paths.map(tputRow),
+    '',
+    `CPU ms per call (user + sys) during the @${lastN} phase, by process (in-process: the bench ` +
+      'process runs the client and the gateway):',
+    '',
+    '| path | bench process (client) | gateway process | MCP server | total |',
+    '|---|---|---|---|---|',
+    ...paths.map(cpuRow),
+    '',
+  ];
+  for (const p of [r.cli, r.http, r.httpProcess]) {
+    const add = p.sequential.p50 - base.sequential.p50;
+    const best = Math.max(...p.throughput.map((t) => t.callsPerS));
+    lines.push(
+      `${p.label}: added p50 ${fmt(add)} (${verdict(add <= TARGET_ADDED_P50_MS)} <= ${TARGET_ADDED_P50_MS} ms); ` +
+        `best throughput ${best.toFixed(0)} calls/s (${verdict(best >= TARGET_CALLS_PER_S)} >= ${TARGET_CALLS_PER_S}).`,
+    );
+  }
+  return lines.join('\n');
+}
