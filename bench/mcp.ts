@@ -22,6 +22,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { Agent as HttpAgent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -73,7 +74,10 @@ export interface McpReport {
   readonly direct: PathReport;
   readonly cli: PathReport;
   readonly http: PathReport;
+  /** The same gateway with a lean HTTP client (no SDK client cost on these 2 shared cores). */
+  readonly httpLean: PathReport;
   readonly httpProcess: PathReport;
+  readonly httpProcessLean: PathReport;
 }
 
 // ---- CPU accounting -------------------------------------------------------------------------------
@@ -130,14 +134,92 @@ function snapshot(probe: CpuProbe): CpuSnapshot {
 
 // ---- measurement ----------------------------------------------------------------------------------
 
-async function callOnce(client: Client): Promise<void> {
+/** What measure() needs of a client: the SDK Client, or the lean HTTP client below. */
+type Caller = Pick<Client, 'callTool'>;
+
+/**
+ * A minimal MCP client over Streamable HTTP: keep-alive node:http, one POST per request, reads the
+ * JSON or SSE answer. It does what the SDK client does on the wire for a call, without its
+ * web-streams machinery (≈0.65 ms of CPU per call on this machine): the gateway's own cost shows.
+ */
+async function leanHttpClient(url: string, token: string): Promise<Caller & { close(): void }> {
+  const agent = new HttpAgent({ keepAlive: true, maxSockets: 128 });
+  const u = new URL(url);
+  const state: { session?: string } = {};
+  let nextId = 1;
+  const post = (body: unknown): Promise<{ headers: IncomingHttpHeaders; text: string }> =>
+    new Promise((resolve, reject) => {
+      const req = httpRequest(
+        {
+          agent,
+          host: u.hostname,
+          port: u.port,
+          path: u.pathname,
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            authorization: `Bearer ${token}`,
+            ...(state.session
+              ? { 'mcp-session-id': state.session, 'mcp-protocol-version': '2025-06-18' }
+              : {}),
+          },
+        },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => resolve({ headers: res.headers, text }));
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify(body));
+    });
+  const answer = (text: string, id: number): Record<string, unknown> => {
+    const bodies = text.startsWith('{')
+      ? [text]
+      : text.split('\n').flatMap((l) => (l.startsWith('data:') ? [l.slice(5).trim()] : []));
+    for (const b of bodies) {
+      if (!b) continue;
+      const m = JSON.parse(b) as { id?: number; result?: Record<string, unknown>; error?: unknown };
+      if (m.id === id) {
+        if (m.error) throw new Error(`MCP error: ${JSON.stringify(m.error)}`);
+        return m.result!;
+      }
+    }
+    throw new Error(`no answer to request ${id}: ${text.slice(0, 200)}`);
+  };
+  const init = await post({
+    jsonrpc: '2.0',
+    id: 0,
+    method: 'initialize',
+    params: {
+      protocolVersion: '2025-06-18',
+      capabilities: {},
+      clientInfo: { name: 'bench-lean', version: '1' },
+    },
+  });
+  answer(init.text, 0);
+  state.session = String(init.headers['mcp-session-id']);
+  await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  return {
+    callTool: (async (params: { name: string; arguments?: Record<string, unknown> }) => {
+      const id = nextId++;
+      const r = await post({ jsonrpc: '2.0', id, method: 'tools/call', params });
+      return answer(r.text, id);
+    }) as Caller['callTool'],
+    close: () => agent.destroy(),
+  };
+}
+
+async function callOnce(client: Caller): Promise<void> {
   const r = (await client.callTool({ name: TOOL, arguments: ARGS })) as CallToolResult;
   if (r.isError) throw new Error(`${TOOL} failed: ${JSON.stringify(r.content).slice(0, 300)}`);
 }
 
 async function measure(
   label: string,
-  client: Client,
+  client: Caller,
   probe: CpuProbe,
   log: (s: string) => void,
 ): Promise<PathReport> {
@@ -320,6 +402,7 @@ export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpR
   log('mcp: through the HTTP gateway (in this process; per-server boundary)');
   const airlock = new Airlock({ stateDir: STATE_DIR, uidRange: UID_RANGE });
   let http: PathReport;
+  let httpLean: PathReport;
   try {
     const gw = await startGateway(airlock, {
       bench: { command: node, args: fixtureArgs, airlock: { boundary: 'per-server', namespace: false } },
@@ -331,6 +414,17 @@ export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpR
       } finally {
         await c.close();
       }
+      const lean = await leanHttpClient(gw.url, gw.tokens.alice!);
+      try {
+        httpLean = await measure(
+          'HTTP gateway, in-process, lean client',
+          lean,
+          { server: sandboxCpuMs },
+          log,
+        );
+      } finally {
+        lean.close();
+      }
     } finally {
       await gw.close();
     }
@@ -341,6 +435,7 @@ export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpR
   log('mcp: through `airlock gateway` (HTTP, its own process; per-server boundary)');
   const gp = await startGatewayProcess(server);
   let httpProcess: PathReport;
+  let httpProcessLean: PathReport;
   try {
     const c = await httpClient(gp.url, gp.token);
     try {
@@ -353,12 +448,33 @@ export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpR
     } finally {
       await c.close();
     }
+    const lean = await leanHttpClient(gp.url, gp.token);
+    try {
+      httpProcessLean = await measure(
+        'HTTP gateway, own process, lean client',
+        lean,
+        { gatewayPid: () => gp.child.pid, server: sandboxCpuMs },
+        log,
+      );
+    } finally {
+      lean.close();
+    }
   } catch (e) {
     throw new Error(`${(e as Error).message}\n--- stderr of airlock gateway:\n${gp.tail()}`, { cause: e });
   } finally {
     await stopChild(gp.child);
   }
-  return { tool: TOOL, warmup: WARMUP, durationMs: DURATION_MS, direct, cli: viaCli, http, httpProcess };
+  return {
+    tool: TOOL,
+    warmup: WARMUP,
+    durationMs: DURATION_MS,
+    direct,
+    cli: viaCli,
+    http,
+    httpLean,
+    httpProcess,
+    httpProcessLean,
+  };
 }
 
 // ---- report ---------------------------------------------------------------------------------------
@@ -370,7 +486,7 @@ const ms3 = (x: number | undefined): string => (x === undefined ? '—' : x.toFi
 
 export function formatMcp(r: McpReport): string {
   const base = r.direct;
-  const paths = [r.direct, r.cli, r.http, r.httpProcess];
+  const paths = [r.direct, r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean];
   const seqRow = (p: PathReport): string => {
     const s = p.sequential;
     const b = base.sequential;
@@ -416,7 +532,7 @@ export function formatMcp(r: McpReport): string {
     ...paths.map(cpuRow),
     '',
   ];
-  for (const p of [r.cli, r.http, r.httpProcess]) {
+  for (const p of [r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean]) {
     const add = p.sequential.p50 - base.sequential.p50;
     const best = Math.max(...p.throughput.map((t) => t.callsPerS));
     lines.push(
