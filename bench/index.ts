@@ -4,7 +4,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, release } from 'node:os';
 import { egressBench, formatEgress } from './egress.js';
+import { forkBench, formatFork } from './fork.js';
 import { formatLifecycle, lifecycle } from './lifecycle.js';
+import { formatMcp, mcpBench } from './mcp.js';
 
 const BENCHES = {
   lifecycle: async (runs: number, log: (s: string) => void) => {
@@ -14,6 +16,14 @@ const BENCHES = {
   egress: async (_runs: number, log: (s: string) => void) => {
     const r = await egressBench({ log });
     return { data: r, text: formatEgress(r) };
+  },
+  fork: async (runs: number, log: (s: string) => void) => {
+    const r = await forkBench({ runs, log });
+    return { data: r, text: formatFork(r) };
+  },
+  mcp: async (_runs: number, log: (s: string) => void) => {
+    const r = await mcpBench({ log });
+    return { data: r, text: formatMcp(r) };
   },
 } as const;
 

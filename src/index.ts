@@ -1,7 +1,9 @@
 // Public API: named exports only.
 export { Sandbox, defaultAirlock } from './sandbox/index.js';
-export { Airlock, DEFAULT_STATE_DIR, type AirlockOptions } from './sandbox/airlock.js';
+export { Airlock, DEFAULT_STATE_DIR, type AirlockOptions, type Snapshots } from './sandbox/airlock.js';
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
+export { Snapshot, MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
+export type { SnapshotParent, SnapshotRecord } from './core/snapshot.js';
 export type { FileEntry } from './sandbox/files.js';
 export {
   AirlockError,
@@ -14,6 +16,8 @@ export {
   parseSandboxSpec,
   SandboxSpecSchema,
   BACKEND_NAMES,
+  DIGEST_RE,
+  MAX_LAYERS,
   type BackendName,
   type SandboxSpec,
   type SandboxSpecInput,

@@ -10,6 +10,7 @@ import { demoCommand } from './demo.js';
 import { doctorCommand } from './doctor.js';
 import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
 import { processIo, runCommand, type Io } from './run.js';
+import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
 import {
   gatewayCommand,
   mcpDiffCommand,
@@ -196,6 +197,19 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .option('--stdio', 'serve one client on stdin/stdout instead of HTTP')
     .option('--audit-log <file>', 'append every audit event as a JSON line')
     .action(async (flags: GatewayFlags) => setStatus(await gatewayCommand(flags, io)));
+  const snapshot = program
+    .command('snapshot')
+    .description('list and remove snapshots (taken with sbx.snapshot() in the library)');
+  snapshot
+    .command('ls')
+    .description('list the snapshots in the state dir')
+    .option('--json', 'machine-readable list')
+    .action(async (opts: { json?: boolean }) => setStatus(await snapshotListCommand(opts, io)));
+  snapshot
+    .command('rm')
+    .description('delete a snapshot and free its disk (refused while a live fork uses it)')
+    .argument('<ID>', 'snapshot id (sha256:…), or a unique prefix of its hex digits')
+    .action(async (id: string) => setStatus(await snapshotRemoveCommand(id, io)));
   program
     .command('doctor')
     .description('report which isolation tiers and kernel controls work on this host')

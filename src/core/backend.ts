@@ -2,6 +2,7 @@
 // folder under src/backends/<tier>/. The Sandbox facade (src/sandbox/) is the only caller; it owns
 // output shaping, timeouts, TTL and result classification, so a backend only runs processes.
 import type { Readable, Writable } from 'node:stream';
+import type { SnapshotRecord } from './snapshot.js';
 import type { BackendName, SandboxSpec } from './spec.js';
 
 export interface Logger {
@@ -72,8 +73,34 @@ export interface BackendSandbox {
   counters(): Promise<LimitCounters>;
   /** The sandbox's only way out, if the backend supports egress (see src/egress/). */
   readonly egress?: EgressPlumbing;
+  /**
+   * Capture the sandbox's filesystem state (its workspace and home changes) as a new immutable layer,
+   * with its processes paused while copying. Optional: a backend without it cannot snapshot.
+   */
+  snapshot?(signal?: AbortSignal): Promise<SnapshotRecord>;
+  /** Freeze every process of the sandbox (nothing runs until resume). Optional. Idempotent. */
+  pause?(): Promise<void>;
+  /** Thaw what pause() froze. Idempotent. */
+  resume?(): Promise<void>;
   /** Kill everything, release every host resource (mounts, cgroups, uid, dirs). Idempotent. */
   destroy(): Promise<void>;
+}
+
+/**
+ * A backend's stored snapshots (layers). Sandboxes start from one through `SandboxSpec.layers`.
+ * Ids are the layers' content digests.
+ */
+export interface SnapshotStoreV1 {
+  list(): Promise<SnapshotRecord[]>;
+  /** undefined when there is no such snapshot. */
+  get(digest: string): Promise<SnapshotRecord | undefined>;
+  /** Ids of live sandboxes (of any process on this state dir) that run on the snapshot's layer. */
+  users(digest: string): Promise<string[]>;
+  /**
+   * Delete the layer and free its disk. SNAPSHOT_IN_USE while a live sandbox runs on it or another
+   * snapshot is built on it; SNAPSHOT_NOT_FOUND when it does not exist.
+   */
+  remove(digest: string): Promise<void>;
 }
 
 /**
@@ -106,4 +133,6 @@ export interface BackendV1 {
   close(): Promise<void>;
   /** Remove residue of sandboxes whose owning process died (SIGKILL, crash). */
   reapOrphans(): Promise<ReapReport>;
+  /** Snapshots of this backend, if it can take them. */
+  readonly snapshots?: SnapshotStoreV1;
 }

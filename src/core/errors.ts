@@ -13,6 +13,12 @@ export const ERROR_CODES = {
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
   DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },
+  /** exec, spawn or files on a paused sandbox: `resume()` it first. */
+  SANDBOX_PAUSED: { exit: 1, http: 409 },
+  /** No snapshot with that id (digest) in this state dir. */
+  SNAPSHOT_NOT_FOUND: { exit: 3, http: 404 },
+  /** A snapshot a live sandbox (a fork) or a later snapshot still builds on: kill or remove those first. */
+  SNAPSHOT_IN_USE: { exit: 1, http: 409 },
   /** A JSON-RPC message that is not exactly one well-formed, unambiguous object (MCP gateway). */
   MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
   /** A gateway config, lockfile or tool rule that cannot be used as written. */

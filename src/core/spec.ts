@@ -12,6 +12,14 @@ export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
 
 const MiB = 1024 * 1024;
+
+/** A snapshot (layer) id: its content digest. */
+export const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
+export const DigestSchema = z
+  .string()
+  .regex(DIGEST_RE, 'a snapshot id is "sha256:" followed by 64 lowercase hex digits');
+/** Deepest snapshot chain a sandbox can run on (each layer is one read-only overlay lower). */
+export const MAX_LAYERS = 32;
 const GiB = 1024 * MiB;
 const DAY_MS = 24 * 3_600_000;
 
@@ -174,6 +182,21 @@ export const SandboxSpecSchema = z
     mounts: z.array(MountSchema).max(16, 'at most 16 mounts').default([]),
     env: EnvSchema.default({}),
     metadata: z.record(z.string(), z.string()).default({}),
+    /**
+     * Exempt from the TTL: the sandbox lives until `kill()` (or its Airlock process ends). `ttlMs` is
+     * then ignored. Absent means false.
+     */
+    persistent: z.boolean().optional(),
+    /**
+     * Internal (set by `snapshot.fork()`): the snapshot layers the workspace and home start from, top
+     * first: a snapshot's digest followed by its parent chain. Each must exist in the state dir.
+     */
+    layers: z
+      .array(DigestSchema)
+      .min(1, 'layers lists at least one snapshot (omit it for a fresh sandbox)')
+      .max(MAX_LAYERS, `a snapshot chain is at most ${MAX_LAYERS} layers deep`)
+      .refine((l) => new Set(l).size === l.length, 'layers must not repeat a snapshot')
+      .optional(),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
     network: NetworkPolicySchema.optional(),
     /** Credentials the sandbox may use without seeing them (needs `network`). */

@@ -15,7 +15,14 @@ import { join } from 'node:path';
 import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
-import { parseSandboxSpec, type BackendName, type SandboxSpec, type SandboxSpecInput } from '../core/spec.js';
+import type { SnapshotRecord } from '../core/snapshot.js';
+import {
+  DIGEST_RE,
+  parseSandboxSpec,
+  type BackendName,
+  type SandboxSpec,
+  type SandboxSpecInput,
+} from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
 import { EgressGateway } from '../egress/gateway.js';
 import { MitmCa } from '../egress/mitm.js';
@@ -24,6 +31,17 @@ import { SecretLease } from '../secrets/sentinels.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
+import { Snapshot, type SnapshotRuntime } from './snapshot.js';
+
+/** `airlock.snapshots`: the snapshots stored in this runtime's state dir (shared by its processes). */
+export interface Snapshots {
+  /** Every snapshot, oldest first. */
+  list(): Promise<Snapshot[]>;
+  /** One snapshot by id ("sha256:…"); SNAPSHOT_NOT_FOUND if there is none. */
+  inspect(id: string): Promise<Snapshot>;
+  /** Delete a snapshot and free its disk; SNAPSHOT_IN_USE while a live fork or later snapshot uses it. */
+  remove(id: string): Promise<void>;
+}
 
 export interface AirlockOptions {
   readonly stateDir?: string;
@@ -68,6 +86,8 @@ export class Airlock {
   private gatewayInstance: EgressGateway | undefined;
   private ca: MitmCa | undefined;
   private caPublic: { bundle: string; cert: string } | undefined;
+  readonly snapshots: Snapshots;
+  private readonly snapshotRuntime: SnapshotRuntime;
 
   constructor(opts: AirlockOptions = {}) {
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
@@ -82,6 +102,47 @@ export class Airlock {
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
       ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
     });
+    this.snapshotRuntime = {
+      create: (spec) => this.create(spec),
+      exists: async (b, d) => (await this.snapshotStore(b).get(d)) !== undefined,
+      users: (b, d) => this.snapshotStore(b).users(d),
+      remove: (b, d) => this.snapshotStore(b).remove(d),
+    };
+    const find = async (id: string): Promise<{ backend: BackendName; record: SnapshotRecord }> => {
+      if (typeof id !== 'string' || !DIGEST_RE.test(id)) {
+        throw new AirlockError('INVALID_ARGUMENT', `"${String(id)}" is not a snapshot id (sha256:<64 hex>)`, {
+          field: 'id',
+        });
+      }
+      for (const [name, b] of Object.entries(this.backends)) {
+        const record = await b.snapshots?.get(id);
+        if (record) return { backend: name as BackendName, record };
+      }
+      throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${id} in ${this.stateDir}`, { field: 'id' });
+    };
+    this.snapshots = {
+      list: async () => {
+        const all: SnapshotRecord[] = [];
+        for (const b of Object.values(this.backends)) all.push(...((await b.snapshots?.list()) ?? []));
+        all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.digest.localeCompare(b.digest));
+        return all.map((r) => this.snapshotOf(r));
+      },
+      inspect: async (id) => this.snapshotOf((await find(id)).record),
+      remove: async (id) => {
+        const { backend } = await find(id);
+        await this.snapshotStore(backend).remove(id);
+      },
+    };
+  }
+
+  private snapshotStore(name: BackendName): NonNullable<BackendV1['snapshots']> {
+    const store = this.backend(name).snapshots;
+    if (!store) throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${name}" cannot take snapshots`);
+    return store;
+  }
+
+  private snapshotOf(record: SnapshotRecord): Snapshot {
+    return new Snapshot(this.snapshotRuntime, record);
   }
 
   private backend(name: BackendName): BackendV1 {
@@ -119,6 +180,11 @@ export class Airlock {
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     const spec = parseSandboxSpec(input);
     const backend = this.backend(spec.backend);
+    if (spec.layers && !backend.snapshots) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {
+        field: 'layers',
+      });
+    }
     await this.reapOrphans();
     const bs = await backend.create(spec);
     const id = bs.id;
@@ -142,6 +208,7 @@ export class Airlock {
         this.redactions.delete(gone);
       },
       ...(net ? { env: net.env, onKill: net.close } : {}),
+      snapshot: (record) => this.snapshotOf(record),
     });
     ref.sbx = sbx;
     try {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
+import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   ExecOptionsSchema,
   parseCommand,
@@ -16,6 +17,7 @@ import { defaultEnv } from '../core/env.js';
 import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
+import type { Snapshot } from './snapshot.js';
 
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
 
@@ -80,9 +82,15 @@ export interface SandboxInfo {
   readonly id: string;
   readonly backend: SandboxSpec['backend'];
   readonly createdAt: Date;
-  readonly expiresAt: Date;
+  /** When the TTL ends it; null for a persistent sandbox (it lives until killed). */
+  readonly expiresAt: Date | null;
+  readonly persistent: boolean;
+  /** True between pause() and resume(). */
+  readonly paused: boolean;
   readonly metadata: Readonly<Record<string, string>>;
   readonly hostUid: number;
+  /** The snapshot layers it started from, top first (empty for a fresh sandbox). */
+  readonly layers: readonly string[];
 }
 
 export interface SandboxHooks {
@@ -93,6 +101,8 @@ export interface SandboxHooks {
   readonly env?: Readonly<Record<string, string>>;
   /** Runs when the sandbox dies, before its host resources go (e.g. egress listeners, secret lease). */
   readonly onKill?: () => Promise<void>;
+  /** Wraps a new snapshot's record into the Snapshot its runtime can fork. */
+  readonly snapshot?: (record: SnapshotRecord) => Snapshot;
 }
 
 /** Egress events kept per sandbox (the newest; the audit store keeps everything). */
@@ -111,7 +121,8 @@ export class SandboxBase {
   private readonly egressCollectors = new Set<EgressEvent[]>();
   /** Aborted when the sandbox starts dying (ends watchEgress iterators). */
   private readonly dead = new AbortController();
-  private ttlTimer: NodeJS.Timeout;
+  private ttlTimer: NodeJS.Timeout | undefined;
+  private pausedState = false;
   private killReason: KillReason | undefined;
   private killing: Promise<void> | undefined;
   private expiresAtMs: number;
@@ -125,11 +136,15 @@ export class SandboxBase {
   ) {
     this.id = backend.id;
     this.spec = spec;
-    this.expiresAtMs = Date.now() + spec.ttlMs;
     this.spillBudget = { left: hooks.maxSpillBytes };
-    // Reaped even if the caller forgets; unref'd so a forgotten sandbox does not keep Node alive.
-    this.ttlTimer = setTimeout(() => void this.terminate('ttl'), spec.ttlMs);
-    this.ttlTimer.unref();
+    if (spec.persistent) {
+      this.expiresAtMs = Infinity; // exempt from the TTL: lives until kill() (or this process ends)
+    } else {
+      this.expiresAtMs = Date.now() + spec.ttlMs;
+      // Reaped even if the caller forgets; unref'd so a forgotten sandbox does not keep Node alive.
+      this.ttlTimer = setTimeout(() => void this.terminate('ttl'), spec.ttlMs);
+      this.ttlTimer.unref();
+    }
     this.files = new SandboxFiles((argv, o) => this.runRaw(argv, o));
   }
 
@@ -138,19 +153,34 @@ export class SandboxBase {
       id: this.id,
       backend: this.spec.backend,
       createdAt: this.createdAt,
-      expiresAt: new Date(this.expiresAtMs),
+      expiresAt: Number.isFinite(this.expiresAtMs) ? new Date(this.expiresAtMs) : null,
+      persistent: this.spec.persistent === true,
+      paused: this.pausedState,
       metadata: this.spec.metadata,
       hostUid: this.backend.hostUid,
+      layers: this.spec.layers ?? [],
     };
+  }
+
+  /** True between pause() and resume(): its processes are frozen and exec/files are refused. */
+  get paused(): boolean {
+    return this.pausedState;
   }
 
   get alive(): boolean {
     return this.killing === undefined;
   }
 
-  /** Extend (or shorten) the TTL from now. */
+  /** Extend (or shorten) the TTL from now. A persistent sandbox has no TTL (INVALID_ARGUMENT). */
   setTimeout(ttlMs: number): void {
     this.assertAlive();
+    if (this.spec.persistent) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `sandbox ${this.id} is persistent: it has no TTL and lives until kill()`,
+        { field: 'ttlMs' },
+      );
+    }
     clearTimeout(this.ttlTimer);
     this.ttlTimer = setTimeout(() => void this.terminate('ttl'), ttlMs);
     this.ttlTimer.unref();
@@ -160,7 +190,7 @@ export class SandboxBase {
   exec(cmd: ExecCommand, opts: ExecOptions & { background: true }): Promise<ExecHandle>;
   exec(cmd: ExecCommand, opts?: ExecOptions & { background?: false }): Promise<ExecResult>;
   async exec(cmd: ExecCommand, opts: ExecOptions = {}): Promise<ExecResult | ExecHandle> {
-    this.assertAlive();
+    this.assertRunnable();
     const argv = parseCommand(cmd);
     const o = parseOrThrow(ExecOptionsSchema, opts, 'exec options', 'INVALID_ARGUMENT');
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'exec aborted before it started');
@@ -201,7 +231,7 @@ export class SandboxBase {
    * process). It dies with the sandbox (kill, TTL) and with `signal`.
    */
   async spawn(cmd: ExecCommand, opts: SpawnOptions = {}): Promise<SandboxProcess> {
-    this.assertAlive();
+    this.assertRunnable();
     const argv = parseCommand(cmd);
     const o = parseOrThrow(
       ExecOptionsSchema,
@@ -338,7 +368,7 @@ export class SandboxBase {
     argv: string[],
     o: { stdin?: Uint8Array | string; maxBytes: number; timeoutMs?: number },
   ): Promise<{ exitCode: number | null; stdout: Buffer; stderr: string }> {
-    this.assertAlive();
+    this.assertRunnable();
     const proc = await this.backend.spawn({
       argv,
       env: this.envWith({}),
@@ -430,6 +460,54 @@ export class SandboxBase {
     }
   }
 
+  /**
+   * Capture the sandbox's filesystem state (what it changed in /workspace and /home/user; /tmp is
+   * not captured) as a new immutable snapshot, which `fork()` starts independent sandboxes from.
+   * The sandbox keeps running: its processes are frozen while the files are copied, then thawed (a
+   * paused sandbox stays paused). The same content over the same parent gives the same snapshot id.
+   */
+  async snapshot(opts: { signal?: AbortSignal } = {}): Promise<Snapshot> {
+    this.assertAlive();
+    if (!this.backend.snapshot || !this.hooks.snapshot) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${this.spec.backend}" cannot take snapshots`);
+    }
+    if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted before it started');
+    const record = await this.backend.snapshot(opts.signal);
+    return this.hooks.snapshot(record);
+  }
+
+  /**
+   * Freeze every process of the sandbox (cgroup freezer): nothing in it runs until resume(). While
+   * paused, exec/spawn/files throw SANDBOX_PAUSED (nothing is queued); running commands stay frozen.
+   * Their timeouts and the TTL (unless persistent) keep counting: kill() and the TTL kill a paused
+   * sandbox at once; a command whose own timeout strikes while paused dies then on cgroup v2, and
+   * when the sandbox is resumed (or killed) on cgroup v1, where frozen tasks hold a pending SIGKILL.
+   * Idempotent.
+   */
+  async pause(): Promise<void> {
+    this.assertAlive();
+    if (!this.backend.pause) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${this.spec.backend}" cannot pause sandboxes`);
+    }
+    this.pausedState = true; // refuse new commands from now on, not only once frozen
+    try {
+      await this.backend.pause();
+    } catch (e) {
+      this.pausedState = false;
+      throw e;
+    }
+  }
+
+  /** Thaw a paused sandbox. Idempotent. */
+  async resume(): Promise<void> {
+    this.assertAlive();
+    if (!this.backend.resume) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${this.spec.backend}" cannot pause sandboxes`);
+    }
+    await this.backend.resume();
+    this.pausedState = false;
+  }
+
   /** Kill every process and release every host resource. Idempotent. */
   kill(): Promise<void> {
     return this.terminate('killed');
@@ -453,6 +531,16 @@ export class SandboxBase {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
+  }
+
+  private assertRunnable(): void {
+    this.assertAlive();
+    if (this.pausedState) {
+      throw new AirlockError(
+        'SANDBOX_PAUSED',
+        `sandbox ${this.id} is paused: resume() it before running commands or using its files`,
+      );
+    }
   }
 
   private assertAlive(): void {

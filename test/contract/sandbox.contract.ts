@@ -155,6 +155,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           ttlMs: 600_000,
           limits: { memoryBytes: 512 * MiB, cpus: 1, pids: 256, diskBytes: 512 * MiB },
           workspace: { mode: 'empty' },
+          mounts: [],
           env: {},
           metadata: {},
           secrets: [],
@@ -164,7 +165,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         expect(info.id).toBe(sbx.id);
         expect(info.backend).toBe(backend);
         expect(info.hostUid).toBeGreaterThan(0);
-        expect(info.expiresAt.getTime() - info.createdAt.getTime()).toBeGreaterThanOrEqual(599_000);
+        expect(info.expiresAt!.getTime() - info.createdAt.getTime()).toBeGreaterThanOrEqual(599_000);
         expect(sbx.alive).toBe(true);
         expect(airlock.get(sbx.id)).toBe(sbx);
         expect(airlock.list()).toContain(sbx);
@@ -976,7 +977,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
       test('setTimeout extends the TTL', async () => {
         const sbx = await create({ ttlMs: 1500 });
         sbx.setTimeout(10_000);
-        expect(sbx.info.expiresAt.getTime()).toBeGreaterThan(Date.now() + 8_000);
+        expect(sbx.info.expiresAt!.getTime()).toBeGreaterThan(Date.now() + 8_000);
         await sleep(2000);
         expect(sbx.alive).toBe(true);
         expect((await sbx.exec('echo extended')).stdout).toBe('extended\n');

@@ -202,6 +202,31 @@ describe('parseSandboxSpec env and metadata', () => {
   });
 });
 
+describe('parseSandboxSpec persistent and layers', () => {
+  const d = (c: string): string => `sha256:${c.repeat(64)}`;
+
+  it('leaves both out unless given', () => {
+    const spec = parseSandboxSpec({});
+    expect('persistent' in spec).toBe(false);
+    expect('layers' in spec).toBe(false);
+    expect(parseSandboxSpec({ persistent: true, layers: [d('a'), d('b')] })).toMatchObject({
+      persistent: true,
+      layers: [d('a'), d('b')],
+    });
+  });
+
+  it('rejects what is not a snapshot chain', () => {
+    expect(expectInvalid({ persistent: 'yes' }, 'persistent').code).toBe('INVALID_SPEC');
+    expect(expectInvalid({ layers: ['latest'] }, 'layers.0').message).toMatch(/sha256:.*64 lowercase hex/);
+    expectInvalid({ layers: [d('A')] }, 'layers.0');
+    expectInvalid({ layers: [`sha512:${'a'.repeat(64)}`] }, 'layers.0');
+    expectInvalid({ layers: [d('a'), d('b'), d('a')] }, 'layers');
+    expectInvalid({ layers: [] }, 'layers');
+    const deep = Array.from({ length: 33 }, (_, i) => `sha256:${i.toString(16).padStart(64, '0')}`);
+    expect(expectInvalid({ layers: deep }, 'layers').message).toMatch(/32/);
+  });
+});
+
 describe('parseSandboxSpec errors', () => {
   it('names an unknown top-level key', () => {
     const e = expectInvalid({ memoryBytes: 1 }, 'memoryBytes');

@@ -69,6 +69,15 @@ export interface CgroupHandle {
   setLimits(limits: Limits): void;
   /** SIGKILL every process in the cgroup and wait until it is empty. */
   killAll(): Promise<void>;
+  /** Whether the processes can be frozen here (v1 freezer controller, or v2 `cgroup.freeze`). */
+  readonly canFreeze: boolean;
+  /**
+   * Freeze every process of the cgroup; resolves once the kernel reports it frozen (nothing of it
+   * runs until thaw). BACKEND_UNAVAILABLE when the host has no freezer.
+   */
+  freeze(): Promise<void>;
+  /** Thaw what freeze() froze. */
+  thaw(): Promise<void>;
   /** killAll, then remove the cgroup directories. Idempotent. */
   destroy(): Promise<void>;
 }
@@ -140,8 +149,23 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
   const pidsDir = under('pids');
   const freezerDir = under('freezer');
   const cpuDir = under('cpu');
+  const freezerState = freezerDir ? join(freezerDir, 'freezer.state') : undefined;
   const handle: CgroupHandle = {
     dirs,
+    canFreeze: freezerState !== undefined,
+    async freeze() {
+      if (!freezerState) throw noFreezer('cgroup v1 has no freezer hierarchy mounted');
+      writeFileSync(freezerState, 'FROZEN');
+      await waitFor(
+        () => readOr(freezerState, '').trim() === 'FROZEN',
+        freezerState,
+        () => writeIgnoringGone(freezerState, 'THAWED'),
+      );
+    },
+    async thaw() {
+      if (!freezerState) throw noFreezer('cgroup v1 has no freezer hierarchy mounted');
+      writeFileSync(freezerState, 'THAWED');
+    },
     addProcess(pid) {
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
     },
@@ -210,8 +234,24 @@ function createV2(root: string, id: string, limits: Limits): CgroupHandle {
 }
 
 function v2Handle(dir: string): CgroupHandle {
+  const freezeFile = join(dir, 'cgroup.freeze');
+  const canFreeze = existsSync(freezeFile);
   const handle: CgroupHandle = {
     dirs: [dir],
+    canFreeze,
+    async freeze() {
+      if (!canFreeze) throw noFreezer(`${freezeFile} does not exist (kernel older than 5.2?)`);
+      writeFileSync(freezeFile, '1');
+      await waitFor(
+        () => /^frozen 1$/m.test(readOr(join(dir, 'cgroup.events'), '')),
+        freezeFile,
+        () => writeIgnoringGone(freezeFile, '0'),
+      );
+    },
+    async thaw() {
+      if (!canFreeze) throw noFreezer(`${freezeFile} does not exist (kernel older than 5.2?)`);
+      writeFileSync(freezeFile, '0');
+    },
     addProcess(pid) {
       writeFileSync(join(dir, 'cgroup.procs'), String(pid));
     },
@@ -245,6 +285,30 @@ function v2Handle(dir: string): CgroupHandle {
 }
 
 // ---- helpers --------------------------------------------------------------------------------------
+
+/** How long a freeze may take before it is given up (a task stuck in the kernel blocks FREEZING). */
+const FREEZE_TIMEOUT_MS = 10_000;
+
+function noFreezer(why: string): AirlockError {
+  return new AirlockError(
+    'BACKEND_UNAVAILABLE',
+    `pausing a sandbox needs the cgroup freezer (v1 "freezer" controller or cgroup v2 cgroup.freeze): ${why}`,
+  );
+}
+
+async function waitFor(done: () => boolean, what: string, undo: () => void): Promise<void> {
+  const deadline = Date.now() + FREEZE_TIMEOUT_MS;
+  for (let round = 0; !done(); round++) {
+    if (Date.now() > deadline) {
+      undo();
+      throw new AirlockError(
+        'INTERNAL',
+        `the sandbox did not freeze within ${FREEZE_TIMEOUT_MS} ms (${what})`,
+      );
+    }
+    await sleep(round < 20 ? 0 : 5);
+  }
+}
 
 function cpuQuotaUs(limits: Limits): number {
   return Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US));

@@ -3,6 +3,7 @@
 // it). The kernel's idmapped mounts (open_tree + mount_setattr(MOUNT_ATTR_IDMAP) + move_mount)
 // shift ownership in the *view* only: nothing on disk changes, and the mapping covers exactly one
 // uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
+// Snapshot layers are shown to their forks the same way (layer owner 0 → the fork's host uid).
 import { spawn } from 'node:child_process';
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
@@ -22,7 +23,7 @@ const MOUNT_ATTR_IDMAP = 0x100000;
  * A user namespace whose only mapping is `owner → hostUid` (uid and gid), held by a short-lived
  * helper process; returns an fd to it. The helper is killed right after the fd is opened.
  */
-async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
+export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
   // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
   const child = spawn('/usr/bin/unshare', ['--user', '/usr/bin/sleep', '60'], { stdio: 'ignore', env: {} });
   try {
@@ -56,12 +57,25 @@ export async function mountIdmapped(
   hostUid: number,
   readOnly: boolean,
 ): Promise<boolean> {
+  return (await mountIdmappedAll([{ source, target }], owner, hostUid, readOnly)) === undefined;
+}
+
+/**
+ * Several idmapped clones with one mapping (one helper process for all of them). Returns undefined
+ * when every one is mounted, else the source that could not be (earlier ones stay mounted: the
+ * caller's cleanup unmounts them). `prepared`: a mappingUserns() fd made ahead of time for exactly
+ * this owner and hostUid; it is closed here, like one made here.
+ */
+export async function mountIdmappedAll(
+  mounts: ReadonlyArray<{ readonly source: string; readonly target: string }>,
+  owner: { uid: number; gid: number },
+  hostUid: number,
+  readOnly: boolean,
+  prepared?: number,
+): Promise<string | undefined> {
   const s = libc();
-  const usernsFd = await mappingUserns(owner.uid, owner.gid, hostUid);
-  let treeFd = -1;
+  const usernsFd = prepared ?? (await mappingUserns(owner.uid, owner.gid, hostUid));
   try {
-    treeFd = s.openTree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (treeFd < 0) return false;
     // struct mount_attr { u64 attr_set; u64 attr_clr; u64 propagation; u64 userns_fd; }
     const attr = Buffer.alloc(32);
     attr.writeBigUInt64LE(
@@ -69,11 +83,18 @@ export async function mountIdmapped(
       0,
     );
     attr.writeBigUInt64LE(BigInt(usernsFd), 24);
-    if (s.mountSetattr(treeFd, '', AT_EMPTY_PATH, attr, attr.length) !== 0) return false;
-    if (s.moveMount(treeFd, '', AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) !== 0) return false;
-    return true;
+    for (const { source, target } of mounts) {
+      const treeFd = s.openTree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+      if (treeFd < 0) return source;
+      try {
+        if (s.mountSetattr(treeFd, '', AT_EMPTY_PATH, attr, attr.length) !== 0) return source;
+        if (s.moveMount(treeFd, '', AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) !== 0) return source;
+      } finally {
+        closeSync(treeFd);
+      }
+    }
+    return undefined;
   } finally {
-    if (treeFd >= 0) closeSync(treeFd);
     closeSync(usernsFd);
   }
 }

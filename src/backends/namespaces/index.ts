@@ -6,12 +6,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import {
   chmodSync,
   chownSync,
+  closeSync,
   existsSync,
   mkdirSync,
-  readdirSync,
   readFileSync,
   realpathSync,
-  rmSync,
+  renameSync,
   statSync,
   writeFileSync,
 } from 'node:fs';
@@ -19,14 +19,11 @@ import { join } from 'node:path';
 import type {
   BackendContext,
   BackendProbe,
-  BackendProcess,
   BackendSandbox,
   BackendV1,
-  EgressPlumbing,
-  LimitCounters,
   ProbeCheck,
   ReapReport,
-  SpawnRequest,
+  SnapshotStoreV1,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import {
@@ -36,25 +33,20 @@ import {
   type Limits,
   type SandboxSpec,
 } from '../../core/spec.js';
-import { bwrapOptions, type BwrapLayout } from './bwrap.js';
+import type { BwrapLayout } from './bwrap.js';
 import {
   attachCgroup,
   createCgroup,
   detectCgroups,
   listCgroups,
-  type CgroupHandle,
   type CgroupLayout,
 } from './cgroups.privileged.js';
-import { bindReadOnly, mountIdmapped } from './idmap.privileged.js';
-import {
-  createNetns,
-  interceptTcpInNetns,
-  originalDestination,
-  socketInNetns,
-  withNetns,
-} from './netns.privileged.js';
-import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmount } from './mount.privileged.js';
-import { startSandboxedProcess } from './process.js';
+import { bindReadOnly, mappingUserns, mountIdmapped } from './idmap.privileged.js';
+import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
+import { LayerStore } from './layers.js';
+import { HostResources, NamespacesSandbox } from './sandbox.js';
+import { createNetns } from './netns.privileged.js';
+import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import {
@@ -80,6 +72,11 @@ interface Slot {
   readonly shmDir: string;
   readonly netnsFile: string;
   readonly ptsDir: string;
+  /**
+   * The user namespace that idmaps snapshot layers to this slot's uid, made ahead of time once this
+   * backend has started a sandbox on a snapshot (its helper process costs milliseconds).
+   */
+  layerUserns?: Promise<number | undefined>;
 }
 
 /** Pseudo-terminals per sandbox (its own devpts instance). */
@@ -103,6 +100,8 @@ interface OwnerFile {
   readonly id: string;
   readonly uid: number;
   readonly owner: Owner;
+  /** Snapshot layers the sandbox runs on (written before it opens them; see LayerStore.remove). */
+  readonly layers?: readonly string[];
 }
 
 export class NamespacesBackend implements BackendV1 {
@@ -118,8 +117,12 @@ export class NamespacesBackend implements BackendV1 {
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
   private refillTimer: NodeJS.Immediate | undefined;
+  /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
+  private forksSeen = false;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
+  private readonly layerStore: LayerStore;
+  readonly snapshots: SnapshotStoreV1;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -130,6 +133,24 @@ export class NamespacesBackend implements BackendV1 {
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
     this.warmPool = opts.warmPool ?? 1;
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
+    const store = new LayerStore(ctx.stateDir, (d) => this.liveUsers(d));
+    this.layerStore = store;
+    this.snapshots = {
+      list: async () => store.list(),
+      get: async (d) => store.get(d),
+      users: async (d) => store.users(d),
+      remove: (d) => store.remove(d, async () => void (await this.reapOrphans())),
+    };
+  }
+
+  /** Live sandboxes (of any process on this state dir) whose owner.json lists `digest`. */
+  private liveUsers(digest: string): string[] {
+    const out: string[] = [];
+    for (const id of this.dirs.listSandboxIds()) {
+      const meta = readOwnerFile(this.dirs.sandboxDir(id));
+      if (meta?.layers?.includes(digest) && ownerAlive(meta.owner)) out.push(id);
+    }
+    return out.sort();
   }
 
   async probe(): Promise<BackendProbe> {
@@ -228,9 +249,7 @@ export class NamespacesBackend implements BackendV1 {
     const res = new HostResources(dir, uid, this.dirs);
     try {
       mkdirSync(dir, { mode: 0o711 });
-      writeFileSync(join(dir, 'owner.json'), JSON.stringify({ id, uid, owner } satisfies OwnerFile), {
-        mode: 0o600,
-      });
+      writeOwnerFile(dir, { id, uid, owner });
       const disk = join(dir, 'disk');
       mkdirSync(disk, { mode: 0o700 });
       mountTmpfs(disk, limits.diskBytes, uid, 0o700);
@@ -265,6 +284,7 @@ export class NamespacesBackend implements BackendV1 {
     this.refillTimer = undefined;
     try {
       while (this.pool.length < this.warmPool) this.pool.push(this.prepareSlot(DEFAULT_LIMITS));
+      if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
     } catch (e) {
       this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
     }
@@ -279,8 +299,12 @@ export class NamespacesBackend implements BackendV1 {
     const ws = spec.workspace;
     let hostDir: string | undefined;
     if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir, realpathOr(this.ctx.stateDir));
+    const layers = spec.layers ?? [];
+    if (layers.length) this.layerStore.resolveChain(layers, ws);
 
     const slot = this.pool.pop() ?? this.prepareSlot(spec.limits);
+    if (layers.length) this.forksSeen = true;
+    else discardLayerUserns(slot);
     if (this.warmPool > 0 && this.refillTimer === undefined)
       this.refillTimer = setImmediate(() => this.refill());
     const { id, uid, dir, disk, res } = slot;
@@ -291,33 +315,68 @@ export class NamespacesBackend implements BackendV1 {
       if (l.memoryBytes !== want.memoryBytes || l.pids !== want.pids || l.cpus !== want.cpus) {
         res.cgroup!.setLimits(want);
       }
+      // A sandbox on a snapshot: record the layers it uses, then open them (this order lets
+      // LayerStore.remove never delete a layer a sandbox is about to mount).
+      let layerRoots: string[] = [];
+      if (layers.length) {
+        writeOwnerFile(dir, { id, uid, owner: selfOwner(), layers });
+        const usernsFd = await slot.layerUserns;
+        slot.layerUserns = undefined; // mountChain closes it
+        layerRoots = await this.layerStore.mountChain(layers, dir, uid, usernsFd);
+      }
       let workspaceDir: string;
-      if (ws.mode === 'empty') {
+      let wsSource: CaptureSource;
+      if (ws.mode === 'empty' && !layers.length) {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
+        wsSource = { area: 'workspace', kind: 'full', dir: workspaceDir };
       } else {
-        // The host dir, seen through an idmapped mount so the sandbox uid owns what the dir's owner
-        // owns (falls back to the plain dir where the filesystem cannot idmap).
-        const lower = join(dir, 'lower');
-        mkdirSync(lower, { mode: 0o755 });
-        const st = statSync(hostDir!);
-        // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
-        // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
-        const mapped = await mountIdmapped(hostDir!, lower, { uid: st.uid, gid: st.gid }, uid, true);
-        if (!mapped)
-          this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
-        const source = mapped ? lower : hostDir!;
+        const lowers = layerRoots.map((r) => join(r, 'workspace'));
+        if (ws.mode !== 'empty') {
+          // The host dir, seen through an idmapped mount so the sandbox uid owns what the dir's owner
+          // owns (falls back to the plain dir where the filesystem cannot idmap).
+          const lower = join(dir, 'lower');
+          mkdirSync(lower, { mode: 0o755 });
+          const st = statSync(hostDir!);
+          // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
+          // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
+          const mapped = await mountIdmapped(hostDir!, lower, { uid: st.uid, gid: st.gid }, uid, true);
+          if (!mapped)
+            this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
+          lowers.push(mapped ? lower : hostDir!);
+        }
         workspaceDir = join(dir, 'ws');
         mkdirSync(workspaceDir, { mode: 0o755 });
         if (ws.mode === 'ro') {
-          // A second, empty lower layer: overlayfs needs two lowers when it has no upper.
-          const empty = join(dir, 'empty');
-          mkdirSync(empty, { mode: 0o755 });
-          mountOverlay(workspaceDir, [source, empty]);
+          // overlayfs needs two lowers when it has no upper: add an empty one if needed.
+          if (lowers.length < 2) {
+            const empty = join(dir, 'empty');
+            mkdirSync(empty, { mode: 0o755 });
+            lowers.push(empty);
+          }
+          mountOverlay(workspaceDir, lowers);
+          wsSource = { area: 'workspace', kind: 'none', dir: workspaceDir };
         } else {
-          const upper = mkOwned(join(disk, 'upper'), uid, 0o755);
+          const rootMode = layers.length ? this.layerStore.rootMode(layers[0]!, 'workspace') : 0o755;
+          const upper = mkOwned(join(disk, 'upper'), uid, rootMode);
           const work = mkOwned(join(disk, 'work'), 0, 0o700);
-          mountOverlay(workspaceDir, [source], { dir: upper, work });
+          mountOverlay(workspaceDir, lowers, { dir: upper, work });
+          wsSource = { area: 'workspace', kind: 'diff', dir: upper };
         }
+      }
+      // /home/user: a plain dir on the disk, or on a snapshot an overlay whose upper is that dir.
+      let homeDir = slot.homeDir;
+      let homeSource: CaptureSource = { area: 'home', kind: 'full', dir: slot.homeDir };
+      if (layers.length) {
+        chmodSync(slot.homeDir, this.layerStore.rootMode(layers[0]!, 'home'));
+        const work = mkOwned(join(disk, 'home-work'), 0, 0o700);
+        homeDir = join(dir, 'home');
+        mkdirSync(homeDir, { mode: 0o755 });
+        mountOverlay(
+          homeDir,
+          layerRoots.map((r) => join(r, 'home')),
+          { dir: slot.homeDir, work },
+        );
+        homeSource = { area: 'home', kind: 'diff', dir: slot.homeDir };
       }
       // Read-only host mounts (e.g. an MCP server's package): each a detached read-only clone under
       // the sandbox dir, which bwrap then binds at its sandbox path.
@@ -336,13 +395,26 @@ export class NamespacesBackend implements BackendV1 {
         workspaceDir,
         workspaceReadOnly: ws.mode === 'ro', // also bound read-only
         tmpDir: slot.tmpDir,
-        homeDir: slot.homeDir,
+        homeDir,
         shmDir: slot.shmDir,
         ptsDir: slot.ptsDir,
         inSandboxNetns: true,
       };
-      return new NamespacesSandbox(id, uid, layout, res, this.bwrapPath, this.seccomp, slot.netnsFile);
+      return new NamespacesSandbox({
+        id,
+        hostUid: uid,
+        layout,
+        res,
+        bwrapPath: this.bwrapPath,
+        seccomp: this.seccomp,
+        netnsFile: slot.netnsFile,
+        spec,
+        store: this.layerStore,
+        sources: [wsSource, homeSource],
+        disk,
+      });
     } catch (e) {
+      discardLayerUserns(slot);
       await res.release().catch(() => {});
       throw e;
     }
@@ -353,6 +425,7 @@ export class NamespacesBackend implements BackendV1 {
     if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
     this.refillTimer = undefined;
     const slots = this.pool.splice(0);
+    for (const s of slots) discardLayerUserns(s);
     await Promise.allSettled(slots.map((s) => s.res.release()));
   }
 
@@ -362,12 +435,7 @@ export class NamespacesBackend implements BackendV1 {
     const orphans: Array<{ id: string; dir: string; uid: number | undefined }> = [];
     for (const id of this.dirs.listSandboxIds()) {
       const dir = this.dirs.sandboxDir(id);
-      let meta: OwnerFile | undefined;
-      try {
-        meta = JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as OwnerFile;
-      } catch {
-        meta = undefined;
-      }
+      const meta = readOwnerFile(dir);
       if ((meta && ownerAlive(meta.owner)) || (!meta && recentlyCreated(dir))) {
         live.add(id); // alive, or being created right now by another process (owner.json is next)
         continue;
@@ -403,101 +471,9 @@ export class NamespacesBackend implements BackendV1 {
         .catch(() => {});
     }
     for (const l of deadLeases) this.dirs.releaseUid(l.uid);
+    // After the orphans' mounts are gone: interrupted captures and removals (never a whole layer).
+    this.layerStore.reap();
     return { sandboxes: reaped };
-  }
-}
-
-/** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
-class HostResources {
-  cgroup: CgroupHandle | undefined;
-  constructor(
-    readonly dir: string,
-    readonly uid: number | undefined,
-    private readonly dirs: StateDirs,
-  ) {}
-
-  async release(): Promise<void> {
-    const errors: unknown[] = [];
-    const step = async (f: () => unknown): Promise<void> => {
-      try {
-        await f();
-      } catch (e) {
-        errors.push(e);
-      }
-    };
-    // 1. processes (they pin the mounts), 2. mounts, innermost first, 3. files, 4. uid lease.
-    await step(() => this.cgroup?.destroy());
-    await step(() => unmount(join(this.dir, 'ws')));
-    for (const name of readdirOr(this.dir)) {
-      if (/^ro-\d+$/.test(name)) await step(() => unmount(join(this.dir, name)));
-    }
-    await step(() => unmount(join(this.dir, 'lower')));
-    await step(() => unmount(join(this.dir, 'disk')));
-    await step(() => unmount(join(this.dir, 'netns')));
-    await step(() => unmount(join(this.dir, 'pts')));
-    await step(() => rmSync(this.dir, { recursive: true, force: true }));
-    if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
-    if (errors.length) {
-      throw new AirlockError(
-        'INTERNAL',
-        `sandbox cleanup incomplete: ${errors.map((e) => (e as Error).message).join('; ')}`,
-      );
-    }
-  }
-}
-
-class NamespacesSandbox implements BackendSandbox {
-  private readonly procs = new Set<BackendProcess>();
-  private destroyed: Promise<void> | undefined;
-
-  constructor(
-    readonly id: string,
-    readonly hostUid: number,
-    private layout: BwrapLayout,
-    private readonly res: HostResources,
-    private readonly bwrapPath: string,
-    private readonly seccomp: Buffer,
-    private readonly netnsFile: string,
-  ) {}
-
-  async spawn(req: SpawnRequest): Promise<BackendProcess> {
-    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
-    const p = await startSandboxedProcess({
-      bwrapPath: this.bwrapPath,
-      hostUid: this.hostUid,
-      options: bwrapOptions(this.layout, req.cwd, req.env),
-      argv: req.argv,
-      seccomp: this.seccomp,
-      stdin: req.stdin,
-      enterNetns: (f) => withNetns(this.netnsFile, f),
-      enroll: (pid) => this.res.cgroup!.addProcess(pid),
-    });
-    this.procs.add(p);
-    void p.exited.then(() => this.procs.delete(p));
-    if (this.destroyed) p.kill();
-    return p;
-  }
-
-  readonly egress: EgressPlumbing = {
-    listen: (kind, address, port) => socketInNetns(this.netnsFile, kind, address, port),
-    interceptTcp: (address, port) => interceptTcpInNetns(this.netnsFile, address, port),
-    bindReadOnlyFiles: (files) => {
-      this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
-    },
-    originalDestination: (fd) => originalDestination(fd),
-  };
-
-  async counters(): Promise<LimitCounters> {
-    return this.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };
-  }
-
-  destroy(): Promise<void> {
-    this.destroyed ??= (async () => {
-      for (const p of this.procs) p.kill();
-      await Promise.all([...this.procs].map((p) => p.exited));
-      await this.res.release();
-    })();
-    return this.destroyed;
   }
 }
 
@@ -546,11 +522,27 @@ function checkMountSource(p: string, stateDir: string, i: number): string {
   return real;
 }
 
-function readdirOr(dir: string): string[] {
+function prepareLayerUserns(slot: Slot): void {
+  slot.layerUserns ??= mappingUserns(LAYER_SELF_ID, LAYER_SELF_ID, slot.uid).catch(() => undefined);
+}
+
+function discardLayerUserns(slot: Slot): void {
+  void slot.layerUserns?.then((fd) => fd !== undefined && closeSync(fd));
+  slot.layerUserns = undefined;
+}
+
+function writeOwnerFile(dir: string, meta: OwnerFile): void {
+  // Atomic (tmp + rename): the reaper and LayerStore.remove read it concurrently.
+  const tmp = join(dir, 'owner.json.tmp');
+  writeFileSync(tmp, JSON.stringify(meta), { mode: 0o600 });
+  renameSync(tmp, join(dir, 'owner.json'));
+}
+
+function readOwnerFile(dir: string): OwnerFile | undefined {
   try {
-    return readdirSync(dir);
+    return JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as OwnerFile;
   } catch {
-    return [];
+    return undefined;
   }
 }
 

@@ -36,6 +36,12 @@ export interface Libc {
   pidfdSignal(pidfd: number, sig: number): number;
   /** close_range(first, ~0U, CLOSE_RANGE_CLOEXEC): mark every fd >= first close-on-exec. */
   cloexecFrom(first: number): number;
+  /** lgetxattr(path, name, value, size) (path: NUL-terminated bytes; never follows a final symlink). */
+  lgetxattr(path: Buffer, name: string, value: Buffer, size: number): number;
+  /** lsetxattr(path, name, value, size, flags) */
+  lsetxattr(path: Buffer, name: string, value: Buffer, size: number, flags: number): number;
+  /** mknod(path, mode, dev): FIFOs and overlayfs whiteouts (char 0/0) in snapshot layers. */
+  mknod(path: Buffer, mode: number, dev: number): number;
   errno(): number;
 }
 
@@ -97,6 +103,9 @@ export function libc(): Libc {
     pidfdOpen: (pid) => sys2(SYS_PIDFD_OPEN, pid, 0),
     pidfdSignal: (fd, sig) => sysSig(SYS_PIDFD_SEND_SIGNAL, fd, sig, null, 0),
     cloexecFrom: (first) => sys3u(SYS_CLOSE_RANGE, first, 0xffffffff, CLOSE_RANGE_CLOEXEC),
+    lgetxattr: f('long lgetxattr(void *path, const char *name, void *value, size_t size)'),
+    lsetxattr: f('int lsetxattr(void *path, const char *name, void *value, size_t size, int flags)'),
+    mknod: f('int mknod(void *path, uint32_t mode, uint64_t dev)'),
     errno: () => koffi.errno(),
   };
   return bound;

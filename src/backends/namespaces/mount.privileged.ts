@@ -71,7 +71,12 @@ export function mountOverlay(
       );
     }
   }
-  const data = `lowerdir=${lowers.join(':')}${upper ? `,upperdir=${upper.dir},workdir=${upper.work}` : ''}`;
+  // Explicitly without redirects, metacopy and the inode index (whatever the module defaults): an
+  // upper dir then holds only plain files, dirs, symlinks, whiteouts and opaque markers, which is
+  // exactly what a snapshot layer records (layer-capture.privileged.ts).
+  const data =
+    `lowerdir=${lowers.join(':')}${upper ? `,upperdir=${upper.dir},workdir=${upper.work}` : ''}` +
+    ',redirect_dir=off,metacopy=off,index=off';
   const flags = MS_NOSUID | MS_NODEV | (upper ? 0 : MS_RDONLY);
   if (c.mount('airlock-ws', target, 'overlay', flags, data) !== 0) {
     fail(`overlay mount on ${target}`, c.errno());

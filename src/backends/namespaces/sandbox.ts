@@ -1,0 +1,273 @@
+// One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
+// its whole state (snapshot, pause, resume, destroy).
+import { readdirSync, rmSync, statfsSync } from 'node:fs';
+import { join } from 'node:path';
+import type {
+  BackendProcess,
+  BackendSandbox,
+  EgressPlumbing,
+  LimitCounters,
+  SpawnRequest,
+} from '../../core/backend.js';
+import { AirlockError } from '../../core/errors.js';
+import type { SnapshotRecord } from '../../core/snapshot.js';
+import { MAX_LAYERS, type SandboxSpec } from '../../core/spec.js';
+import { bwrapOptions, type BwrapLayout } from './bwrap.js';
+import type { CgroupHandle } from './cgroups.privileged.js';
+import type { CaptureSource } from './layer-capture.privileged.js';
+import type { LayerStore } from './layers.js';
+import { unmount } from './mount.privileged.js';
+import { interceptTcpInNetns, originalDestination, socketInNetns, withNetns } from './netns.privileged.js';
+import { startSandboxedProcess } from './process.js';
+import type { StateDirs } from './state.js';
+
+/** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
+export class HostResources {
+  cgroup: CgroupHandle | undefined;
+  constructor(
+    readonly dir: string,
+    readonly uid: number | undefined,
+    private readonly dirs: StateDirs,
+  ) {}
+
+  async release(): Promise<void> {
+    const errors: unknown[] = [];
+    const step = async (f: () => unknown): Promise<void> => {
+      try {
+        await f();
+      } catch (e) {
+        errors.push(e);
+      }
+    };
+    // 1. processes (they pin the mounts), 2. mounts, innermost first (the overlays, then what they
+    // lie on), 3. files, 4. uid lease.
+    await step(() => this.cgroup?.destroy());
+    await step(() => unmount(join(this.dir, 'ws')));
+    await step(() => unmount(join(this.dir, 'home')));
+    for (const name of readdirOr(this.dir)) {
+      if (/^(ro|layer)-\d+$/.test(name)) await step(() => unmount(join(this.dir, name)));
+    }
+    await step(() => unmount(join(this.dir, 'lower')));
+    await step(() => unmount(join(this.dir, 'disk')));
+    await step(() => unmount(join(this.dir, 'netns')));
+    await step(() => unmount(join(this.dir, 'pts')));
+    await step(() => rmSync(this.dir, { recursive: true, force: true }));
+    if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
+    if (errors.length) {
+      throw new AirlockError(
+        'INTERNAL',
+        `sandbox cleanup incomplete: ${errors.map((e) => (e as Error).message).join('; ')}`,
+      );
+    }
+  }
+}
+
+export interface NamespacesSandboxParts {
+  readonly id: string;
+  readonly hostUid: number;
+  readonly layout: BwrapLayout;
+  readonly res: HostResources;
+  readonly bwrapPath: string;
+  readonly seccomp: Buffer;
+  readonly netnsFile: string;
+  readonly spec: SandboxSpec;
+  readonly store: LayerStore;
+  /** What a snapshot copies: the workspace and home trees (plain dirs or overlay upper dirs). */
+  readonly sources: readonly CaptureSource[];
+  /** The sandbox's tmpfs disk. */
+  readonly disk: string;
+}
+
+export class NamespacesSandbox implements BackendSandbox {
+  readonly id: string;
+  readonly hostUid: number;
+  private layout: BwrapLayout;
+  private readonly procs = new Set<BackendProcess>();
+  private readonly captures = new Set<Promise<unknown>>();
+  private destroyed: Promise<void> | undefined;
+  /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
+  private holds = 0;
+  private paused = false;
+  /** Freeze/thaw steps run one at a time, in order. */
+  private freezeQueue: Promise<void> = Promise.resolve();
+
+  constructor(private readonly p: NamespacesSandboxParts) {
+    this.id = p.id;
+    this.hostUid = p.hostUid;
+    this.layout = p.layout;
+  }
+
+  async spawn(req: SpawnRequest): Promise<BackendProcess> {
+    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+    const p = await startSandboxedProcess({
+      bwrapPath: this.p.bwrapPath,
+      hostUid: this.hostUid,
+      options: bwrapOptions(this.layout, req.cwd, req.env),
+      argv: req.argv,
+      seccomp: this.p.seccomp,
+      stdin: req.stdin,
+      enterNetns: (f) => withNetns(this.p.netnsFile, f),
+      enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
+    });
+    this.procs.add(p);
+    void p.exited.then(() => this.procs.delete(p));
+    if (this.destroyed) p.kill();
+    return p;
+  }
+
+  readonly egress: EgressPlumbing = {
+    listen: (kind, address, port) => socketInNetns(this.p.netnsFile, kind, address, port),
+    interceptTcp: (address, port) => interceptTcpInNetns(this.p.netnsFile, address, port),
+    bindReadOnlyFiles: (files) => {
+      this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
+    },
+    originalDestination: (fd) => originalDestination(fd),
+  };
+
+  async counters(): Promise<LimitCounters> {
+    return this.p.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };
+  }
+
+  private cgroup(): CgroupHandle {
+    const cg = this.p.res.cgroup;
+    if (!cg) throw new AirlockError('INTERNAL', `sandbox ${this.id} has no cgroup`);
+    return cg;
+  }
+
+  private queued<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.freezeQueue.then(f);
+    this.freezeQueue = run.then(
+      () => {},
+      () => {},
+    );
+    return run;
+  }
+
+  /** Take a freeze hold: frozen from the first holder until the last lets go. */
+  private hold(): Promise<void> {
+    return this.queued(async () => {
+      if (this.holds === 0) await this.cgroup().freeze();
+      this.holds++;
+    });
+  }
+
+  private unhold(): Promise<void> {
+    return this.queued(async () => {
+      this.holds--;
+      if (this.holds === 0) await this.cgroup().thaw();
+    });
+  }
+
+  pause(): Promise<void> {
+    if (this.destroyed) return Promise.reject(gone(this.id));
+    return this.queued(async () => {
+      if (this.paused) return;
+      if (this.holds === 0) await this.cgroup().freeze();
+      this.holds++;
+      this.paused = true;
+    });
+  }
+
+  resume(): Promise<void> {
+    if (this.destroyed) return Promise.reject(gone(this.id));
+    return this.queued(async () => {
+      if (!this.paused) return;
+      this.paused = false;
+      this.holds--;
+      if (this.holds === 0) await this.cgroup().thaw();
+    });
+  }
+
+  /**
+   * Copy the workspace and home into a new layer with every process of the sandbox frozen, so the
+   * copy is consistent and nothing in the sandbox can change the tree under the (root) copier.
+   * Without a freezer this fails closed: copying a live hostile tree as root is not done.
+   */
+  snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
+    if (this.destroyed) return Promise.reject(gone(this.id));
+    if ((this.p.spec.layers?.length ?? 0) >= MAX_LAYERS) {
+      return Promise.reject(
+        new AirlockError(
+          'INVALID_ARGUMENT',
+          `sandbox ${this.id} already runs on ${MAX_LAYERS} snapshot layers, the deepest chain there can be; ` +
+            'start a fresh sandbox to snapshot more',
+        ),
+      );
+    }
+    if (!this.cgroup().canFreeze) {
+      return Promise.reject(
+        new AirlockError(
+          'BACKEND_UNAVAILABLE',
+          'snapshots freeze the sandbox while copying, which needs the cgroup freezer (v1 "freezer" controller or cgroup v2 cgroup.freeze); this host has neither',
+        ),
+      );
+    }
+    const run = (async () => {
+      await this.hold();
+      try {
+        return await this.p.store.capture({
+          sources: this.p.sources,
+          selfUid: this.hostUid,
+          parent: {
+            layers: this.p.spec.layers ?? [],
+            workspace: {
+              mode: this.p.spec.workspace.mode,
+              ...(this.p.spec.workspace.hostDir !== undefined
+                ? { hostDir: this.p.spec.workspace.hostDir }
+                : {}),
+            },
+          },
+          spec: this.p.spec,
+          source: this.id,
+          checkpoint: () => {
+            if (this.destroyed) throw gone(this.id);
+            if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
+          },
+          maxContentBytes: this.p.spec.limits.diskBytes,
+          usedBytes: usedBytes(this.p.disk),
+        });
+      } finally {
+        await this.unhold();
+      }
+    })();
+    this.captures.add(run);
+    void run.then(
+      () => this.captures.delete(run),
+      () => this.captures.delete(run),
+    );
+    return run;
+  }
+
+  destroy(): Promise<void> {
+    this.destroyed ??= (async () => {
+      // A capture in progress sees `destroyed` at its next entry and stops; wait for it so that its
+      // thaw happens before the cgroup is removed.
+      await Promise.allSettled([...this.captures]);
+      await this.freezeQueue;
+      for (const p of this.procs) p.kill();
+      // Frozen (paused) processes do not act on SIGKILL until thawed (cgroup v1): kill everything in
+      // the cgroup while it is frozen, then thaw it, so they die without running another instruction.
+      if (this.holds > 0) await this.p.res.cgroup?.killAll();
+      await Promise.all([...this.procs].map((p) => p.exited));
+      await this.p.res.release();
+    })();
+    return this.destroyed;
+  }
+}
+
+function gone(id: string): AirlockError {
+  return new AirlockError('SANDBOX_GONE', `sandbox ${id} was killed`);
+}
+
+function usedBytes(disk: string): number {
+  const s = statfsSync(disk);
+  return (s.blocks - s.bfree) * s.bsize;
+}
+
+function readdirOr(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}

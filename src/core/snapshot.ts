@@ -1,0 +1,50 @@
+// What a snapshot is, as stored beside its layer (`snapshot.json`) and as the library reports it.
+// Parsed with zod when read back: the file lives in Airlock's root-only state dir, but a truncated or
+// hand-edited record must fail with a clear message, never half-load.
+import { z } from 'zod';
+import { BACKEND_NAMES, DigestSchema, MAX_LAYERS, type BackendName, type SandboxSpec } from './spec.js';
+
+export const SNAPSHOT_RECORD_VERSION = 1;
+
+/** What a snapshot's layer lies on: earlier snapshot layers (nearest first), then the workspace base. */
+export const SnapshotParentSchema = z
+  .object({
+    layers: z.array(DigestSchema).max(MAX_LAYERS - 1),
+    workspace: z.object({ mode: z.enum(['cow', 'ro', 'empty']), hostDir: z.string().optional() }).strict(),
+  })
+  .strict();
+
+export const SnapshotRecordSchema = z
+  .object({
+    version: z.literal(SNAPSHOT_RECORD_VERSION),
+    digest: DigestSchema,
+    backend: z.enum(BACKEND_NAMES),
+    createdAt: z.iso.datetime(),
+    parent: SnapshotParentSchema,
+    /** Bytes of file content in this layer (not counting the layers below). */
+    sizeBytes: z.number().int().nonnegative(),
+    /** Bytes the layer takes on the host disk (allocated blocks of its files and dirs). */
+    diskBytes: z.number().int().nonnegative(),
+    /** Paths in the layer: files, dirs, symlinks, FIFOs and whiteouts (deletions). */
+    entries: z.number().int().nonnegative(),
+    /** The sandbox it was taken from. */
+    source: z.string().min(1),
+    /** The source sandbox's validated spec: forks start from it (see Snapshot.fork). */
+    spec: z.record(z.string(), z.unknown()),
+  })
+  .strict();
+
+export type SnapshotParent = z.output<typeof SnapshotParentSchema>;
+
+export interface SnapshotRecord {
+  readonly version: typeof SNAPSHOT_RECORD_VERSION;
+  readonly digest: string;
+  readonly backend: BackendName;
+  readonly createdAt: string;
+  readonly parent: SnapshotParent;
+  readonly sizeBytes: number;
+  readonly diskBytes: number;
+  readonly entries: number;
+  readonly source: string;
+  readonly spec: Readonly<Record<string, unknown>> | SandboxSpec;
+}
