@@ -37,7 +37,14 @@ import {
   residue,
   type Residue,
 } from '../helpers.js';
+import { MountSchema } from '../../src/core/spec.js';
+import { RELOCATED_MOUNTS_ROOT } from '../../src/mcp/command.js';
 import { FIXTURE, ROOT, startCli } from './harness.js';
+
+/** Where this checkout's files appear in a server's sandbox (relocated when it lives under /tmp or /home). */
+const ROOT_INSIDE = MountSchema.safeParse({ hostPath: ROOT, path: ROOT }).success
+  ? ROOT
+  : `${RELOCATED_MOUNTS_ROOT}/0${ROOT}`;
 
 type Cli = Awaited<ReturnType<typeof startCli>>;
 
@@ -297,7 +304,7 @@ if (canRunNamespaces) {
           'proc',
           'sbin',
         ];
-        const allowed = [...layout, 'tmp', 'usr', 'workspace', ROOT.split('/')[1]];
+        const allowed = [...layout, 'tmp', 'usr', 'workspace', ROOT_INSIDE.split('/')[1]];
         expect(entries.filter((e) => !allowed.includes(e))).toEqual([]);
       });
 
@@ -317,7 +324,7 @@ if (canRunNamespaces) {
           expect(r.isError, `${path}: ${text(r)}`).toBe(true);
         }
         // The package's own tree is mounted, nothing else of the project around it.
-        expect(text(await call('list_directory', ROOT))).toBe('[DIR] node_modules');
+        expect(text(await call('list_directory', ROOT_INSIDE))).toBe('[DIR] node_modules');
       });
 
       it('/proc shows only the sandbox’s own processes', async () => {
@@ -350,7 +357,7 @@ if (canRunNamespaces) {
         expect(existsSync(`/tmp/${name}`)).toBe(false);
         const ro = await cli.client.callTool({
           name: 'write_file',
-          arguments: { path: `${ROOT}/node_modules/${name}`, content: 'x' },
+          arguments: { path: `${ROOT_INSIDE}/node_modules/${name}`, content: 'x' },
         });
         expect(ro.isError).toBe(true);
         expect(existsSync(`${ROOT}/node_modules/${name}`)).toBe(false);

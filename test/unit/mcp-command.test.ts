@@ -97,6 +97,10 @@ function fail(fn: () => unknown): string {
 }
 
 const same = (p: string) => ({ hostPath: p, path: p });
+/** Where a path of this checkout appears in the sandbox: itself, or relocated when the checkout is under /tmp or /home. */
+const relocated = !MountSchema.safeParse({ hostPath: REPO, path: REPO }).success;
+const inside = (p: string): string => (relocated ? `${RELOCATED_MOUNTS_ROOT}/0${p}` : p);
+const mountAt = (p: string) => ({ hostPath: p, path: inside(p) });
 
 describe.skipIf(NO_USR_NODE)('real MCP servers installed in this repo', () => {
   const env = { HOME: process.env.HOME, PATH: process.env.PATH };
@@ -105,8 +109,8 @@ describe.skipIf(NO_USR_NODE)('real MCP servers installed in this repo', () => {
       const name = `@modelcontextprotocol/${server}`;
       const r = resolveServerCommand(['npx', '-y', name, '/data'], { cwd: REPO, env });
       expect(r).toEqual({
-        argv: [SANDBOX_NODE, `${REPO}/node_modules/${name}/dist/index.js`, '/data'],
-        mounts: [same(`${REPO}/node_modules`)],
+        argv: [SANDBOX_NODE, inside(`${REPO}/node_modules/${name}/dist/index.js`), '/data'],
+        mounts: [mountAt(`${REPO}/node_modules`)],
         source: 'npx-local',
         package: { name, version: '2026.8.31', dir: `${REPO}/node_modules/${name}` },
         description: `npm package ${name}@2026.8.31 from ./node_modules`,
@@ -120,28 +124,28 @@ describe.skipIf(NO_USR_NODE)('real MCP servers installed in this repo', () => {
       cwd: join(REPO, 'src'),
       env,
     });
-    expect(r.argv).toEqual([SANDBOX_NODE, `${REPO}/node_modules/${name}/dist/index.js`, 'stdio']);
+    expect(r.argv).toEqual([SANDBOX_NODE, inside(`${REPO}/node_modules/${name}/dist/index.js`), 'stdio']);
     expect(r.description).toBe(`npm package ${name}@2026.8.31 from ${REPO}/node_modules`);
     const viaBin = resolveServerCommand(['npx', 'mcp-server-memory'], { cwd: REPO, env });
     expect(viaBin.package?.name).toBe('@modelcontextprotocol/server-memory');
-    expect(viaBin.mounts).toEqual([same(`${REPO}/node_modules`)]);
+    expect(viaBin.mounts).toEqual([mountAt(`${REPO}/node_modules`)]);
   });
 
   it('tsx and node --import tsx against the real tsx', () => {
     const r = resolveServerCommand(['tsx', 'src/cli/main.ts', '--help'], { cwd: REPO, env });
     expect(r.argv).toEqual([
       SANDBOX_NODE,
-      `${REPO}/node_modules/tsx/dist/cli.mjs`,
-      `${REPO}/src/cli/main.ts`,
+      inside(`${REPO}/node_modules/tsx/dist/cli.mjs`),
+      inside(`${REPO}/src/cli/main.ts`),
       '--help',
     ]);
-    expect(r.mounts).toEqual([same(REPO)]);
+    expect(r.mounts).toEqual([mountAt(REPO)]);
     const n = resolveServerCommand(['node', '--import', 'tsx', 'src/cli/main.ts'], { cwd: REPO, env });
     expect(n.argv).toEqual([
       SANDBOX_NODE,
       '--import',
-      `${REPO}/node_modules/tsx/dist/loader.mjs`,
-      `${REPO}/src/cli/main.ts`,
+      inside(`${REPO}/node_modules/tsx/dist/loader.mjs`),
+      inside(`${REPO}/src/cli/main.ts`),
     ]);
   });
 
