@@ -447,32 +447,23 @@ export class McpSession {
     }
     const ps = this.perServer.get(target.server)!;
     const setup = ps.entry.setup;
+    /** Audit a refusal of this call and return the error that carries it to the client. */
+    const refuse = (code: string, reason: string, rpc?: number): McpError => {
+      audit({
+        sandboxId: '',
+        server: setup.name,
+        method: 'tools/call',
+        tool: target.tool,
+        decision: 'deny',
+        code,
+        reason,
+      });
+      return this.deny(code, reason, rpc);
+    };
     const verdict = decideCall(setup.rules, target.tool, args ?? {});
-    if (verdict.action === 'deny') {
-      audit({
-        sandboxId: '',
-        server: setup.name,
-        method: 'tools/call',
-        tool: target.tool,
-        decision: 'deny',
-        code: verdict.code,
-        reason: verdict.reason,
-      });
-      throw this.deny(verdict.code, verdict.reason);
-    }
+    if (verdict.action === 'deny') throw refuse(verdict.code, verdict.reason);
     const budget = ps.budget.beforeCall();
-    if (budget.action === 'deny') {
-      audit({
-        sandboxId: '',
-        server: setup.name,
-        method: 'tools/call',
-        tool: target.tool,
-        decision: 'deny',
-        code: budget.code,
-        reason: budget.reason,
-      });
-      throw this.deny(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
-    }
+    if (budget.action === 'deny') throw refuse(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
 
     const started = performance.now();
     let lease: Lease | undefined;
