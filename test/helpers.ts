@@ -65,3 +65,17 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
 }
 
 export const NO_RESIDUE: Residue = { mounts: [], cgroups: [], sandboxDirs: [], leases: [], processes: [] };
+
+/**
+ * residue() once the host has settled: a killed process tree can stay visible for a moment as an
+ * exiting task or a zombie its parent has not reaped yet. Waits at most 2 s by default (longer for
+ * a child CLI that tears down after its client left); a real leak stays.
+ */
+export async function settledResidue(maxWaitMs = 2000): Promise<Residue> {
+  let r = residue();
+  for (let i = 0; i < maxWaitMs / 50 && JSON.stringify(r) !== JSON.stringify(NO_RESIDUE); i++) {
+    await new Promise((res) => setTimeout(res, 50));
+    r = residue();
+  }
+  return r;
+}

@@ -6,7 +6,7 @@
 // small reverse proxy in front adds the tenant's token (see harness.authProxy).
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { canRunNamespaces, NO_RESIDUE, residue, SKIP_REASON, testAirlock } from '../helpers.js';
+import { canRunNamespaces, NO_RESIDUE, settledResidue, SKIP_REASON, testAirlock } from '../helpers.js';
 import { authProxy, FIXTURE, ROOT, startGateway } from './harness.js';
 
 if (!canRunNamespaces) {
@@ -52,7 +52,7 @@ if (!canRunNamespaces) {
       expect(Number(total![2]), plain.slice(-4000)).toBe(0);
       expect(Number(total![1])).toBeGreaterThanOrEqual(44);
       expect(code, plain.slice(-4000)).toBe(0);
-      expect(residue()).toEqual(NO_RESIDUE);
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
     }, 600_000);
   });
 }

@@ -13,7 +13,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
   canRunNamespaces,
   NO_RESIDUE,
-  residue,
+  settledResidue,
   SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
@@ -104,7 +104,7 @@ if (!canRunNamespaces) {
     afterAll(async () => {
       await gw?.close();
       await airlock?.killAll();
-      expect(residue()).toEqual(NO_RESIDUE);
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
     }, 60_000);
 
     describe('front door', () => {
@@ -427,7 +427,7 @@ if (!canRunNamespaces) {
         await gw.close();
         await airlock.killAll();
       }
-      expect(residue()).toEqual(NO_RESIDUE);
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
     }, 120_000);
   });
 }
