@@ -4,6 +4,24 @@ export { Airlock, DEFAULT_STATE_DIR, type AirlockOptions, type Snapshots } from 
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
 export { Snapshot, MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
 export type { SnapshotParent, SnapshotRecord } from './core/snapshot.js';
+export {
+  Templates,
+  TemplateBuildError,
+  type TemplateInfo,
+  type TemplateProgress,
+  type TemplateBuildOptions,
+  type ResolvedTemplate,
+} from './sandbox/templates.js';
+export {
+  TemplateFileSchema,
+  loadTemplateFile,
+  parseTemplate,
+  parseTemplateYaml,
+  templateSourceDigest,
+  type Template,
+  type TemplateInput,
+  type TemplateStep,
+} from './core/template.js';
 export type { FileEntry } from './sandbox/files.js';
 export {
   AirlockError,

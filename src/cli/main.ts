@@ -11,6 +11,7 @@ import { doctorCommand } from './doctor.js';
 import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
 import { processIo, runCommand, type Io } from './run.js';
 import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
+import { registerTemplateCommands } from './template.js';
 import {
   gatewayCommand,
   mcpDiffCommand,
@@ -210,6 +211,7 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .description('delete a snapshot and free its disk (refused while a live fork uses it)')
     .argument('<ID>', 'snapshot id (sha256:…), or a unique prefix of its hex digits')
     .action(async (id: string) => setStatus(await snapshotRemoveCommand(id, io)));
+  registerTemplateCommands(program, io, setStatus);
   program
     .command('doctor')
     .description('report which isolation tiers and kernel controls work on this host')

@@ -19,6 +19,10 @@ export const ERROR_CODES = {
   SNAPSHOT_NOT_FOUND: { exit: 3, http: 404 },
   /** A snapshot a live sandbox (a fork) or a later snapshot still builds on: kill or remove those first. */
   SNAPSHOT_IN_USE: { exit: 1, http: 409 },
+  /** No template with that name, and no layer with that digest, in this state dir. */
+  TEMPLATE_NOT_FOUND: { exit: 3, http: 404 },
+  /** A template step failed (non-zero exit, timeout, limit): see the step index and stderr tail. */
+  TEMPLATE_BUILD_FAILED: { exit: 1, http: 422 },
   /** A JSON-RPC message that is not exactly one well-formed, unambiguous object (MCP gateway). */
   MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
   /** A gateway config, lockfile or tool rule that cannot be used as written. */

@@ -18,6 +18,8 @@ export const DIGEST_RE = /^sha256:[0-9a-f]{64}$/;
 export const DigestSchema = z
   .string()
   .regex(DIGEST_RE, 'a snapshot id is "sha256:" followed by 64 lowercase hex digits');
+/** A template name (`airlock template build`); "host" is reserved for the built-in base. */
+export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 /** Deepest snapshot chain a sandbox can run on (each layer is one read-only overlay lower). */
 export const MAX_LAYERS = 32;
 const GiB = 1024 * MiB;
@@ -197,6 +199,23 @@ export const SandboxSpecSchema = z
       .max(MAX_LAYERS, `a snapshot chain is at most ${MAX_LAYERS} layers deep`)
       .refine((l) => new Set(l).size === l.length, 'layers must not repeat a snapshot')
       .optional(),
+    /**
+     * Start from a built template: its name (resolved to its digest when the sandbox is created) or a
+     * layer digest ("sha256:…"). After create, `spec.template` is `{ name?, digest }`: the digest that
+     * ran. Not together with `layers`.
+     */
+    template: z
+      .union(
+        [
+          z.string().refine((t) => DIGEST_RE.test(t) || (TEMPLATE_NAME_RE.test(t) && t !== 'host'), {
+            message:
+              'template is a template name (lowercase letters, digits, ".", "_", "-") or a digest "sha256:<64 hex>"',
+          }),
+          z.object({ name: z.string().regex(TEMPLATE_NAME_RE).optional(), digest: DigestSchema }).strict(),
+        ],
+        { error: 'template is a name, a digest "sha256:<64 hex>", or { name?, digest }' },
+      )
+      .optional(),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
     network: NetworkPolicySchema.optional(),
     /** Credentials the sandbox may use without seeing them (needs `network`). */
@@ -226,6 +245,13 @@ export const SandboxSpecSchema = z
   })
   .strict()
   .superRefine((spec, ctx) => {
+    if (spec.template !== undefined && spec.layers !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['template'],
+        message: 'template and layers cannot both be given (a template already names its layers)',
+      });
+    }
     if (spec.canaries.length && spec.network === undefined) {
       ctx.addIssue({
         code: 'custom',

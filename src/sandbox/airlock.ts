@@ -32,6 +32,7 @@ import { NamespacesBackend } from '../backends/namespaces/index.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
 import { Snapshot, type SnapshotRuntime } from './snapshot.js';
+import { Templates } from './templates.js';
 
 /** `airlock.snapshots`: the snapshots stored in this runtime's state dir (shared by its processes). */
 export interface Snapshots {
@@ -87,6 +88,8 @@ export class Airlock {
   private ca: MitmCa | undefined;
   private caPublic: { bundle: string; cert: string } | undefined;
   readonly snapshots: Snapshots;
+  /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
+  readonly templates: Templates;
   private readonly snapshotRuntime: SnapshotRuntime;
 
   constructor(opts: AirlockOptions = {}) {
@@ -120,6 +123,11 @@ export class Airlock {
       }
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${id} in ${this.stateDir}`, { field: 'id' });
     };
+    this.templates = new Templates(this.stateDir, {
+      create: (spec) => this.create(spec),
+      layer: async (d) => this.backends.namespaces?.snapshots?.get(d),
+      removeLayer: (d) => this.snapshotStore('namespaces').remove(d),
+    });
     this.snapshots = {
       list: async () => {
         const all: SnapshotRecord[] = [];
@@ -178,7 +186,8 @@ export class Airlock {
   }
 
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
-    const spec = parseSandboxSpec(input);
+    let spec = parseSandboxSpec(input);
+    if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
     const backend = this.backend(spec.backend);
     if (spec.layers && !backend.snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {
@@ -220,6 +229,29 @@ export class Airlock {
     this.live.set(id, sbx);
     if (net?.redaction) this.redactions.set(id, net.redaction);
     return sbx;
+  }
+
+  /**
+   * A spec naming a template → the spec of a sandbox on its layers, with the digest recorded
+   * (`spec.template = { name?, digest }`): a name resolves to its digest here, once.
+   */
+  private async withTemplate(spec: SandboxSpec, input: SandboxSpecInput): Promise<SandboxSpec> {
+    const t = spec.template!;
+    const ref = typeof t === 'string' ? t : t.digest;
+    if (spec.backend !== 'namespaces') {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `templates run on the namespaces tier only`, {
+        field: 'template',
+      });
+    }
+    const r = await this.templates.resolve(ref);
+    const name = typeof t === 'string' ? r.name : t.name;
+    return {
+      ...spec,
+      // A template keeps the workspace it was built over (given one must match; see resolveChain).
+      workspace: input.workspace === undefined ? { ...r.workspace } : spec.workspace,
+      layers: [...r.layers],
+      template: name ? { name, digest: r.digest } : { digest: r.digest },
+    };
   }
 
   /**

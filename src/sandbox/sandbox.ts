@@ -91,6 +91,8 @@ export interface SandboxInfo {
   readonly hostUid: number;
   /** The snapshot layers it started from, top first (empty for a fresh sandbox). */
   readonly layers: readonly string[];
+  /** The template it started from: the digest that ran (and the name it was asked by, if any). */
+  readonly template?: { readonly name?: string; readonly digest: string };
 }
 
 export interface SandboxHooks {
@@ -159,6 +161,7 @@ export class SandboxBase {
       metadata: this.spec.metadata,
       hostUid: this.backend.hostUid,
       layers: this.spec.layers ?? [],
+      ...(typeof this.spec.template === 'object' ? { template: this.spec.template } : {}),
     };
   }
 

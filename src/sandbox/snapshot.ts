@@ -32,7 +32,7 @@ export interface SnapshotInfo {
  * persistent do not (a fork is a new session: default TTL unless given). The workspace is always
  * the snapshot's.
  */
-export type ForkOptions = Omit<SandboxSpecInput, 'backend' | 'workspace' | 'layers'>;
+export type ForkOptions = Omit<SandboxSpecInput, 'backend' | 'workspace' | 'layers' | 'template'>;
 
 /** What a Snapshot needs from its runtime (narrow, so that it does not depend on Airlock). */
 export interface SnapshotRuntime {
@@ -85,7 +85,7 @@ export class Snapshot implements SnapshotInfo {
   fork(opts?: ForkOptions & { count?: undefined }): Promise<Sandbox>;
   async fork(opts: ForkOptions & { count?: number } = {}): Promise<Sandbox | Sandbox[]> {
     const { count, ...rest } = opts;
-    for (const key of ['workspace', 'layers', 'backend']) {
+    for (const key of ['workspace', 'layers', 'backend', 'template']) {
       if (key in rest) {
         throw new AirlockError(
           'INVALID_ARGUMENT',

@@ -24,6 +24,8 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   SANDBOX_PAUSED: { exit: 1, http: 409 },
   SNAPSHOT_NOT_FOUND: { exit: 3, http: 404 },
   SNAPSHOT_IN_USE: { exit: 1, http: 409 },
+  TEMPLATE_NOT_FOUND: { exit: 3, http: 404 },
+  TEMPLATE_BUILD_FAILED: { exit: 1, http: 422 },
   MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
   MCP_INVALID_CONFIG: { exit: 2, http: 400 },
   MCP_CALL_DENIED: { exit: 1, http: 403 },

@@ -1,0 +1,149 @@
+// `airlock template build FILE | ls [--json] | inspect NAME|DIGEST | rm NAME`: templates in this state
+// dir (AIRLOCK_STATE_DIR). Build progress is one updating line on a TTY, plain lines otherwise.
+import type { Command } from 'commander';
+import { formatBytes } from '../core/units.js';
+import type { TemplateInfo, TemplateProgress } from '../sandbox/templates.js';
+import { cliAirlock, trapSignals } from './lifecycle.js';
+import { processIo, type Io } from './run.js';
+
+const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
+
+function progressText(p: TemplateProgress, total: { steps: number }): string {
+  switch (p.phase) {
+    case 'start':
+      total.steps = p.steps;
+      return `building ${p.name}: ${p.steps} step${p.steps === 1 ? '' : 's'}`;
+    case 'files':
+      return `wrote ${p.count} file${p.count === 1 ? '' : 's'}`;
+    case 'step':
+      return `step ${p.index + 1}/${p.steps}: ${p.command}`;
+    case 'layer':
+      return `layer ${short(p.digest)}: ${formatBytes(p.bytes)}`;
+    case 'done':
+      return `built ${p.digest} (${formatBytes(p.bytes)})`;
+  }
+}
+
+export async function templateBuildCommand(
+  file: string,
+  opts: { json?: boolean },
+  io: Io = processIo,
+  tty = process.stderr.isTTY === true,
+): Promise<number> {
+  const airlock = cliAirlock();
+  const trap = trapSignals(airlock, (line) => io.err(`${open ? '\n' : ''}${line}\n`));
+  const total = { steps: 0 };
+  let open = false; // a TTY line waiting for its newline
+  const onProgress = (p: TemplateProgress): void => {
+    const text = progressText(p, total);
+    if (tty && p.phase !== 'done') {
+      io.err(`\r\x1b[K${text}`);
+      open = true;
+    } else {
+      if (open) io.err('\r\x1b[K');
+      open = false;
+      io.err(`${text}\n`);
+    }
+  };
+  try {
+    const t = await airlock.templates.build(file, { onProgress, signal: trap.signal }).catch((e: unknown) => {
+      if (trap.exitCode !== undefined) return trap.exitCode;
+      throw e;
+    });
+    if (typeof t === 'number') return t;
+    io.out(opts.json ? JSON.stringify(t, null, 2) + '\n' : `${t.name} ${t.digest}\n`);
+    return 0;
+  } finally {
+    if (open) io.err('\n');
+    trap.dispose();
+    await airlock.close();
+  }
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return (
+    rows
+      .map((r) =>
+        r
+          .map((c, i) => c.padEnd(widths[i]!))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n') + '\n'
+  );
+}
+
+const when = (t: TemplateInfo): string =>
+  t.createdAt
+    .toISOString()
+    .replace('T', ' ')
+    .replace(/\.\d+Z$/, 'Z');
+
+export async function templateListCommand(opts: { json?: boolean }, io: Io = processIo): Promise<number> {
+  const airlock = cliAirlock();
+  const all = await airlock.templates.list();
+  if (opts.json) {
+    io.out(JSON.stringify(all, null, 2) + '\n');
+    return 0;
+  }
+  if (all.length === 0) {
+    io.out(`no templates in ${airlock.stateDir}\n`);
+    return 0;
+  }
+  const rows = [['NAME', 'DIGEST', 'CREATED', 'SIZE', 'STEPS', 'BASE']];
+  for (const t of all) {
+    rows.push([
+      t.name,
+      short(t.digest),
+      when(t),
+      formatBytes(t.sizeBytes),
+      String(t.steps.length),
+      t.base.digest ? `${t.base.ref === t.base.digest ? short(t.base.ref) : t.base.ref}` : t.base.ref,
+    ]);
+  }
+  io.out(table(rows));
+  return 0;
+}
+
+export async function templateInspectCommand(ref: string, io: Io = processIo): Promise<number> {
+  const t = await cliAirlock().templates.inspect(ref);
+  io.out(JSON.stringify(t, null, 2) + '\n');
+  return 0;
+}
+
+export async function templateRemoveCommand(name: string, io: Io = processIo): Promise<number> {
+  await cliAirlock().templates.remove(name);
+  io.out(`removed ${name}\n`);
+  return 0;
+}
+
+/** `airlock template …`, registered by main.ts. */
+export function registerTemplateCommands(program: Command, io: Io, setStatus: (code: number) => void): void {
+  const template = program
+    .command('template')
+    .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
+  template
+    .command('build')
+    .description('build a template from a YAML file (name, base, files, steps, limits)')
+    .argument('<FILE>', 'template YAML file')
+    .option('--json', 'print the built template as JSON')
+    .action(async (file: string, opts: { json?: boolean }) =>
+      setStatus(await templateBuildCommand(file, opts, io)),
+    );
+  template
+    .command('ls')
+    .description('list the templates in the state dir')
+    .option('--json', 'machine-readable list')
+    .action(async (opts: { json?: boolean }) => setStatus(await templateListCommand(opts, io)));
+  template
+    .command('inspect')
+    .description('print a template record as JSON')
+    .argument('<NAME|DIGEST>', 'template name, or its digest (sha256:…)')
+    .action(async (ref: string) => setStatus(await templateInspectCommand(ref, io)));
+  template
+    .command('rm')
+    .description("delete a template's name and the layers it built (refused while a sandbox uses them)")
+    .argument('<NAME>', 'template name')
+    .action(async (name: string) => setStatus(await templateRemoveCommand(name, io)));
+}

@@ -1,0 +1,194 @@
+// Templates: a YAML file naming a base and setup steps, built once into an immutable layer addressed
+// by its content digest (see src/sandbox/templates.ts). This file is the trust boundary for template
+// files (zod, INVALID_SPEC naming the field) and for the name → digest records kept in the state dir.
+import { createHash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import { posix } from 'node:path';
+import { parseDocument } from 'yaml';
+import { z } from 'zod';
+import { NetworkPolicySchema } from '../policy/network.js';
+import { AirlockError } from './errors.js';
+import { DigestSchema, EnvSchema, LimitsSchema, DIGEST_RE, TEMPLATE_NAME_RE } from './spec.js';
+
+export { TEMPLATE_NAME_RE };
+import { parseOrThrow } from './validate.js';
+
+export const TEMPLATE_RECORD_VERSION = 1;
+/** The default base: read-only host system dirs, an empty workspace and home (today's default sandbox). */
+export const HOST_BASE = 'host';
+export const MAX_TEMPLATE_FILE_BYTES = 4 * 1024 * 1024;
+const MAX_FILE_CONTENT_BYTES = 1024 * 1024;
+const DAY_MS = 24 * 3_600_000;
+/** Step timeout unless the step sets timeoutMs. */
+export const DEFAULT_STEP_TIMEOUT_MS = 600_000;
+
+export const TemplateNameSchema = z
+  .string()
+  .regex(
+    TEMPLATE_NAME_RE,
+    'a template name is 1 to 63 lowercase letters, digits, ".", "_" or "-", starting with a letter or digit',
+  )
+  .refine((n) => n !== HOST_BASE, `"${HOST_BASE}" is the built-in base, not a template name`);
+
+/** What `Sandbox.create({ template })` and a template's `base` accept: a name or a layer digest. */
+export const TemplateRefSchema = z.union([DigestSchema, TemplateNameSchema], {
+  error: 'a template is a name (lowercase letters, digits, ".", "_", "-") or a digest "sha256:<64 hex>"',
+});
+
+const noNul = (s: string): boolean => !s.includes('\0');
+
+/** Only /workspace and /home/user are captured into a layer: files go there. */
+const CAPTURED_ROOTS = ['/workspace', '/home/user'];
+
+const templatePath = z
+  .string()
+  .min(1, 'a file path cannot be empty')
+  .refine(noNul, 'a file path cannot contain NUL')
+  .refine((p) => !p.split('/').includes('..'), 'a file path cannot contain ".." segments')
+  .transform((p) => posix.normalize(p.startsWith('/') ? p : `/workspace/${p}`).replace(/\/+$/, ''))
+  .refine(
+    (p) => CAPTURED_ROOTS.some((r) => p.startsWith(`${r}/`)),
+    'a file path is relative to /workspace, or absolute under /workspace/ or /home/user/ (only those are captured)',
+  );
+
+const sandboxDir = z
+  .string()
+  .refine((p) => p.startsWith('/'), 'workdir must be an absolute path inside the sandbox')
+  .refine(noNul, 'workdir cannot contain NUL');
+
+export const TemplateStepSchema = z
+  .object({
+    /** A shell string (run with /bin/sh -c) or an argv array. */
+    run: z.union([
+      z.string().trim().min(1, 'run cannot be empty').refine(noNul, 'run cannot contain NUL'),
+      z
+        .array(z.string().refine(noNul, 'run arguments cannot contain NUL'))
+        .min(1, 'run needs at least the program'),
+    ]),
+    /** Egress for this step only (same schema as a sandbox's network). Absent: no network at all. */
+    network: NetworkPolicySchema.optional(),
+    env: EnvSchema.optional(),
+    timeoutMs: z
+      .number()
+      .int()
+      .min(1000, 'timeoutMs must be at least 1000')
+      .max(DAY_MS)
+      .default(DEFAULT_STEP_TIMEOUT_MS),
+    /** Working directory (default /workspace). */
+    workdir: sandboxDir.optional(),
+  })
+  .strict();
+
+export const TemplateFileSchema = z
+  .object({
+    name: TemplateNameSchema,
+    /** "host" (default), another template's name, or a layer digest. */
+    base: z.union([z.literal(HOST_BASE), TemplateRefSchema]).default(HOST_BASE),
+    /** Written (as the sandbox user) before the first step. */
+    files: z
+      .array(
+        z
+          .object({
+            path: templatePath,
+            content: z
+              .string()
+              .refine(
+                (c) => Buffer.byteLength(c) <= MAX_FILE_CONTENT_BYTES,
+                'a file content is at most 1 MiB (write larger files in a step)',
+              ),
+          })
+          .strict(),
+      )
+      .max(256, 'at most 256 files')
+      .refine((f) => new Set(f.map((x) => x.path)).size === f.length, 'files must not repeat a path')
+      .default([]),
+    steps: z.array(TemplateStepSchema).max(64, 'at most 64 steps').default([]),
+    /** Limits of the build sandbox. */
+    limits: LimitsSchema.default(() => LimitsSchema.parse({})),
+  })
+  .strict();
+
+export type TemplateInput = z.input<typeof TemplateFileSchema>;
+export type Template = z.output<typeof TemplateFileSchema>;
+export type TemplateStep = z.output<typeof TemplateStepSchema>;
+
+export function parseTemplate(input: unknown, source = 'template'): Template {
+  return parseOrThrow(TemplateFileSchema, input, source);
+}
+
+export function parseTemplateYaml(text: string, source = 'template file'): Template {
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const err = doc.errors[0];
+  if (err) throw new AirlockError('INVALID_SPEC', `invalid ${source}: ${err.message}`);
+  let data: unknown;
+  try {
+    data = doc.toJS({ maxAliasCount: 100 });
+  } catch (e) {
+    throw new AirlockError('INVALID_SPEC', `invalid ${source}: ${(e as Error).message}`, { cause: e });
+  }
+  return parseTemplate(data, source);
+}
+
+/** Read and validate a template YAML file. */
+export function loadTemplateFile(path: string): Template {
+  let text: string;
+  try {
+    if (statSync(path).size > MAX_TEMPLATE_FILE_BYTES) {
+      throw new AirlockError('INVALID_SPEC', `template file ${path} is larger than 4 MiB`);
+    }
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if (AirlockError.isInstance(e)) throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT')
+      throw new AirlockError('FILE_NOT_FOUND', `template file ${path} not found`, { cause: e });
+    throw new AirlockError('INVALID_ARGUMENT', `cannot read template file ${path}: ${(e as Error).message}`, {
+      cause: e,
+    });
+  }
+  return parseTemplateYaml(text, `template file ${path}`);
+}
+
+/** JSON with object keys sorted at every level: the same template always gives the same text. */
+export function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/** sha256 of the validated template's canonical JSON (defaults filled in, key order irrelevant). */
+export function templateSourceDigest(t: Template): string {
+  return `sha256:${createHash('sha256').update(canonicalJson(t)).digest('hex')}`;
+}
+
+/** `<stateDir>/templates/<name>.json`: what a name points at, and how it was built. */
+export const TemplateRecordSchema = z
+  .object({
+    version: z.literal(TEMPLATE_RECORD_VERSION),
+    name: TemplateNameSchema,
+    /** The template's layer digest: what `Sandbox.create({ template: name })` runs. */
+    digest: DigestSchema,
+    /** Layers the build stacked over its base, top first (the first is `digest`). */
+    layers: z.array(DigestSchema).min(1),
+    base: z.object({ ref: z.string().min(1), digest: DigestSchema.nullable() }).strict(),
+    /** Canonical hash of the template file that was built (templateSourceDigest). */
+    sourceDigest: DigestSchema,
+    createdAt: z.iso.datetime(),
+    /** Bytes of file content in the layers the build made. */
+    sizeBytes: z.number().int().nonnegative(),
+    files: z.array(z.string()),
+    steps: z.array(z.record(z.string(), z.unknown())),
+  })
+  .strict()
+  .refine((r) => r.layers[0] === r.digest, { message: 'layers[0] must be digest', path: ['layers'] });
+
+export type TemplateRecord = z.output<typeof TemplateRecordSchema>;
+
+export const isDigest = (s: string): boolean => DIGEST_RE.test(s);
