@@ -70,6 +70,8 @@ describe('pseudo-terminals', () => {
       ];
       const a = await airlock.create();
       const b = await airlock.create();
+      let held!: () => void;
+      const holding = new Promise<void>((r) => (held = r));
       const hold = await a.exec(
         [
           'python3',
@@ -78,8 +80,10 @@ describe('pseudo-terminals', () => {
         ],
         {
           background: true,
+          onStdout: (s) => s.includes('held') && held(),
         },
       );
+      await holding; // the holder has all 64 before anyone else tries
       const r = await a.exec(grab);
       expect(r.stdout.trim()).toBe('0 28'); // ENOSPC: the 64 are taken by the holder
       const other = await b.exec(grab);
