@@ -21,6 +21,25 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# gVisor: runsc from bookworm-backports (2024). Debian 12's own runsc (2022) cannot list a directory
+# on this kernel (statx/getdents fail with EINVAL inside the sandbox, so `ls /` fails) and has no
+# systrap platform, only the slower ptrace. Installed only where the system is Debian 12 (bookworm).
+runsc_ok() { command -v runsc >/dev/null && runsc --version 2>/dev/null | grep -qE 'version 0\.0~20(2[4-9]|[3-9][0-9])'; }
+if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: need root to install runsc from bookworm-backports" >&2
+    exit 1
+  fi
+  list=/etc/apt/sources.list.d/airlock-bookworm-backports.list
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo 'deb http://deb.debian.org/debian bookworm-backports main' >"$list"
+  fi
+  echo "setup: apt-get install -t bookworm-backports runsc"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports runsc >/dev/null
+fi
+
 # npm ci only when node_modules does not match the lockfile.
 stamp=node_modules/.airlock-lock-hash
 want=$(sha256sum package-lock.json | cut -d' ' -f1)

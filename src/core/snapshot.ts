@@ -14,6 +14,18 @@ export const SnapshotParentSchema = z
   })
   .strict();
 
+/** Process state kept with a snapshot (gVisor): how many processes, how big, or why none. */
+export const MemoryRecordSchema = z
+  .object({
+    /** Checkpointed processes (one per exec that was running); a fork restores each. */
+    processes: z.number().int().nonnegative(),
+    bytes: z.number().int().nonnegative(),
+    /** Why running processes were not captured (the snapshot is then filesystem-only). */
+    skipped: z.string().optional(),
+  })
+  .strict();
+export type MemoryRecord = z.output<typeof MemoryRecordSchema>;
+
 export const SnapshotRecordSchema = z
   .object({
     version: z.literal(SNAPSHOT_RECORD_VERSION),
@@ -31,6 +43,7 @@ export const SnapshotRecordSchema = z
     source: z.string().min(1),
     /** The source sandbox's validated spec: forks start from it (see Snapshot.fork). */
     spec: z.record(z.string(), z.unknown()),
+    memory: MemoryRecordSchema.optional(),
   })
   .strict();
 
@@ -47,4 +60,5 @@ export interface SnapshotRecord {
   readonly entries: number;
   readonly source: string;
   readonly spec: Readonly<Record<string, unknown>> | SandboxSpec;
+  readonly memory?: MemoryRecord;
 }

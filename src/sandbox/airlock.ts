@@ -28,6 +28,7 @@ import { EgressGateway } from '../egress/gateway.js';
 import { MitmCa } from '../egress/mitm.js';
 import type { Dialer, Resolver } from '../egress/vet.js';
 import { SecretLease } from '../secrets/sentinels.js';
+import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
@@ -100,11 +101,15 @@ export class Airlock {
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
     const ctx = { stateDir: this.stateDir, logger: this.logger };
-    this.backends.namespaces = new NamespacesBackend(ctx, {
+    const hostOpts = {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
+    };
+    this.backends.namespaces = new NamespacesBackend(ctx, {
+      ...hostOpts,
       ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
     });
+    this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),
       exists: async (b, d) => (await this.snapshotStore(b).get(d)) !== undefined,

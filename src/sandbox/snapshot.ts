@@ -1,7 +1,7 @@
 // `Snapshot`: an immutable filesystem state taken from a sandbox, that new sandboxes start from.
 // `snap.fork()` is `Sandbox.create` with the snapshot's layers under the workspace and home.
 import { AirlockError } from '../core/errors.js';
-import type { SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
+import type { MemoryRecord, SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
 import type { BackendName, SandboxSpecInput } from '../core/spec.js';
 import type { Sandbox } from './index.js';
 
@@ -24,6 +24,12 @@ export interface SnapshotInfo {
   readonly entries: number;
   /** The sandbox it was taken from. */
   readonly source: string;
+  /**
+   * gVisor: the processes that were running, checkpointed with their memory (a fork restores them
+   * and they carry on), or why they could not be. Absent when nothing was running or on a tier
+   * without memory snapshots.
+   */
+  readonly memory?: MemoryRecord;
 }
 
 /**
@@ -54,6 +60,7 @@ export class Snapshot implements SnapshotInfo {
   readonly diskBytes: number;
   readonly entries: number;
   readonly source: string;
+  readonly memory?: MemoryRecord;
 
   constructor(
     private readonly runtime: SnapshotRuntime,
@@ -68,6 +75,7 @@ export class Snapshot implements SnapshotInfo {
     this.diskBytes = record.diskBytes;
     this.entries = record.entries;
     this.source = record.source;
+    if (record.memory) this.memory = record.memory;
   }
 
   /** The layers a fork runs on, top first: this snapshot, then its parents. */
@@ -153,6 +161,7 @@ export class Snapshot implements SnapshotInfo {
       diskBytes: this.diskBytes,
       entries: this.entries,
       source: this.source,
+      ...(this.memory ? { memory: this.memory } : {}),
     };
   }
 }

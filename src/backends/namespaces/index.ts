@@ -26,10 +26,12 @@ import type {
   SnapshotStoreV1,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
+import type { SnapshotRecord } from '../../core/snapshot.js';
 import {
   forbiddenMountSourceReason,
   forbiddenWorkspaceReason,
   LimitsSchema,
+  type BackendName,
   type Limits,
   type SandboxSpec,
 } from '../../core/spec.js';
@@ -44,7 +46,7 @@ import {
 import { bindReadOnly, mappingUserns, mountIdmapped } from './idmap.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
 import { LayerStore } from './layers.js';
-import { HostResources, NamespacesSandbox } from './sandbox.js';
+import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import { createNetns } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
@@ -106,12 +108,12 @@ interface OwnerFile {
 
 export class NamespacesBackend implements BackendV1 {
   readonly specificationVersion = 'v1' as const;
-  readonly name = 'namespaces' as const;
-  private readonly dirs: StateDirs;
+  readonly name: BackendName = 'namespaces';
+  protected readonly dirs: StateDirs;
   private readonly uidRange: UidRange;
   private readonly bwrapPath: string;
   private cgroupLayout: CgroupLayout | undefined;
-  private etcDir: string | undefined;
+  protected etcDir: string | undefined;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
@@ -121,11 +123,11 @@ export class NamespacesBackend implements BackendV1 {
   private forksSeen = false;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
-  private readonly layerStore: LayerStore;
+  protected readonly layerStore: LayerStore;
   readonly snapshots: SnapshotStoreV1;
 
   constructor(
-    private readonly ctx: BackendContext,
+    protected readonly ctx: BackendContext,
     opts: NamespacesOptions = {},
   ) {
     this.dirs = new StateDirs(ctx.stateDir, opts.uidLeaseDir);
@@ -135,9 +137,12 @@ export class NamespacesBackend implements BackendV1 {
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
     const store = new LayerStore(ctx.stateDir, (d) => this.liveUsers(d));
     this.layerStore = store;
+    // One layer store per state dir, shared by the tiers that use host layers; each lists its own.
+    const mine = (r: SnapshotRecord | undefined): SnapshotRecord | undefined =>
+      r?.backend === this.name ? r : undefined;
     this.snapshots = {
-      list: async () => store.list(),
-      get: async (d) => store.get(d),
+      list: async () => store.list().filter((r) => r.backend === this.name),
+      get: async (d) => mine(store.get(d)),
       users: async (d) => store.users(d),
       remove: (d) => store.remove(d, async () => void (await this.reapOrphans())),
     };
@@ -283,26 +288,41 @@ export class NamespacesBackend implements BackendV1 {
   private refill(): void {
     this.refillTimer = undefined;
     try {
-      while (this.pool.length < this.warmPool) this.pool.push(this.prepareSlot(DEFAULT_LIMITS));
+      while (this.pool.length < this.warmPool)
+        this.pool.push(this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
       if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
     } catch (e) {
       this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
     }
   }
 
+  /**
+   * The cgroup limits that hold a sandbox with these limits: the same on this tier; a tier whose
+   * runtime lives in the sandbox's cgroup (gVisor) adds its own footprint.
+   */
+  protected hostLimits(l: Limits): Limits {
+    return l;
+  }
+
+  /** The live sandbox over prepared host state (a tier that runs processes differently overrides). */
+  protected makeSandbox(parts: NamespacesSandboxParts): Promise<NamespacesSandbox> {
+    return Promise.resolve(new NamespacesSandbox(parts));
+  }
+
   async create(spec: SandboxSpec): Promise<BackendSandbox> {
     const probe = await this.probe();
     if (!probe.available)
-      throw new AirlockError('BACKEND_UNAVAILABLE', `namespaces backend unavailable: ${probe.reason}`);
+      throw new AirlockError('BACKEND_UNAVAILABLE', `${this.name} backend unavailable: ${probe.reason}`);
     this.seccomp ??= buildSeccompFilter();
 
     const ws = spec.workspace;
     let hostDir: string | undefined;
     if (ws.hostDir !== undefined) hostDir = checkHostDir(ws.hostDir, realpathOr(this.ctx.stateDir));
     const layers = spec.layers ?? [];
-    if (layers.length) this.layerStore.resolveChain(layers, ws);
+    if (layers.length) this.layerStore.resolveChain(layers, ws, this.name);
 
-    const slot = this.pool.pop() ?? this.prepareSlot(spec.limits);
+    const want = this.hostLimits(spec.limits);
+    const slot = this.pool.pop() ?? this.prepareSlot(want);
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
     if (this.warmPool > 0 && this.refillTimer === undefined)
@@ -311,7 +331,6 @@ export class NamespacesBackend implements BackendV1 {
     try {
       if (slot.diskBytes !== spec.limits.diskBytes) resizeTmpfs(disk, spec.limits.diskBytes);
       const l = slot.limits;
-      const want = spec.limits;
       if (l.memoryBytes !== want.memoryBytes || l.pids !== want.pids || l.cpus !== want.cpus) {
         res.cgroup!.setLimits(want);
       }
@@ -400,7 +419,7 @@ export class NamespacesBackend implements BackendV1 {
         ptsDir: slot.ptsDir,
         inSandboxNetns: true,
       };
-      return new NamespacesSandbox({
+      return await this.makeSandbox({
         id,
         hostUid: uid,
         layout,

@@ -30,10 +30,11 @@ import { AirlockError } from '../../core/errors.js';
 import {
   SNAPSHOT_RECORD_VERSION,
   SnapshotRecordSchema,
+  type MemoryRecord,
   type SnapshotParent,
   type SnapshotRecord,
 } from '../../core/snapshot.js';
-import { DIGEST_RE, type SandboxSpec } from '../../core/spec.js';
+import { DIGEST_RE, type BackendName, type SandboxSpec } from '../../core/spec.js';
 import { mountIdmappedAll } from './idmap.privileged.js';
 import { LAYER_SELF_ID, captureLayer, type CaptureSource } from './layer-capture.privileged.js';
 import { ownerAlive, selfOwner } from './state.js';
@@ -52,6 +53,14 @@ export interface CaptureRequest {
   readonly maxContentBytes: number;
   /** Bytes the sandbox's disk holds: the host must have this much free (plus a reserve). */
   readonly usedBytes: number;
+  /** The tier taking the snapshot (recorded; forks start on it). */
+  readonly backend: BackendName;
+  /**
+   * Process state captured beside the filesystem (gVisor checkpoint images): `dir` is moved into the
+   * layer as `memory/`, and `hash` (over its files) enters the digest, so different memory never
+   * shares a digest with other memory on the same filesystem content.
+   */
+  readonly memory?: { readonly dir?: string; readonly hash: string; readonly record: MemoryRecord };
 }
 
 export class LayerStore {
@@ -148,20 +157,22 @@ export class LayerStore {
         sources: req.sources,
         dest: fs,
         selfUid: req.selfUid,
-        header: parentHeader(req.parent),
+        header: parentHeader(req.parent) + (req.memory ? `\0memory:${req.memory.hash}` : ''),
         checkpoint: req.checkpoint,
         maxContentBytes: req.maxContentBytes,
       });
       const existing = this.get(res.digest);
       if (existing) {
         rmSync(tmp, { recursive: true, force: true });
+        if (req.memory?.dir) rmSync(req.memory.dir, { recursive: true, force: true });
         return existing;
       }
+      if (req.memory?.dir) renameSync(req.memory.dir, join(tmp, 'memory'));
       const { layers: _layers, ...spec } = req.spec;
       const record: SnapshotRecord = {
         version: SNAPSHOT_RECORD_VERSION,
         digest: res.digest,
-        backend: 'namespaces',
+        backend: req.backend,
         createdAt: new Date().toISOString(),
         parent: req.parent,
         sizeBytes: res.sizeBytes,
@@ -169,6 +180,7 @@ export class LayerStore {
         entries: res.entries,
         source: req.source,
         spec,
+        ...(req.memory ? { memory: req.memory.record } : {}),
       };
       writeFileSync(join(tmp, 'snapshot.json'), JSON.stringify(record, null, 2) + '\n', { mode: 0o600 });
       try {
@@ -191,7 +203,11 @@ export class LayerStore {
    * The record of the top of `layers` after checking that `layers` is exactly its chain and that
    * the workspace is the one it was taken over. Errors are INVALID_SPEC naming the field.
    */
-  resolveChain(layers: readonly string[], workspace: SandboxSpec['workspace']): SnapshotRecord {
+  resolveChain(
+    layers: readonly string[],
+    workspace: SandboxSpec['workspace'],
+    backend: BackendName = 'namespaces',
+  ): SnapshotRecord {
     const top = this.get(layers[0]!);
     if (!top) {
       throw new AirlockError(
@@ -200,10 +216,11 @@ export class LayerStore {
         { field: 'layers.0' },
       );
     }
-    if (top.backend !== 'namespaces') {
+    // Filesystem layers are the same on every tier; process memory restores only where it was taken.
+    if (top.backend !== backend && top.memory !== undefined) {
       throw new AirlockError(
         'INVALID_SPEC',
-        `layers.0: snapshot ${top.digest} was taken on the ${top.backend} tier`,
+        `layers.0: snapshot ${top.digest} holds ${top.backend} process memory; fork it on the ${top.backend} tier`,
         {
           field: 'layers.0',
         },
@@ -272,6 +289,11 @@ export class LayerStore {
   }
 
   /** Mode of an area's root in a layer (the fork's upper dir takes it, as overlayfs shows the upper's). */
+  /** Where a layer's process memory (gVisor checkpoint images) lives, if it has any. */
+  memoryDir(digest: string): string {
+    return join(this.dir(digest), 'memory');
+  }
+
   rootMode(digest: string, area: 'workspace' | 'home'): number {
     return lstatSync(join(this.fsDir(digest), area)).mode & 0o1777;
   }

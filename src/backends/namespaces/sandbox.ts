@@ -15,7 +15,7 @@ import { MAX_LAYERS, type SandboxSpec } from '../../core/spec.js';
 import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import type { CgroupHandle } from './cgroups.privileged.js';
 import type { CaptureSource } from './layer-capture.privileged.js';
-import type { LayerStore } from './layers.js';
+import type { CaptureRequest, LayerStore } from './layers.js';
 import { unmount } from './mount.privileged.js';
 import { interceptTcpInNetns, originalDestination, socketInNetns, withNetns } from './netns.privileged.js';
 import { startSandboxedProcess } from './process.js';
@@ -81,17 +81,17 @@ export interface NamespacesSandboxParts {
 export class NamespacesSandbox implements BackendSandbox {
   readonly id: string;
   readonly hostUid: number;
-  private layout: BwrapLayout;
-  private readonly procs = new Set<BackendProcess>();
+  protected layout: BwrapLayout;
+  protected readonly procs = new Set<BackendProcess>();
   private readonly captures = new Set<Promise<unknown>>();
-  private destroyed: Promise<void> | undefined;
+  protected destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
   private holds = 0;
   private paused = false;
   /** Freeze/thaw steps run one at a time, in order. */
   private freezeQueue: Promise<void> = Promise.resolve();
 
-  constructor(private readonly p: NamespacesSandboxParts) {
+  constructor(protected readonly p: NamespacesSandboxParts) {
     this.id = p.id;
     this.hostUid = p.hostUid;
     this.layout = p.layout;
@@ -203,31 +203,38 @@ export class NamespacesSandbox implements BackendSandbox {
       );
     }
     const run = (async () => {
-      await this.hold();
+      const pre = await this.prepareCapture(signal);
       try {
-        return await this.p.store.capture({
-          sources: this.p.sources,
-          selfUid: this.hostUid,
-          parent: {
-            layers: this.p.spec.layers ?? [],
-            workspace: {
-              mode: this.p.spec.workspace.mode,
-              ...(this.p.spec.workspace.hostDir !== undefined
-                ? { hostDir: this.p.spec.workspace.hostDir }
-                : {}),
+        await this.hold();
+        try {
+          return await this.p.store.capture({
+            sources: this.p.sources,
+            selfUid: this.hostUid,
+            parent: {
+              layers: this.p.spec.layers ?? [],
+              workspace: {
+                mode: this.p.spec.workspace.mode,
+                ...(this.p.spec.workspace.hostDir !== undefined
+                  ? { hostDir: this.p.spec.workspace.hostDir }
+                  : {}),
+              },
             },
-          },
-          spec: this.p.spec,
-          source: this.id,
-          checkpoint: () => {
-            if (this.destroyed) throw gone(this.id);
-            if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
-          },
-          maxContentBytes: this.p.spec.limits.diskBytes,
-          usedBytes: usedBytes(this.p.disk),
-        });
+            spec: this.p.spec,
+            source: this.id,
+            checkpoint: () => {
+              if (this.destroyed) throw gone(this.id);
+              if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
+            },
+            maxContentBytes: this.p.spec.limits.diskBytes,
+            usedBytes: usedBytes(this.p.disk),
+            backend: this.p.spec.backend,
+            ...(pre.memory ? { memory: pre.memory } : {}),
+          });
+        } finally {
+          await this.unhold();
+        }
       } finally {
-        await this.unhold();
+        await pre.release?.();
       }
     })();
     this.captures.add(run);
@@ -236,6 +243,16 @@ export class NamespacesSandbox implements BackendSandbox {
       () => this.captures.delete(run),
     );
     return run;
+  }
+
+  /**
+   * Work before the filesystem copy (a tier that also captures process memory does it here, with
+   * its processes stopped until `release`). This tier keeps only files.
+   */
+  protected prepareCapture(
+    _signal?: AbortSignal,
+  ): Promise<{ memory?: CaptureRequest['memory']; release?: () => Promise<void> }> {
+    return Promise.resolve({});
   }
 
   destroy(): Promise<void> {

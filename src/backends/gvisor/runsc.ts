@@ -1,0 +1,122 @@
+// Finding runsc, what this host can run it on (platform), and the global flags every call uses.
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export type Platform = 'kvm' | 'systrap' | 'ptrace';
+
+export interface RunscInfo {
+  readonly path: string;
+  /** e.g. "0.0~20240729.0" (Debian's version string: a release date). */
+  readonly version: string;
+  /** The release date from the version, as YYYYMMDD (0 when it cannot be read). */
+  readonly date: number;
+}
+
+export interface PlatformReport {
+  readonly platform: Platform | undefined;
+  /** One line per platform tried: why it was or was not chosen. */
+  readonly tried: ReadonlyArray<{
+    readonly platform: Platform;
+    readonly ok: boolean;
+    readonly detail: string;
+  }>;
+}
+
+/** systrap replaced ptrace as the default in mid-2023; older runsc has only ptrace and kvm. */
+const SYSTRAP_SINCE = 20230601;
+
+export function findRunsc(): string | undefined {
+  for (const p of ['/usr/bin/runsc', '/usr/local/bin/runsc', '/usr/sbin/runsc']) if (existsSync(p)) return p;
+  return undefined;
+}
+
+export async function runscInfo(path: string): Promise<RunscInfo> {
+  const { stdout } = await run(path, ['--version'], { timeout: 10_000 });
+  const version = /runsc version (\S+)/.exec(stdout)?.[1] ?? stdout.trim().split('\n')[0] ?? '?';
+  const date = Number(/(20\d{6})/.exec(version)?.[1] ?? 0);
+  return { path, version, date };
+}
+
+/** /dev/kvm exists and can be opened (it may exist and still fail, e.g. nested virtualisation off). */
+function kvmOpenable(): boolean {
+  try {
+    closeSync(openSync('/dev/kvm', 'r+'));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The fastest platform that really runs a guest process here: kvm where /dev/kvm works, else systrap
+ * (runsc ≥ mid-2023), else ptrace. Each candidate is proven with `runsc do /bin/true`.
+ */
+export async function detectPlatform(info: RunscInfo): Promise<PlatformReport> {
+  const candidates: Platform[] = [];
+  const tried: Array<{ platform: Platform; ok: boolean; detail: string }> = [];
+  if (kvmOpenable()) candidates.push('kvm');
+  else tried.push({ platform: 'kvm', ok: false, detail: '/dev/kvm is missing or cannot be opened' });
+  if (info.date === 0 || info.date >= SYSTRAP_SINCE) candidates.push('systrap');
+  else tried.push({ platform: 'systrap', ok: false, detail: `runsc ${info.version} predates systrap` });
+  candidates.push('ptrace');
+  for (const platform of candidates) {
+    const root = mkdtempSync(join(tmpdir(), 'airlock-runsc-probe-'));
+    try {
+      await run(info.path, ['--root', root, '--platform', platform, '--network', 'none', 'do', '/bin/true'], {
+        timeout: 30_000,
+        env: { PATH: '/usr/bin:/bin' },
+      });
+      tried.push({ platform, ok: true, detail: 'runs /bin/true' });
+      return { platform, tried };
+    } catch (e) {
+      const msg = ((e as { stderr?: string }).stderr || (e as Error).message).trim().split('\n').pop();
+      tried.push({ platform, ok: false, detail: `runsc do /bin/true failed: ${msg ?? '?'}` });
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  }
+  return { platform: undefined, tried };
+}
+
+export interface GlobalFlags {
+  /** runsc's state dir for this sandbox's containers. */
+  readonly root: string;
+  readonly platform: Platform;
+  /**
+   * 'none': gVisor's own network stack with loopback only (checkpointable). 'host': the sentry uses
+   * the host kernel's stack of the netns runsc starts in — the sandbox's own, routeless netns — so
+   * Airlock's egress listeners there are reachable (not checkpointable).
+   */
+  readonly network: 'none' | 'host';
+}
+
+/** Flags before the subcommand, the same for run, restore, checkpoint, pause and resume. */
+export function globalArgs(f: GlobalFlags): string[] {
+  return [
+    '--root',
+    f.root,
+    '--platform',
+    f.platform,
+    '--network',
+    f.network,
+    // Mounts are Airlock's own host overlays (snapshots copy them): no gVisor overlay on top.
+    '--overlay2',
+    'none',
+    // runsc's processes are placed in the sandbox's cgroup by Airlock before they start.
+    '--ignore-cgroups',
+    // The sandbox's syscall deny list (linux.seccomp in the bundle) is enforced inside the sentry.
+    '--oci-seccomp',
+    // No host Unix sockets: the egress path is a TCP listener in the sandbox's netns.
+    '--host-uds',
+    'none',
+    // Operator-side debugging only (never set by Airlock itself): runsc's own logs to this dir.
+    ...(process.env.AIRLOCK_RUNSC_DEBUG_DIR
+      ? ['--debug', '--debug-log', `${process.env.AIRLOCK_RUNSC_DEBUG_DIR}/`]
+      : []),
+  ];
+}

@@ -1,0 +1,243 @@
+// One live sandbox of the gVisor tier. Its host state is the namespaces tier's (disk, overlays, netns,
+// cgroup, uid lease: see ../namespaces/); what differs is how a process runs: every exec is its own
+// runsc container (a fresh sentry, pid namespace and mount view, like a fresh bwrap per exec) over
+// that shared state. Snapshots also checkpoint the memory of the execs that are still running, and a
+// fork restores them: they continue with their in-memory state.
+import { createHash, randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import {
+  createReadStream,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { z } from 'zod';
+import type { BackendProcess, SpawnRequest } from '../../core/backend.js';
+import { AirlockError } from '../../core/errors.js';
+import type { CaptureRequest } from '../namespaces/layers.js';
+import { withNetns } from '../namespaces/netns.privileged.js';
+import { NamespacesSandbox, type NamespacesSandboxParts } from '../namespaces/sandbox.js';
+import { selfOwner } from '../namespaces/state.js';
+import { ociConfig, type OciProcess } from './oci.privileged.js';
+import { startRunsc } from './process.privileged.js';
+import { globalArgs, type Platform } from './runsc.js';
+
+const run = promisify(execFile);
+
+export interface GvisorParts {
+  readonly runsc: string;
+  readonly platform: Platform;
+  readonly rootfs: string;
+  /** Where snapshot layers live (memory images are staged beside them, then moved in). */
+  readonly layersRoot: string;
+}
+
+/** What a checkpointed exec was started as (the fork's bundle runs the same process spec). */
+const ProcessFileSchema = z
+  .object({
+    argv: z.array(z.string()).min(1),
+    env: z.record(z.string(), z.string()),
+    cwd: z.string().startsWith('/'),
+  })
+  .strict();
+
+const HOSTINET_REASON =
+  'the sandbox has a network policy, so its execs use the host network stack of its netns, which runsc cannot checkpoint; snapshot before attaching egress (a sandbox without `network`) to keep process memory';
+
+interface Container {
+  readonly process: OciProcess;
+  readonly proc: BackendProcess;
+}
+
+export class GvisorSandbox extends NamespacesSandbox {
+  private seq = 0;
+  private readonly containers = new Map<string, Container>();
+
+  constructor(
+    parts: NamespacesSandboxParts,
+    private readonly g: GvisorParts,
+  ) {
+    super(parts);
+  }
+
+  private get network(): 'none' | 'host' {
+    // Egress listeners live in the sandbox's (routeless) netns; only the host stack reaches them.
+    return this.p.spec.network ? 'host' : 'none';
+  }
+
+  private runscArgs(): string[] {
+    return globalArgs({
+      root: join(this.p.res.dir, 'runsc'),
+      platform: this.g.platform,
+      network: this.network,
+    });
+  }
+
+  override async spawn(req: SpawnRequest): Promise<BackendProcess> {
+    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+    return this.start({ argv: req.argv, env: req.env, cwd: req.cwd }, req.stdin);
+  }
+
+  /** One container: `runsc run` (or `restore` from a checkpoint image) in the foreground. */
+  private async start(process: OciProcess, stdin: boolean, image?: string): Promise<BackendProcess> {
+    const cid = `${this.id}-${++this.seq}`;
+    const bundle = join(this.p.res.dir, 'bundles', cid);
+    mkdirSync(bundle, { recursive: true, mode: 0o700 });
+    const config = ociConfig({
+      rootfs: this.g.rootfs,
+      layout: this.layout,
+      hostUid: this.hostUid,
+      process,
+      ownNetns: this.network === 'none',
+    });
+    writeFileSync(join(bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
+    const sub = image ? ['restore', '--image-path', image] : ['run'];
+    const p = await startRunsc({
+      runsc: this.g.runsc,
+      args: [...this.runscArgs(), ...sub, '--bundle', bundle, cid],
+      stdin,
+      enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
+      enterNetns: (f) => withNetns(this.p.netnsFile, f),
+    });
+    this.procs.add(p);
+    this.containers.set(cid, { process, proc: p });
+    void p.exited.then(() => {
+      this.procs.delete(p);
+      this.containers.delete(cid);
+      rmSync(bundle, { recursive: true, force: true });
+    });
+    if (this.destroyed) p.kill();
+    return p;
+  }
+
+  /** Start every process checkpointed in `memoryDir` (a fork of a snapshot with memory). */
+  async restore(memoryDir: string): Promise<void> {
+    const dirs = readdirSync(memoryDir)
+      .filter((n) => /^\d+$/.test(n))
+      .sort((a, b) => Number(a) - Number(b));
+    for (const d of dirs) {
+      const image = join(memoryDir, d);
+      const parsed = ProcessFileSchema.safeParse(
+        JSON.parse(readFileSync(join(image, 'process.json'), 'utf8')),
+      );
+      if (!parsed.success) {
+        throw new AirlockError('INTERNAL', `checkpoint ${image} has a corrupt process.json`);
+      }
+      const p = await this.start(parsed.data, false, image);
+      // Nobody reads a restored process's output: drain it so it never blocks on a full pipe.
+      p.stdout.resume();
+      p.stderr.resume();
+    }
+  }
+
+  /** Kill every container and wait until they are gone (a failed restore, before host state goes). */
+  async stopAll(): Promise<void> {
+    for (const p of this.procs) p.kill();
+    await Promise.all([...this.procs].map((p) => p.exited));
+  }
+
+  private async runsc(args: readonly string[]): Promise<void> {
+    await run(this.g.runsc, [...this.runscArgs(), ...args], { timeout: 120_000, env: {} });
+  }
+
+  /**
+   * Stop the running execs (gVisor pause), checkpoint each (they stay paused), and keep them paused
+   * through the filesystem copy, so files and memory are of the same instant; resume afterwards.
+   */
+  protected override async prepareCapture(
+    signal?: AbortSignal,
+  ): Promise<{ memory?: CaptureRequest['memory']; release?: () => Promise<void> }> {
+    const live = [...this.containers.entries()];
+    if (!live.length) return {};
+    if (this.network === 'host') {
+      return { memory: { hash: 'skipped', record: { processes: 0, bytes: 0, skipped: HOSTINET_REASON } } };
+    }
+    const paused: string[] = [];
+    const release = async (): Promise<void> => {
+      await Promise.allSettled(paused.map((cid) => this.runsc(['resume', cid])));
+    };
+    const owner = selfOwner();
+    // Named like a layer capture in progress: the layer store's reaper removes it if we die.
+    const dir = join(
+      this.g.layersRoot,
+      `.tmp-${owner.pid}-${owner.startTicks}-${randomBytes(6).toString('hex')}`,
+    );
+    try {
+      for (const [cid] of live) {
+        try {
+          await this.runsc(['pause', cid]);
+          paused.push(cid);
+        } catch {
+          // It exited meanwhile: nothing to keep.
+        }
+      }
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const hash = createHash('sha256');
+      let bytes = 0;
+      let n = 0;
+      for (const cid of paused) {
+        if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
+        if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+        const image = join(dir, String(n));
+        mkdirSync(image, { mode: 0o700 });
+        try {
+          await this.runsc([
+            'checkpoint',
+            '--leave-running',
+            '--compression',
+            'none',
+            '--image-path',
+            image,
+            cid,
+          ]);
+        } catch (e) {
+          const msg = ((e as { stderr?: string }).stderr || (e as Error).message).trim();
+          throw new AirlockError('INTERNAL', `runsc checkpoint of ${cid} failed: ${msg}`);
+        }
+        const process = this.containers.get(cid)?.process;
+        if (!process) {
+          rmSync(image, { recursive: true, force: true });
+          continue;
+        }
+        const pj = JSON.stringify({ argv: process.argv, env: process.env, cwd: process.cwd });
+        writeFileSync(join(image, 'process.json'), pj, { mode: 0o600 });
+        for (const f of readdirSync(image).sort()) {
+          hash.update(`${n}/${f}\0`);
+          bytes += await hashFile(hash, join(image, f));
+        }
+        n++;
+      }
+      return {
+        memory: { dir, hash: hash.digest('hex'), record: { processes: n, bytes } },
+        release: async () => {
+          rmSync(dir, { recursive: true, force: true }); // moved into the layer unless it failed
+          await release();
+        },
+      };
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      await release();
+      throw e;
+    }
+  }
+}
+
+function hashFile(h: ReturnType<typeof createHash>, path: string): Promise<number> {
+  if (!statSync(path).isFile()) return Promise.resolve(0);
+  return new Promise((resolve, reject) => {
+    let n = 0;
+    createReadStream(path)
+      .on('data', (c: Buffer | string) => {
+        const b = typeof c === 'string' ? Buffer.from(c) : c;
+        n += b.length;
+        h.update(b);
+      })
+      .on('end', () => resolve(n))
+      .on('error', reject);
+  });
+}
