@@ -17,6 +17,12 @@ export const canRunNamespaces =
   process.getuid?.() === 0 && (existsSync('/usr/bin/bwrap') || existsSync('/usr/local/bin/bwrap'));
 export const SKIP_REASON = 'needs root and bubblewrap (run scripts/setup.sh)';
 
+/** True when this host can run the gVisor tier (the namespaces tier's needs + runsc). */
+export const canRunGvisor =
+  canRunNamespaces &&
+  ['/usr/bin/runsc', '/usr/local/bin/runsc', '/usr/sbin/runsc'].some((p) => existsSync(p));
+export const GVISOR_SKIP_REASON = 'needs root, bubblewrap and runsc (run scripts/setup.sh)';
+
 export interface Residue {
   mounts: string[];
   cgroups: string[];
@@ -47,6 +53,9 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
     try {
       const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))![1]);
       if (uid >= TEST_UID_RANGE.first && uid < TEST_UID_RANGE.first + TEST_UID_RANGE.count)
+        processes.push(Number(p));
+      // gVisor's runsc, gofer and sentry run as root/nobody, with the sandbox dir on their command line.
+      else if (readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(`${stateDir}/sandboxes/`))
         processes.push(Number(p));
     } catch {
       /* exited */

@@ -25,9 +25,12 @@ export interface DoctorReport {
       readonly checks: readonly ProbeCheck[];
     };
     readonly gvisor: {
-      readonly implemented: false;
-      readonly available: false;
-      readonly detail: string;
+      readonly implemented: true;
+      readonly available: boolean;
+      readonly reason?: string;
+      /** The runsc platform sandboxes run on here (kvm only where /dev/kvm really runs a guest). */
+      readonly platform?: string;
+      readonly checks: readonly ProbeCheck[];
       readonly runsc: ToolReport;
     };
     readonly microvm: {
@@ -47,7 +50,12 @@ export interface DoctorReport {
 }
 
 export async function doctorReport(): Promise<DoctorReport> {
-  const ns = await cliAirlock().probe('namespaces');
+  const airlock = cliAirlock();
+  const ns = await airlock.probe('namespaces');
+  const gv = await airlock.probe('gvisor');
+  const platform = /^(kvm|systrap|ptrace)\b/.exec(
+    gv.checks.find((c) => c.name === 'platform')?.detail ?? '',
+  )?.[1];
   const runsc = probeTool('runsc');
   const qemu = probeTool('qemu-system-x86_64');
   const kvm = probeKvm();
@@ -64,7 +72,14 @@ export async function doctorReport(): Promise<DoctorReport> {
         ...(ns.reason ? { reason: ns.reason } : {}),
         checks: ns.checks,
       },
-      gvisor: { implemented: false, available: false, detail: `${NOT_IMPLEMENTED}; ${runsc.detail}`, runsc },
+      gvisor: {
+        implemented: true,
+        available: gv.available,
+        ...(gv.reason ? { reason: gv.reason } : {}),
+        ...(platform ? { platform } : {}),
+        checks: gv.checks,
+        runsc,
+      },
       microvm: {
         implemented: false,
         available: false,
@@ -84,7 +99,13 @@ export function formatDoctor(r: DoctorReport): string {
     `namespaces  ${ns.available ? 'available' : `UNAVAILABLE: ${ns.reason ?? 'see the failed checks'}`}`,
   ];
   for (const c of ns.checks) lines.push(`  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name.padEnd(width)}  ${c.detail}`);
-  lines.push(`gvisor      ${r.tiers.gvisor.detail}`);
+  const gv = r.tiers.gvisor;
+  lines.push(
+    `gvisor      ${gv.available ? `available (platform ${gv.platform ?? '?'})` : `UNAVAILABLE: ${gv.reason ?? 'see the failed checks'}`}`,
+  );
+  for (const c of gv.checks.filter((c) => ['runsc', 'platform'].includes(c.name) || !c.ok)) {
+    lines.push(`  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name.padEnd(width)}  ${c.detail}`);
+  }
   lines.push(`microvm     ${r.tiers.microvm.detail}`);
   lines.push('host');
   lines.push(`  cgroups   ${r.host.cgroups.detail}`);

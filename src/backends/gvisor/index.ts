@@ -9,16 +9,11 @@ import type { NamespacesSandbox, NamespacesSandboxParts } from '../namespaces/sa
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeRootfs } from './oci.privileged.js';
-import { detectPlatform, findRunsc, runscInfo, type Platform, type PlatformReport } from './runsc.js';
+import { cachedPlatform, findRunsc, runscInfo, type Platform, type PlatformReport } from './runsc.js';
 import { GvisorSandbox } from './sandbox.js';
+import { gvisorHostLimits } from './limits.js';
 
-/**
- * Host tasks and memory of gVisor itself, added to the sandbox's cgroup limits: each exec runs a
- * runsc process, a gofer and a sentry (≈26 host threads and ≈45 MiB before the sandboxed process
- * does anything). The sandboxed processes' own threads and memory count against the same cgroup.
- */
-export const GVISOR_PIDS_OVERHEAD = 256;
-export const GVISOR_MEMORY_OVERHEAD = 192 * 1024 * 1024;
+export { GVISOR_EXEC_OVERHEAD } from './limits.js';
 
 export interface GvisorOptions extends NamespacesOptions {
   readonly runscPath?: string;
@@ -64,7 +59,7 @@ export class GvisorBackend extends NamespacesBackend {
           this.platform = this.forcedPlatform;
           checks.push({ name: 'platform', ok: true, detail: `${this.forcedPlatform} (forced by options)` });
         } else {
-          const rep = await detectPlatform(info);
+          const rep = await cachedPlatform(info, join(this.ctx.stateDir, 'gvisor-platform.json'));
           this.platformReport = rep;
           this.platform = rep.platform;
           checks.push({
@@ -86,11 +81,7 @@ export class GvisorBackend extends NamespacesBackend {
   }
 
   protected override hostLimits(l: Limits): Limits {
-    return {
-      ...l,
-      pids: l.pids + GVISOR_PIDS_OVERHEAD,
-      memoryBytes: l.memoryBytes + GVISOR_MEMORY_OVERHEAD,
-    };
+    return gvisorHostLimits(l, 1);
   }
 
   protected override async makeSandbox(parts: NamespacesSandboxParts): Promise<NamespacesSandbox> {

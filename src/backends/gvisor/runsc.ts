@@ -1,8 +1,18 @@
 // Finding runsc, what this host can run it on (platform), and the global flags every call uses.
-import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, openSync, closeSync, rmSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -42,6 +52,39 @@ export async function runscInfo(path: string): Promise<RunscInfo> {
   return { path, version, date };
 }
 
+/**
+ * Run a probe in its own process group and kill the whole group on timeout (runsc's sentry and
+ * gofer would otherwise keep the pipes open, and the probe waiting, long after runsc was killed).
+ */
+function probeRun(cmd: string, args: readonly string[], timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(cmd, args, {
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { PATH: '/usr/bin:/bin' },
+    });
+    let err = '';
+    c.stderr.on('data', (d: Buffer) => void (err = (err + d.toString()).slice(-2000)));
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-c.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      reject(new Error(`no answer within ${timeoutMs} ms`));
+    }, timeoutMs);
+    c.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    c.on('exit', (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve();
+      else reject(new Error(err.trim().split('\n').pop() || `exit ${code}`));
+    });
+  });
+}
+
 /** /dev/kvm exists and can be opened (it may exist and still fail, e.g. nested virtualisation off). */
 function kvmOpenable(): boolean {
   try {
@@ -67,20 +110,42 @@ export async function detectPlatform(info: RunscInfo): Promise<PlatformReport> {
   for (const platform of candidates) {
     const root = mkdtempSync(join(tmpdir(), 'airlock-runsc-probe-'));
     try {
-      await run(info.path, ['--root', root, '--platform', platform, '--network', 'none', 'do', '/bin/true'], {
-        timeout: 30_000,
-        env: { PATH: '/usr/bin:/bin' },
-      });
+      await probeRun(
+        info.path,
+        ['--root', root, '--platform', platform, '--network', 'none', 'do', '/bin/true'],
+        // KVM without working (nested) virtualisation hangs rather than failing: give up soon.
+        platform === 'kvm' ? 8_000 : 30_000,
+      );
       tried.push({ platform, ok: true, detail: 'runs /bin/true' });
       return { platform, tried };
     } catch (e) {
-      const msg = ((e as { stderr?: string }).stderr || (e as Error).message).trim().split('\n').pop();
-      tried.push({ platform, ok: false, detail: `runsc do /bin/true failed: ${msg ?? '?'}` });
+      tried.push({ platform, ok: false, detail: `runsc do /bin/true failed: ${(e as Error).message}` });
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
   }
   return { platform: undefined, tried };
+}
+
+/**
+ * detectPlatform, remembered in `file` per runsc version and /dev/kvm presence (a failed KVM attempt
+ * costs seconds; the answer only changes when one of those does).
+ */
+export async function cachedPlatform(info: RunscInfo, file: string): Promise<PlatformReport> {
+  const key = `${info.path} ${info.version} kvm:${existsSync('/dev/kvm')}`;
+  try {
+    const c = JSON.parse(readFileSync(file, 'utf8')) as { key?: unknown; report?: PlatformReport };
+    if (c.key === key && c.report && typeof c.report === 'object') return c.report;
+  } catch {
+    // absent or unreadable: detect
+  }
+  const report = await detectPlatform(info);
+  if (report.platform) {
+    mkdirSync(dirname(file), { recursive: true, mode: 0o711 });
+    writeFileSync(`${file}.tmp`, JSON.stringify({ key, report }), { mode: 0o600 });
+    renameSync(`${file}.tmp`, file);
+  }
+  return report;
 }
 
 export interface GlobalFlags {

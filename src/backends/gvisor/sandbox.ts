@@ -26,6 +26,7 @@ import { selfOwner } from '../namespaces/state.js';
 import { ociConfig, type OciProcess } from './oci.privileged.js';
 import { startRunsc } from './process.privileged.js';
 import { globalArgs, type Platform } from './runsc.js';
+import { gvisorHostLimits } from './limits.js';
 
 const run = promisify(execFile);
 
@@ -49,6 +50,9 @@ const ProcessFileSchema = z
 const HOSTINET_REASON =
   'the sandbox has a network policy, so its execs use the host network stack of its netns, which runsc cannot checkpoint; snapshot before attaching egress (a sandbox without `network`) to keep process memory';
 
+const PAUSED_REASON =
+  'the sandbox is paused: its frozen processes (and gVisor with them) cannot be checkpointed; resume it before the snapshot to keep process memory';
+
 interface Container {
   readonly process: OciProcess;
   readonly proc: BackendProcess;
@@ -57,6 +61,10 @@ interface Container {
 export class GvisorSandbox extends NamespacesSandbox {
   private seq = 0;
   private readonly containers = new Map<string, Container>();
+  /** Containers started and not yet gone (sizes the cgroup's allowance for gVisor itself). */
+  private running = 0;
+  /** Dead tasks still charged to the cgroup when the last exec started from an idle sandbox. */
+  private lingering = 0;
 
   constructor(
     parts: NamespacesSandboxParts,
@@ -97,6 +105,12 @@ export class GvisorSandbox extends NamespacesSandbox {
     });
     writeFileSync(join(bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
     const sub = image ? ['restore', '--image-path', image] : ['run'];
+    // With nothing running, every task the cgroup still charges is dead: a finished sentry's systrap
+    // helpers are released by the kernel seconds after runsc exits (after a fork storm: dozens).
+    // They run nothing, but they hold pid slots; allow for them so the next exec's sentry fits.
+    if (this.running === 0) this.lingering = this.p.res.cgroup?.tasks() ?? 0;
+    this.running++;
+    this.applyLimits();
     const p = await startRunsc({
       runsc: this.g.runsc,
       args: [...this.runscArgs(), ...sub, '--bundle', bundle, cid],
@@ -104,15 +118,34 @@ export class GvisorSandbox extends NamespacesSandbox {
       enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
       enterNetns: (f) => withNetns(this.p.netnsFile, f),
     });
-    this.procs.add(p);
-    this.containers.set(cid, { process, proc: p });
-    void p.exited.then(() => {
-      this.procs.delete(p);
+    const exited = p.exited.then((x) => {
+      this.running--;
       this.containers.delete(cid);
       rmSync(bundle, { recursive: true, force: true });
+      this.applyLimits();
+      return x;
     });
+    const proc: BackendProcess = { ...p, exited };
+    this.procs.add(proc);
+    void exited.then(() => this.procs.delete(proc));
+    this.containers.set(cid, { process, proc });
     if (this.destroyed) p.kill();
-    return p;
+    return proc;
+  }
+
+  /**
+   * The cgroup holds the sandboxed processes and gVisor itself: allow the spec's limits plus gVisor's
+   * footprint per running exec. Lowering memory below what is in use fails (cgroup v1 EBUSY): it
+   * then stays where it is until the next change.
+   */
+  private applyLimits(): void {
+    if (this.destroyed) return;
+    try {
+      const l = gvisorHostLimits(this.p.spec.limits, this.running);
+      this.p.res.cgroup?.setLimits({ ...l, pids: l.pids + this.lingering });
+    } catch {
+      // see above
+    }
   }
 
   /** Start every process checkpointed in `memoryDir` (a fork of a snapshot with memory). */
@@ -154,9 +187,8 @@ export class GvisorSandbox extends NamespacesSandbox {
   ): Promise<{ memory?: CaptureRequest['memory']; release?: () => Promise<void> }> {
     const live = [...this.containers.entries()];
     if (!live.length) return {};
-    if (this.network === 'host') {
-      return { memory: { hash: 'skipped', record: { processes: 0, bytes: 0, skipped: HOSTINET_REASON } } };
-    }
+    const skipped = this.network === 'host' ? HOSTINET_REASON : this.paused ? PAUSED_REASON : undefined;
+    if (skipped) return { memory: { hash: 'skipped', record: { processes: 0, bytes: 0, skipped } } };
     const paused: string[] = [];
     const release = async (): Promise<void> => {
       await Promise.allSettled(paused.map((cid) => this.runsc(['resume', cid])));

@@ -65,6 +65,11 @@ export interface CgroupHandle {
   /** Move a process (and, from then on, all its future children) into the sandbox's cgroups. */
   addProcess(pid: number): void;
   counters(): LimitCounters;
+  /**
+   * Tasks the pids controller still charges to the cgroup: live ones, and dead ones the kernel has
+   * not released yet (a killed gVisor sentry's helpers drain for seconds). 0 without the controller.
+   */
+  tasks(): number;
   /** Write the memory, pids and CPU limits (before any process of the sandbox runs). */
   setLimits(limits: Limits): void;
   /** SIGKILL every process in the cgroup and wait until it is empty. */
@@ -186,6 +191,9 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
       if (readOr(period, '').trim() !== String(CPU_PERIOD_US)) writeFileSync(period, String(CPU_PERIOD_US));
       writeFileSync(join(cpuDir!, 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits)));
     },
+    tasks() {
+      return pidsDir ? Number(readOr(join(pidsDir, 'pids.current'), '0').trim()) || 0 : 0;
+    },
     counters() {
       return {
         oomKills: memDir ? counter(readOr(join(memDir, 'memory.oom_control'), ''), 'oom_kill') : 0,
@@ -260,6 +268,9 @@ function v2Handle(dir: string): CgroupHandle {
       if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
       writeFileSync(join(dir, 'pids.max'), String(limits.pids));
       writeFileSync(join(dir, 'cpu.max'), `${cpuQuotaUs(limits)} ${CPU_PERIOD_US}`);
+    },
+    tasks() {
+      return Number(readOr(join(dir, 'pids.current'), '0').trim()) || 0;
     },
     counters() {
       return {

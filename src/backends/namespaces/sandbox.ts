@@ -87,7 +87,7 @@ export class NamespacesSandbox implements BackendSandbox {
   protected destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
   private holds = 0;
-  private paused = false;
+  protected paused = false;
   /** Freeze/thaw steps run one at a time, in order. */
   private freezeQueue: Promise<void> = Promise.resolve();
 
