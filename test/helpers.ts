@@ -6,7 +6,11 @@ import { join } from 'node:path';
 import { Airlock } from '../src/index.js';
 
 export const TEST_STATE_DIR = process.env.AIRLOCK_TEST_STATE_DIR ?? '/var/tmp/airlock-test';
-export const TEST_UID_RANGE = { first: 3_900_000, count: 4096 } as const;
+/** Overridable so that two test runs on one host (e.g. two engineers) never share uids or state. */
+export const TEST_UID_RANGE = {
+  first: Number(process.env.AIRLOCK_TEST_UID_FIRST ?? 3_900_000),
+  count: 4096,
+} as const;
 
 export function testAirlock(): Airlock {
   return new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE });

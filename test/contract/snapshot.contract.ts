@@ -574,7 +574,10 @@ export function snapshotContract(backend: BackendName, opts: SnapshotContractOpt
           background: true,
           timeoutMs: 60_000,
         });
-        await sleep(400);
+        // Ticks come as fast as the tier starts processes (date and sleep each tick): wait for some.
+        const ticksNow = async (): Promise<number> =>
+          (await sbx.files.read('/tmp/ticks').catch(() => '')).trim().split('\n').filter(Boolean).length;
+        for (let i = 0; i < 100 && (await ticksNow()) <= 6; i++) await sleep(100);
         const pauseCalled = Date.now();
         await sbx.pause();
         const paused = Date.now();
@@ -589,7 +592,8 @@ export function snapshotContract(backend: BackendName, opts: SnapshotContractOpt
         await sbx.resume();
         await sbx.resume(); // idempotent
         expect(sbx.paused).toBe(false);
-        await sleep(400);
+        const atResume = await ticksNow();
+        for (let i = 0; i < 100 && (await ticksNow()) <= atResume + 6; i++) await sleep(100);
         const ticks = (await sbx.files.read('/tmp/ticks')).trim().split('\n').map(Number);
         const before = ticks.filter((t) => t <= paused);
         const during = ticks.filter((t) => t > paused + 20 && t < resumed);
