@@ -23,6 +23,7 @@ import { canonicalHost } from './address.js';
 import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
+import { flushed, RELAY_FDS, SpliceRelay, type RelayedTunnel } from './relay.privileged.js';
 import { parseClientHello } from './sni.js';
 import {
   NOT_ALLOWED,
@@ -72,6 +73,11 @@ export interface EgressGatewayOptions {
   readonly ca: () => MitmCa;
   /** Extra CAs trusted for upstream TLS when intercepting (tests use a private test CA). */
   readonly upstreamCa?: readonly string[];
+  /**
+   * Let the kernel move the bytes of tunnels nothing needs to inspect (splice(2), see
+   * relay.privileged.ts). Default true; false keeps every byte in Node streams.
+   */
+  readonly zeroCopy?: boolean;
   readonly logger: Logger;
 }
 
@@ -89,13 +95,29 @@ export interface AttachOptions {
 export class EgressGateway {
   readonly resolver: Resolver;
   readonly dialer: Dialer;
+  /** undefined: not made yet; null: not available here (or turned off). */
+  private relayInstance: SpliceRelay | null | undefined;
   constructor(readonly opts: EgressGatewayOptions) {
     this.resolver = opts.resolver ?? systemResolver;
     this.dialer = opts.dialer ?? systemDialer;
   }
 
   attach(o: AttachOptions): SandboxEgress {
+    if (!o.secrets) this.relay?.warm();
     return new SandboxEgress(this, o);
+  }
+
+  /** The zero-copy relay shared by every sandbox of this runtime, if there is one. */
+  get relay(): SpliceRelay | undefined {
+    if (this.relayInstance === undefined) {
+      this.relayInstance = this.opts.zeroCopy === false ? null : (SpliceRelay.create(this.opts.logger) ?? null);
+    }
+    return this.relayInstance ?? undefined;
+  }
+
+  /** Stop the relay's worker (ending any tunnel it still carries). Sandboxes close their own egress. */
+  async close(): Promise<void> {
+    await this.relayInstance?.close();
   }
 }
 
@@ -104,6 +126,8 @@ export class SandboxEgress {
   private readonly servers: Array<Server | HttpServer> = [];
   private udp: UdpSocket | undefined;
   private readonly sockets = new Set<Socket>();
+  /** Tunnels handed to the zero-copy relay (their sockets are no longer in `sockets`). */
+  private readonly relayed = new Set<RelayedTunnel>();
   private readonly dns: FakeDns;
   private closed = false;
   /** Bytes reserved for request bodies being buffered for a secret swap. */
@@ -182,7 +206,11 @@ export class SandboxEgress {
     this.closed = true;
     this.o.secrets?.revoke(); // lease-bound: from now on no sentinel is ever swapped
     for (const s of this.sockets) s.destroy();
-    await Promise.all(this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    for (const t of this.relayed) t.close();
+    await Promise.all([
+      ...this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))),
+      ...[...this.relayed].map((t) => t.done), // every relayed connection is closed
+    ]);
     this.udp?.close();
   }
 
@@ -216,9 +244,14 @@ export class SandboxEgress {
     sock.on('error', () => {});
   }
 
+  /** File descriptors this sandbox holds in the gateway (a relayed tunnel also holds two pipes). */
+  private fds(): number {
+    return this.sockets.size + RELAY_FDS * this.relayed.size;
+  }
+
   private track(sock: Socket, handle: () => void): void {
     // One sandbox must not exhaust Airlock's file descriptors (each client also holds an upstream).
-    if (this.closed || this.sockets.size >= MAX_SOCKETS_PER_SANDBOX) {
+    if (this.closed || this.fds() >= MAX_SOCKETS_PER_SANDBOX) {
       sock.destroy();
       return;
     }
@@ -287,7 +320,11 @@ export class SandboxEgress {
     });
   }
 
-  /** Pipe client <-> upstream, then report one event with the byte counts. */
+  /**
+   * Relay client <-> upstream, then report one event with the byte counts. With no secrets and no
+   * canaries nothing needs to see the bytes, so the kernel moves them (zero-copy relay); otherwise
+   * they go through Node and what the sandbox sends is inspected.
+   */
   private splice(
     protocol: EgressProtocol,
     client: Socket,
@@ -296,8 +333,59 @@ export class SandboxEgress {
     started: number,
     early?: Buffer,
   ): void {
+    this.hold(r.socket);
+    if (!this.o.secrets && this.gw.relay) {
+      this.guard(this.zeroCopy(this.gw.relay, protocol, client, r, port, started, early), client);
+      return;
+    }
+    this.streamSplice(protocol, client, r, port, started, early);
+  }
+
+  private async zeroCopy(
+    relay: SpliceRelay,
+    protocol: EgressProtocol,
+    client: Socket,
+    r: Extract<VetResult, { ok: true }>,
+    port: number,
+    started: number,
+    early?: Buffer,
+  ): Promise<void> {
     const up = r.socket;
-    this.hold(up);
+    // What Node still has to write (the CONNECT / SOCKS reply) must reach the kernel first.
+    await Promise.all([flushed(client), flushed(up)]);
+    // A relayed tunnel holds two pipes more than its sockets: only if the sandbox's fd budget allows.
+    const fits = this.fds() + RELAY_FDS - 2 <= MAX_SOCKETS_PER_SANDBOX;
+    const tunnel =
+      !this.closed && fits ? relay.take(client, up, { upPrefix: early, idleMs: IDLE_TIMEOUT_MS }) : undefined;
+    if (!tunnel) return this.streamSplice(protocol, client, r, port, started, early);
+    this.sockets.delete(client); // destroyed by take(); the tunnel counts for them now
+    this.sockets.delete(up);
+    this.relayed.add(tunnel);
+    const res = await tunnel.done;
+    this.relayed.delete(tunnel);
+    this.emit({
+      protocol,
+      host: r.host,
+      port,
+      address: r.address,
+      decision: 'allow',
+      reason: 'allowed by network.allow',
+      bytesUp: res.bytesUp,
+      bytesDown: res.bytesDown,
+      durationMs: Date.now() - started,
+    });
+  }
+
+  /** The relay through Node streams (the only one when bytes must be inspected). */
+  private streamSplice(
+    protocol: EgressProtocol,
+    client: Socket,
+    r: Extract<VetResult, { ok: true }>,
+    port: number,
+    started: number,
+    early?: Buffer,
+  ): void {
+    const up = r.socket;
     let bytesUp = 0;
     let bytesDown = 0;
     let blocked: { reason: string; alert: 'sentinel' | 'canary' } | undefined;
@@ -368,6 +456,7 @@ export class SandboxEgress {
     client.on('error', done);
     up.on('close', done);
     client.on('close', done);
+    if (client.destroyed || up.destroyed) done(); // closed while the tunnel was being set up
   }
 
   // ---- proxy: SOCKS5 or HTTP -----------------------------------------------------------------------

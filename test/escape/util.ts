@@ -1,15 +1,40 @@
 // Helpers for the escape suite: host-side views of a sandbox (its processes, namespaces, cgroups,
 // disk mount) read straight from /proc and /sys, never from Airlock's own bookkeeping.
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { expect } from 'vitest';
 import type { Airlock } from '../../src/index.js';
-import { NO_RESIDUE, residue, type Residue } from '../helpers.js';
+import {
+  canRunGvisor,
+  canRunNamespaces,
+  GVISOR_SKIP_REASON,
+  NO_RESIDUE,
+  residue,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+  type Residue,
+} from '../helpers.js';
 
 export const MiB = 1024 * 1024;
 
-/** `ls -A /` inside a sandbox: nothing else of a root filesystem exists there. */
+/** The isolation tiers every escape test runs against (each file: one describe per tier). */
+export const TIERS = ['namespaces', 'gvisor'] as const;
+export type Tier = (typeof TIERS)[number];
+
+/** Whether this host can run sandboxes of `tier` (tests of a tier skip otherwise). */
+export function canRunTier(tier: Tier): boolean {
+  return tier === 'gvisor' ? canRunGvisor : canRunNamespaces;
+}
+
+/** Why tests of `tier` skip on this host. */
+export function tierSkipReason(tier: Tier): string {
+  return tier === 'gvisor' ? GVISOR_SKIP_REASON : SKIP_REASON;
+}
+
+/** `ls -A /` inside a namespaces-tier sandbox: nothing else of a root filesystem exists there. */
 export const SANDBOX_ROOT_ENTRIES: readonly string[] = [
   'bin',
   'dev',
@@ -25,6 +50,14 @@ export const SANDBOX_ROOT_ENTRIES: readonly string[] = [
   'usr',
   'workspace',
 ].sort();
+
+/**
+ * `ls -A /` inside a sandbox of `tier`. gVisor also mounts its own synthetic sysfs on /sys (the
+ * sentry's, not the host's: see visibility.test.ts).
+ */
+export function sandboxRootEntries(tier: Tier): string[] {
+  return tier === 'gvisor' ? [...SANDBOX_ROOT_ENTRIES, 'sys'].sort() : [...SANDBOX_ROOT_ENTRIES];
+}
 
 /** The namespaces every sandboxed process must have of its own. */
 export const NAMESPACES = ['user', 'pid', 'mnt', 'net', 'ipc', 'uts', 'cgroup'] as const;
@@ -69,6 +102,90 @@ export function hostProcsOfUid(uid: number): HostProc[] {
       out.push({ pid: Number(p), status, argv });
     } catch {
       /* exited while we looked */
+    }
+  }
+  return out;
+}
+
+/** One host process by pid (undefined once it has exited). */
+export function hostProc(pid: number): HostProc | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    return { pid, status, argv };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The host processes in a sandbox's pids cgroup. On the gVisor tier these are runsc, its gofer, the
+ * sentry and the sentry's systrap stubs (the sandboxed processes themselves are not host processes).
+ */
+export function cgroupProcs(sandboxId: string): HostProc[] {
+  const dir = sandboxCgroupDir('pids', sandboxId);
+  if (!dir) return [];
+  let pids: number[];
+  try {
+    pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+  } catch {
+    return []; // the cgroup went away
+  }
+  return pids.map(hostProc).filter((p): p is HostProc => p !== undefined);
+}
+
+/**
+ * Every host process that belongs to a sandbox, found without its cgroup: its host uid (the
+ * namespaces tier's processes) or its sandbox dir on the command line (gVisor's runsc, gofer, sentry).
+ */
+export function sandboxHostProcs(sandboxId: string, hostUid: number): HostProc[] {
+  const dir = join(TEST_STATE_DIR, 'sandboxes', sandboxId) + '/';
+  const out = hostProcsOfUid(hostUid);
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p) || out.some((h) => h.pid === Number(p))) continue;
+    const h = hostProc(Number(p));
+    if (h?.argv.some((a) => a.includes(dir))) out.push(h);
+  }
+  return out;
+}
+
+export interface SentryProc {
+  readonly uid: number;
+  readonly pid: number;
+  readonly ppid: number;
+  readonly cmd: string;
+}
+
+const run = promisify(execFile);
+
+/**
+ * The processes inside a gVisor sandbox's running execs, as its sentries report them to the host
+ * (`runsc ps` of every container under the sandbox's runsc root): the host-side view of sandboxed
+ * processes that are no host processes. Empty when no exec runs.
+ */
+export async function sentryProcs(sandboxId: string): Promise<SentryProc[]> {
+  const runsc = ['/usr/bin/runsc', '/usr/local/bin/runsc', '/usr/sbin/runsc'].find((p) => existsSync(p))!;
+  const root = join(TEST_STATE_DIR, 'sandboxes', sandboxId, 'runsc');
+  if (!existsSync(root)) return [];
+  const out: SentryProc[] = [];
+  let cids: string[];
+  try {
+    const { stdout } = await run(runsc, ['--root', root, 'list', '--quiet'], { timeout: 10_000 });
+    cids = stdout.split('\n').filter(Boolean);
+  } catch {
+    return out; // the sandbox went away while we asked
+  }
+  for (const cid of cids) {
+    let ps: string;
+    try {
+      ps = (await run(runsc, ['--root', root, 'ps', cid], { timeout: 10_000 })).stdout;
+    } catch {
+      continue; // this container has ended
+    }
+    // UID PID PPID C TTY STIME TIME CMD
+    for (const line of ps.split('\n').slice(1).filter(Boolean)) {
+      const f = line.trim().split(/\s+/);
+      out.push({ uid: Number(f[0]), pid: Number(f[1]), ppid: Number(f[2]), cmd: f.slice(7).join(' ') });
     }
   }
   return out;

@@ -60,6 +60,8 @@ export interface OciOptions {
   readonly process: OciProcess;
   /** Own network namespace (runsc --network=none); false when the sentry uses the sandbox's netns. */
   readonly ownNetns: boolean;
+  /** limits.pids: processes (threads) the exec may have. */
+  readonly pids: number;
 }
 
 interface Mount {
@@ -75,6 +77,43 @@ const bind = (source: string, destination: string, ro: boolean): Mount => ({
   source,
   options: ['rbind', ro ? 'ro' : 'rw', 'nosuid', 'nodev'],
 });
+
+const CLONE_NEWUSER = 0x10000000;
+const CLONE_NEWCGROUP = 0x02000000;
+const EPERM = 1;
+const ENOSYS = 38;
+/** Address families a sandbox may open (as on the namespaces tier): AF_UNIX 1, AF_INET 2, AF_INET6 10. */
+const DENIED_FAMILIES = [0, 3, 4, 5, 6, 7, 8, 9];
+
+/**
+ * The namespaces tier's seccomp policy (seccomp.privileged.ts) in OCI form, enforced by the sentry:
+ * the deny list; no new user (or cgroup) namespaces through clone/unshare; clone3 → ENOSYS so libc
+ * falls back to clone, whose flags can be checked; sockets of AF_UNIX/INET/INET6 only. gVisor has no
+ * x32 syscalls at all, and personality() changes nothing it emulates.
+ */
+function seccompProfile(): Record<string, unknown> {
+  const deny = (names: string[], args?: object[], errnoRet = EPERM): object => ({
+    names,
+    action: 'SCMP_ACT_ERRNO',
+    errnoRet,
+    ...(args ? { args } : {}),
+  });
+  const flag = (v: number): object => ({ index: 0, value: v, valueTwo: v, op: 'SCMP_CMP_MASKED_EQ' });
+  return {
+    defaultAction: 'SCMP_ACT_ALLOW',
+    architectures: ['SCMP_ARCH_X86_64'],
+    syscalls: [
+      deny([...DENIED_SYSCALLS]),
+      deny(['clone', 'unshare'], [flag(CLONE_NEWUSER)]),
+      deny(['clone', 'unshare'], [flag(CLONE_NEWCGROUP)]),
+      deny(['clone3'], undefined, ENOSYS),
+      ...DENIED_FAMILIES.map((f) =>
+        deny(['socket', 'socketpair'], [{ index: 0, value: f, op: 'SCMP_CMP_EQ' }]),
+      ),
+      deny(['socket', 'socketpair'], [{ index: 0, value: 10, op: 'SCMP_CMP_GT' }]),
+    ],
+  };
+}
 
 /** config.json of one container (one exec). */
 export function ociConfig(o: OciOptions): Record<string, unknown> {
@@ -101,7 +140,12 @@ export function ociConfig(o: OciOptions): Record<string, unknown> {
       cwd: o.process.cwd,
       capabilities: { bounding: none, effective: none, inheritable: none, permitted: none, ambient: none },
       noNewPrivileges: true,
-      rlimits: [{ type: 'RLIMIT_NOFILE', hard: NOFILE, soft: NOFILE }],
+      rlimits: [
+        { type: 'RLIMIT_NOFILE', hard: NOFILE, soft: NOFILE },
+        // Enforced by the sentry: a fork past the limit fails with EAGAIN inside the exec, as on the
+        // namespaces tier (the sandbox's cgroup stays the host-side bound over all its execs).
+        { type: 'RLIMIT_NPROC', hard: o.pids, soft: o.pids },
+      ],
     },
     root: { path: o.rootfs, readonly: true },
     hostname: SANDBOX_HOSTNAME,
@@ -123,11 +167,7 @@ export function ociConfig(o: OciOptions): Record<string, unknown> {
         { containerID: 0, hostID: NOBODY, size: 1 },
         { containerID: SANDBOX_UID, hostID: o.hostUid, size: 1 },
       ],
-      seccomp: {
-        defaultAction: 'SCMP_ACT_ALLOW',
-        architectures: ['SCMP_ARCH_X86_64'],
-        syscalls: [{ names: [...DENIED_SYSCALLS], action: 'SCMP_ACT_ERRNO', errnoRet: 1 }],
-      },
+      seccomp: seccompProfile(),
     },
   };
 }

@@ -50,6 +50,9 @@ const ProcessFileSchema = z
 const HOSTINET_REASON =
   'the sandbox has a network policy, so its execs use the host network stack of its netns, which runsc cannot checkpoint; snapshot before attaching egress (a sandbox without `network`) to keep process memory';
 
+/** How long a fork may take to restore one checkpointed process. */
+const RESTORE_TIMEOUT_MS = 60_000;
+
 const PAUSED_REASON =
   'the sandbox is paused: its frozen processes (and gVisor with them) cannot be checkpointed; resume it before the snapshot to keep process memory';
 
@@ -102,6 +105,7 @@ export class GvisorSandbox extends NamespacesSandbox {
       hostUid: this.hostUid,
       process,
       ownNetns: this.network === 'none',
+      pids: this.p.spec.limits.pids,
     });
     writeFileSync(join(bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
     const sub = image ? ['restore', '--image-path', image] : ['run'];
@@ -161,11 +165,38 @@ export class GvisorSandbox extends NamespacesSandbox {
       if (!parsed.success) {
         throw new AirlockError('INTERNAL', `checkpoint ${image} has a corrupt process.json`);
       }
+      const cid = `${this.id}-${this.seq + 1}`;
       const p = await this.start(parsed.data, false, image);
       // Nobody reads a restored process's output: drain it so it never blocks on a full pipe.
       p.stdout.resume();
-      p.stderr.resume();
+      let err = '';
+      p.stderr.on('data', (d: Buffer) => void (err = (err + d.toString()).slice(-4000)));
+      await this.waitRunning(cid, p, () => err);
     }
+  }
+
+  /** Resolve once runsc reports the restored container running; fail if runsc exits first. */
+  private async waitRunning(cid: string, p: BackendProcess, stderr: () => string): Promise<void> {
+    let gone = false;
+    void p.exited.then(() => (gone = true));
+    const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+    while (!gone && Date.now() < deadline) {
+      try {
+        const { stdout } = await run(this.g.runsc, [...this.runscArgs(), 'state', cid], {
+          timeout: 10_000,
+          env: {},
+        });
+        if (/"status":\s*"running"/.test(stdout)) return;
+      } catch {
+        // not created yet
+      }
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    p.kill();
+    throw new AirlockError(
+      'INTERNAL',
+      `restoring checkpointed process ${cid} failed${gone ? '' : ' (timed out)'}`,
+    );
   }
 
   /** Kill every container and wait until they are gone (a failed restore, before host state goes). */
