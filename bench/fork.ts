@@ -4,6 +4,7 @@
 // snapshot itself (the sandbox frozen while ~1 MiB in 200 files is copied out). Target (issue 5):
 // filesystem fork ≤ 15 ms.
 import { Airlock, Sandbox, type Snapshot } from '../src/index.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
 import { fmt, summarize, type Summary } from './stats.js';
 
 export interface ForkReport {
@@ -15,6 +16,8 @@ export interface ForkReport {
   readonly snapshot: Summary;
   readonly layerFiles: number;
   readonly layerBytes: number;
+  /** Raw per-run samples (ms) for the distribution charts. */
+  readonly samples: { readonly create: number[]; readonly fork: number[]; readonly forkDeep: number[] };
 }
 
 const WARMUP = 10;
@@ -49,10 +52,7 @@ async function timeWhole(runs: number, start: () => Promise<Sandbox>): Promise<n
 
 export async function forkBench(opts: { runs: number; log: (s: string) => void }): Promise<ForkReport> {
   const { runs, log } = opts;
-  const airlock = new Airlock({
-    stateDir: '/var/tmp/airlock-bench',
-    uidRange: { first: 3_800_000, count: 4096 },
-  });
+  const airlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE });
   await airlock.reapOrphans();
   const snaps: Snapshot[] = [];
   try {
@@ -64,7 +64,7 @@ export async function forkBench(opts: { runs: number; log: (s: string) => void }
         'mkdir -p ~/.cache && echo "{}" > ~/.config.json && head -c 20000 /dev/urandom > ~/.cache/blob',
     );
     if (setup.exitCode !== 0) throw new Error(`setup failed: ${setup.stderr}`);
-    log(`snapshot ×${runs} (sandbox frozen while copying)`);
+    log(`fork: snapshot ×${runs} (sandbox frozen while copying)`);
     const snapTimes: number[] = [];
     let snap: Snapshot | undefined;
     for (let i = 0; i < WARMUP + runs; i++) {
@@ -85,13 +85,13 @@ export async function forkBench(opts: { runs: number; log: (s: string) => void }
       snaps.push(deep);
       await f.kill();
     }
-    log(`Sandbox.create ×${runs}`);
+    log(`fork: Sandbox.create ×${runs}`);
     const create = await timeStart(runs, () => Sandbox.create({}, { airlock }));
-    log(`snap.fork() ×${runs}`);
+    log(`fork: snap.fork() ×${runs}`);
     const fork = await timeStart(runs, () => snap!.fork());
-    log(`snap.fork() of a 4-layer chain ×${runs}`);
+    log(`fork: snap.fork() of a 4-layer chain ×${runs}`);
     const forkDeep = await timeStart(runs, () => deep.fork());
-    log(`create→exec→kill and fork→exec→kill ×${runs}`);
+    log(`fork: create→exec→kill and fork→exec→kill ×${runs}`);
     const createExecKill = await timeWhole(runs, () => Sandbox.create({}, { airlock }));
     const forkExecKill = await timeWhole(runs, () => snap!.fork());
     await parent.kill();
@@ -104,6 +104,7 @@ export async function forkBench(opts: { runs: number; log: (s: string) => void }
       snapshot: summarize(snapTimes),
       layerFiles: snap!.entries,
       layerBytes: snap!.sizeBytes,
+      samples: { create, fork, forkDeep },
     };
   } finally {
     await airlock.killAll();

@@ -35,10 +35,13 @@ const STATE_DIR = '/var/tmp/airlock-mcp-bench';
 const UID_RANGE = { first: 3_820_000, count: 4096 } as const;
 const TOOL = 'echo';
 const ARGS = { text: 'bench' } as const;
-const WARMUP = 200;
-const SEQUENTIAL = 2000;
 const IN_FLIGHT = [16, 64] as const;
-const DURATION_MS = 5000;
+/** Calls and durations of a full run; `--quick` uses the second set (the whole bench within 2 min). */
+const FULL = { warmup: 200, sequential: 2000, durationMs: 5000 } as const;
+const QUICK = { warmup: 30, sequential: 150, durationMs: 400 } as const;
+let WARMUP: number = FULL.warmup;
+let SEQUENTIAL: number = FULL.sequential;
+let DURATION_MS: number = FULL.durationMs;
 const TARGET_ADDED_P50_MS = 1;
 const TARGET_CALLS_PER_S = 2000;
 
@@ -380,8 +383,12 @@ async function stopChild(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-export async function mcpBench(opts: { log: (s: string) => void }): Promise<McpReport> {
+export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean }): Promise<McpReport> {
   const { log } = opts;
+  const sizes = opts.quick ? QUICK : FULL;
+  WARMUP = sizes.warmup;
+  SEQUENTIAL = sizes.sequential;
+  DURATION_MS = sizes.durationMs;
   if (process.getuid?.() !== 0) throw new Error('the mcp benchmark needs root (sandboxes)');
   const server = FIXTURE('hostile-server.ts');
   const [node, ...fixtureArgs] = server;

@@ -193,9 +193,10 @@ export class GvisorSandbox extends NamespacesSandbox {
       await new Promise((r) => setTimeout(r, 5));
     }
     p.kill();
+    const why = stderr().trim().split('\n').pop() ?? '';
     throw new AirlockError(
       'INTERNAL',
-      `restoring checkpointed process ${cid} failed${gone ? '' : ' (timed out)'}`,
+      `restoring checkpointed process ${cid} failed${gone ? '' : ' (timed out)'}${why ? `: ${why}` : ''}`,
     );
   }
 
