@@ -243,8 +243,10 @@ export class Airlock {
   private async withTemplate(spec: SandboxSpec, input: SandboxSpecInput): Promise<SandboxSpec> {
     const t = spec.template!;
     const ref = typeof t === 'string' ? t : t.digest;
-    if (spec.backend !== 'namespaces') {
-      throw new AirlockError('BACKEND_UNAVAILABLE', `templates run on the namespaces tier only`, {
+    // Template layers are filesystem layers (built on the namespaces tier): any tier that starts
+    // from host layers runs them.
+    if (!this.backend(spec.backend).snapshots) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `the ${spec.backend} tier cannot start from templates`, {
         field: 'template',
       });
     }

@@ -20,6 +20,7 @@ import {
   SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
+  canRunGvisor,
   canRunNamespaces,
   settledResidue,
   testAirlock,
@@ -197,6 +198,36 @@ describe.skipIf(!canRunNamespaces)(
       expect(byName.info.template).toEqual({ name, digest: v2.digest });
       expect(await sh(byName, 'bin/tool')).toBe('tool 2\n');
     }, 60_000);
+
+    it.skipIf(!canRunGvisor)(
+      'gVisor sandboxes start from a template by name or pinned digest (the same layers)',
+      async () => {
+        const name = n('gv');
+        const v1 = await airlock.templates.build(tool(name, '1'));
+        const gv = async (template: string): Promise<Sandbox> => {
+          const s = await airlock.create({ backend: 'gvisor', template });
+          owned.push(s);
+          return s;
+        };
+        const pinned = await gv(v1.digest);
+        expect(pinned.info.template).toEqual({ digest: v1.digest });
+        const v2 = await airlock.templates.build(tool(name, '2'));
+        digests.add(v1.digest);
+        expect(await sh(pinned, 'bin/tool')).toBe('tool 1\n');
+        expect(await sh(await gv(v1.digest), 'bin/tool')).toBe('tool 1\n');
+        const byName = await gv(name);
+        expect(byName.info.template).toEqual({ name, digest: v2.digest });
+        expect(await sh(byName, 'bin/tool; cat ~/.toolrc')).toBe('tool 2\ncolor=never\n');
+        // A gVisor fork of it keeps the template underneath and its own changes on top.
+        await sh(byName, 'echo mine > mine');
+        const snap = await byName.snapshot();
+        digests.add(snap.id);
+        const f = await snap.fork();
+        owned.push(f);
+        expect(await sh(f, 'bin/tool; cat mine')).toBe('tool 2\nmine\n');
+      },
+      90_000,
+    );
 
     it('a failing step is a typed error with its index and stderr tail; nothing is left behind', async () => {
       const before = layerCount();
