@@ -286,6 +286,17 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         expect(r.killedBy).toBeUndefined();
       });
 
+      test('threads work (a seccomp policy must not break pthread_create)', async () => {
+        const sbx = await create();
+        const r = await sbx.exec([
+          'python3',
+          '-c',
+          'import threading\nout=[]\nts=[threading.Thread(target=out.append, args=(i,)) for i in range(8)]\n' +
+            '[t.start() for t in ts]\n[t.join() for t in ts]\nprint(sorted(out))',
+        ]);
+        expect({ out: r.stdout, err: r.stderr }).toEqual({ out: '[0, 1, 2, 3, 4, 5, 6, 7]\n', err: '' });
+      });
+
       test('stdin: string, Uint8Array and Readable', async () => {
         const sbx = await create();
         expect((await sbx.exec('cat', { stdin: 'hello\nworld' })).stdout).toBe('hello\nworld');

@@ -81,21 +81,22 @@ const bind = (source: string, destination: string, ro: boolean): Mount => ({
 const CLONE_NEWUSER = 0x10000000;
 const CLONE_NEWCGROUP = 0x02000000;
 const EPERM = 1;
-const ENOSYS = 38;
 /** Address families a sandbox may open (as on the namespaces tier): AF_UNIX 1, AF_INET 2, AF_INET6 10. */
 const DENIED_FAMILIES = [0, 3, 4, 5, 6, 7, 8, 9];
 
 /**
  * The namespaces tier's seccomp policy (seccomp.privileged.ts) in OCI form, enforced by the sentry:
- * the deny list; no new user (or cgroup) namespaces through clone/unshare; clone3 → ENOSYS so libc
- * falls back to clone, whose flags can be checked; sockets of AF_UNIX/INET/INET6 only. gVisor has no
- * x32 syscalls at all, and personality() changes nothing it emulates.
+ * the deny list; no new user (or cgroup) namespaces through clone/unshare; sockets of
+ * AF_UNIX/INET/INET6 only. gVisor has no x32 syscalls at all, and personality() changes nothing it
+ * emulates. Not clone3: this runsc ignores errnoRet (every denial is EPERM), and glibc falls back
+ * from clone3 to clone only on ENOSYS, so denying clone3 breaks every thread. clone3 can therefore
+ * still make a user namespace — one of the sentry's own emulated kernel, not of the host's.
  */
 function seccompProfile(): Record<string, unknown> {
-  const deny = (names: string[], args?: object[], errnoRet = EPERM): object => ({
+  const deny = (names: string[], args?: object[]): object => ({
     names,
     action: 'SCMP_ACT_ERRNO',
-    errnoRet,
+    errnoRet: EPERM,
     ...(args ? { args } : {}),
   });
   const flag = (v: number): object => ({ index: 0, value: v, valueTwo: v, op: 'SCMP_CMP_MASKED_EQ' });
@@ -106,7 +107,6 @@ function seccompProfile(): Record<string, unknown> {
       deny([...DENIED_SYSCALLS]),
       deny(['clone', 'unshare'], [flag(CLONE_NEWUSER)]),
       deny(['clone', 'unshare'], [flag(CLONE_NEWCGROUP)]),
-      deny(['clone3'], undefined, ENOSYS),
       ...DENIED_FAMILIES.map((f) =>
         deny(['socket', 'socketpair'], [{ index: 0, value: f, op: 'SCMP_CMP_EQ' }]),
       ),
