@@ -31,8 +31,7 @@ export class GvisorBackend extends NamespacesBackend {
   platformReport: PlatformReport | undefined;
 
   constructor(ctx: BackendContext, opts: GvisorOptions = {}) {
-    // No warm slots by default: gVisor's start dominates, and an idle slot holds a netns and a cgroup.
-    super(ctx, { warmPool: 0, ...opts });
+    super(ctx, opts);
     this.runscPath = opts.runscPath ?? findRunsc();
     this.forcedPlatform = opts.platform;
   }

@@ -68,12 +68,16 @@ export class GvisorSandbox extends NamespacesSandbox {
   private running = 0;
   /** Dead tasks still charged to the cgroup when the last exec started from an idle sandbox. */
   private lingering = 0;
+  /** The cgroup limits last written (memory/pids/cpus), so unchanged ones are not rewritten. */
+  private written: string | undefined;
 
   constructor(
     parts: NamespacesSandboxParts,
     private readonly g: GvisorParts,
   ) {
     super(parts);
+    // create() left the cgroup at the limits for one exec.
+    this.written = limitsKey(gvisorHostLimits(parts.spec.limits, 1));
   }
 
   private get network(): 'none' | 'host' {
@@ -146,7 +150,11 @@ export class GvisorSandbox extends NamespacesSandbox {
     if (this.destroyed) return;
     try {
       const l = gvisorHostLimits(this.p.spec.limits, this.running);
-      this.p.res.cgroup?.setLimits({ ...l, pids: l.pids + this.lingering });
+      const want = { ...l, pids: l.pids + this.lingering };
+      const key = limitsKey(want);
+      if (key === this.written) return; // one exec at a time: nothing changes between execs
+      this.p.res.cgroup?.setLimits(want);
+      this.written = key;
     } catch {
       // see above
     }
@@ -289,6 +297,10 @@ export class GvisorSandbox extends NamespacesSandbox {
       throw e;
     }
   }
+}
+
+function limitsKey(l: { memoryBytes: number; pids: number; cpus: number }): string {
+  return `${l.memoryBytes}/${l.pids}/${l.cpus}`;
 }
 
 function hashFile(h: ReturnType<typeof createHash>, path: string): Promise<number> {
