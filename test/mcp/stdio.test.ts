@@ -33,6 +33,7 @@ import {
   SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
+  canRunGvisor,
   canRunNamespaces,
   residue,
   type Residue,
@@ -407,6 +408,45 @@ if (canRunNamespaces) {
         expect(Object.keys(env).filter((k) => k.startsWith('AIRLOCK_'))).toEqual([]);
         expect(env.HOME).not.toBe(process.env.HOME);
       });
+    });
+
+    describe.skipIf(!canRunGvisor)('an MCP server on the gVisor tier (--backend gvisor)', () => {
+      it('server-memory runs under gVisor: tools work and its package is mounted read-only', async () => {
+        // Its own package is read-only in the sandbox: the default memory file next to it cannot be written.
+        const ro = await startCli(['--backend', 'gvisor', '--', ...MEMORY]);
+        try {
+          const denied = await ro.client.callTool({
+            name: 'create_entities',
+            arguments: { entities: [{ name: 'X', entityType: 't', observations: [] }] },
+          });
+          expect(text(denied)).toMatch(/EACCES|EROFS|read-only/);
+        } finally {
+          await ro.close();
+        }
+        const cli = await startCli([
+          '--backend',
+          'gvisor',
+          '-e',
+          'MEMORY_FILE_PATH=/workspace/memory.jsonl',
+          '--',
+          ...MEMORY,
+        ]);
+        try {
+          const created = await cli.client.callTool({
+            name: 'create_entities',
+            arguments: {
+              entities: [{ name: 'Gv', entityType: 'tier', observations: ['user-space kernel'] }],
+            },
+          });
+          expect(created.isError, text(created)).toBeFalsy();
+          const graph = await cli.client.callTool({ name: 'read_graph', arguments: {} });
+          expect(graph.structuredContent).toMatchObject({
+            entities: [expect.objectContaining({ name: 'Gv', entityType: 'tier' })],
+          });
+        } finally {
+          await cli.close();
+        }
+      }, 60_000);
     });
 
     describe('@modelcontextprotocol/server-memory with MEMORY_FILE_PATH in /workspace', () => {
