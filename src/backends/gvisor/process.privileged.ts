@@ -10,13 +10,12 @@
 // their parent); the cgroup is the backstop that destroy() empties.
 import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import type { BackendProcess, ProcessExit } from '../../core/backend.js';
+import type { BackendProcess } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from '../namespaces/libc.privileged.js';
+import { childExited } from '../namespaces/process.js';
 
 const GATE_FD = 3;
-/** How long an exec may hold its stdio open after runsc is gone. */
-const STDIO_GRACE_MS = 500;
 const TRAMPOLINE = `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; exec "$0" "$@"`;
 
 export interface RunscStart {
@@ -39,29 +38,7 @@ export async function startRunsc(o: RunscStart): Promise<BackendProcess> {
   const gate = (child.stdio as unknown as Array<Readable & Writable>)[GATE_FD]!;
   gate.on('error', () => {});
   let exited = false;
-  const exitedP = new Promise<ProcessExit>((resolve) => {
-    child.on('error', () => {
-      exited = true;
-      resolve({ exitCode: 127, signal: null });
-    });
-    child.on('exit', (code, signal) => {
-      exited = true;
-      const grace = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-      }, STDIO_GRACE_MS);
-      let open = 2;
-      const done = (): void => {
-        if (--open > 0) return;
-        clearTimeout(grace);
-        resolve({ exitCode: code, signal });
-      };
-      for (const s of [child.stdout, child.stderr]) {
-        if (!s || s.destroyed || s.readableEnded) done();
-        else s.once('close', done);
-      }
-    });
-  });
+  const exitedP = childExited(child, () => (exited = true));
   // runsc is our own unreaped child until 'exit', so its pid cannot have been recycled.
   const kill = (): void => void (exited || child.kill('SIGKILL'));
   const proc: BackendProcess = {

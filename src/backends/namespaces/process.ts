@@ -10,7 +10,7 @@
 //     If Airlock died before this point, the gate reads EOF and the trampoline exits: nothing ran.
 //  4. Take a pidfd on the (still blocked) init, so kill() can never hit a recycled pid, and release
 //     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
@@ -65,33 +65,10 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
 
   let pidfd = -1;
   let exited = false;
-  const exitedP = new Promise<ProcessExit>((resolve) => {
-    child.on('error', () => {
-      exited = true;
-      resolve({ exitCode: 127, signal: null });
-    });
-    child.on('exit', (code, signal) => {
-      exited = true;
-      if (pidfd >= 0) c.close(pidfd);
-      pidfd = -1;
-      // The tree is gone; stdio may still be held by a process of another exec it was passed to.
-      // Give it a moment to drain, then stop waiting so that results and timeouts hold.
-      const grace = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-      }, STDIO_GRACE_MS);
-      let open = 2;
-      const done = (): void => {
-        if (--open === 0) {
-          clearTimeout(grace);
-          resolve({ exitCode: code, signal });
-        }
-      };
-      for (const s of [child.stdout, child.stderr]) {
-        if (!s || s.destroyed || s.readableEnded) done();
-        else s.once('close', done);
-      }
-    });
+  const exitedP = childExited(child, () => {
+    exited = true;
+    if (pidfd >= 0) c.close(pidfd);
+    pidfd = -1;
   });
 
   const kill = (): void => {
@@ -143,6 +120,37 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
   pipes.info.resume(); // keep draining: bwrap may write more and must never get SIGPIPE
 
   return { stdout: child.stdout!, stderr: child.stderr!, stdin: child.stdin ?? null, exited: exitedP, kill };
+}
+
+/**
+ * When a spawned sandbox process is done: after its exit (`onExit` runs then) and after its stdout
+ * and stderr close — or STDIO_GRACE_MS later, since a process of another exec it handed them to
+ * may hold them open (results and timeouts must still hold). A spawn error is exit 127.
+ */
+export function childExited(child: ChildProcess, onExit: () => void): Promise<ProcessExit> {
+  return new Promise<ProcessExit>((resolve) => {
+    child.on('error', () => {
+      onExit();
+      resolve({ exitCode: 127, signal: null });
+    });
+    child.on('exit', (code, signal) => {
+      onExit();
+      const grace = setTimeout(() => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      }, STDIO_GRACE_MS);
+      let open = 2;
+      const done = (): void => {
+        if (--open > 0) return;
+        clearTimeout(grace);
+        resolve({ exitCode: code, signal });
+      };
+      for (const s of [child.stdout, child.stderr]) {
+        if (!s || s.destroyed || s.readableEnded) done();
+        else s.once('close', done);
+      }
+    });
+  });
 }
 
 /** Read bwrap's info JSON ({"child-pid": N, ...}); undefined if bwrap exits first. */
