@@ -7,8 +7,10 @@ import { Sandbox } from '../../src/index.js';
 import {
   NO_RESIDUE,
   SKIP_REASON,
+  GVISOR_SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
+  canRunGvisor,
   canRunNamespaces,
   residue,
   testAirlock,
@@ -57,81 +59,124 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   });
 
-  it('a SIGKILLed parent: its sandboxes die with it, the next start reaps the rest', async () => {
-    const dirsBefore = new Set(residue().sandboxDirs);
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/orphan-parent.ts', '3'], {
-      env: {
-        ...process.env,
-        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
-        AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
-        AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
-      child.on('exit', (c) => reject(new Error(`fixture exited early (${c})`)));
-    });
-    // Whatever an assertion below does, the fixture must not outlive the test.
-    onTestFinished(() => void child.kill('SIGKILL'));
-    const before = residue();
-    // Three sandboxes plus the one the fixture's warm pool prepared: all are the dead owner's to reap.
-    expect(before.sandboxDirs.filter((d) => !dirsBefore.has(d))).toHaveLength(4);
-    expect(before.processes.length).toBeGreaterThanOrEqual(3);
+  it(
+    'a SIGKILLed parent: its sandboxes die with it, the next start reaps the rest',
+    () => sigkilledParent('namespaces'),
+    60_000,
+  );
 
-    child.kill('SIGKILL');
-    await new Promise((r) => child.once('exit', r));
+  it(
+    'Airlock killed at any point while starting processes: nothing keeps running once reaped',
+    () => crashMidExec('namespaces'),
+    120_000,
+  );
+});
 
-    // bwrap --die-with-parent: every sandboxed process is gone without any Airlock code running.
-    let procs = residue().processes;
-    for (let i = 0; i < 40 && procs.length; i++) {
-      await sleep(50);
-      procs = residue().processes;
+describe.skipIf(!canRunGvisor)(`leaks on the gVisor tier (${GVISOR_SKIP_REASON})`, () => {
+  const airlock = testAirlock();
+  afterAll(() => airlock.killAll());
+
+  it('50 create/exec/kill cycles leave nothing behind', async () => {
+    for (let i = 0; i < 50; i++) {
+      const sbx = await Sandbox.create({ backend: 'gvisor' }, { airlock });
+      const r = await sbx.exec(['/bin/sh', '-c', 'echo $0', String(i)]);
+      expect(r.stdout).toBe(`${i}\n`);
+      await sbx.kill();
     }
-    expect(procs).toEqual([]);
-    // Host state is still there until a new Airlock process starts...
-    expect(residue().mounts.length).toBeGreaterThan(0);
-    // ...whose reaper removes it: a fresh runtime, as a restarted service would have.
-    await testAirlock().reapOrphans();
+    await airlock.close();
     expect(await settledResidue()).toEqual(NO_RESIDUE);
-  }, 60_000);
+  }, 120_000);
 
-  it('Airlock killed at any point while starting processes: nothing keeps running once reaped', async () => {
-    const env = {
+  it(
+    'a SIGKILLed parent: its sandboxes (runsc, gofer, sentry) die with it, the next start reaps the rest',
+    () => sigkilledParent('gvisor'),
+    60_000,
+  );
+
+  it(
+    'Airlock killed at any point while starting runsc: nothing keeps running once reaped',
+    () => crashMidExec('gvisor'),
+    120_000,
+  );
+});
+
+async function sigkilledParent(backend: 'namespaces' | 'gvisor'): Promise<void> {
+  const dirsBefore = new Set(residue().sandboxDirs);
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/orphan-parent.ts', '3'], {
+    env: {
       ...process.env,
+      AIRLOCK_TEST_BACKEND: backend,
       AIRLOCK_STATE_DIR: TEST_STATE_DIR,
       AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
       AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
-    };
-    // Different delays land the SIGKILL in different steps of process start-up.
-    for (const delayMs of [30, 45, 60, 80, 110]) {
-      const child = spawn(
-        process.execPath,
-        ['--import', 'tsx', 'test/fixtures/crash-mid-exec.ts', String(delayMs)],
-        {
-          env,
-          stdio: 'ignore',
-        },
-      );
-      onTestFinished(() => void child.kill('SIGKILL'));
-      await new Promise((r) => child.once('exit', r));
-    }
-    await testAirlock().reapOrphans();
-    // Zombies (already dead, waiting for the host's init to reap them) are not running code.
-    const running = (): number[] =>
-      residue().processes.filter((pid) => {
-        try {
-          return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
-        } catch {
-          return false;
-        }
-      });
-    let left = running();
-    for (let i = 0; i < 40 && left.length; i++) {
-      await sleep(50);
-      left = running();
-    }
-    expect(left).toEqual([]);
-    expect(await settledResidue()).toEqual(NO_RESIDUE);
-  }, 120_000);
-});
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
+    child.on('exit', (c) => reject(new Error(`fixture exited early (${c})`)));
+  });
+  // Whatever an assertion below does, the fixture must not outlive the test.
+  onTestFinished(() => void child.kill('SIGKILL'));
+  const before = residue();
+  // Three sandboxes plus the one the fixture's warm pool prepared: all are the dead owner's to reap.
+  expect(before.sandboxDirs.filter((d) => !dirsBefore.has(d))).toHaveLength(4);
+  expect(before.processes.length).toBeGreaterThanOrEqual(3);
+
+  child.kill('SIGKILL');
+  await new Promise((r) => child.once('exit', r));
+
+  // bwrap --die-with-parent / runsc's pdeathsig: every sandboxed process is gone without any
+  // Airlock code running.
+  let procs = residue().processes;
+  for (let i = 0; i < 40 && procs.length; i++) {
+    await sleep(50);
+    procs = residue().processes;
+  }
+  expect(procs).toEqual([]);
+  // Host state is still there until a new Airlock process starts...
+  expect(residue().mounts.length).toBeGreaterThan(0);
+  // ...whose reaper removes it: a fresh runtime, as a restarted service would have.
+  await testAirlock().reapOrphans();
+  expect(await settledResidue()).toEqual(NO_RESIDUE);
+}
+
+async function crashMidExec(backend: 'namespaces' | 'gvisor'): Promise<void> {
+  const env = {
+    ...process.env,
+    AIRLOCK_TEST_BACKEND: backend,
+    AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+    AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
+    AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
+  };
+  // Different delays land the SIGKILL in different steps of process start-up.
+  for (const delayMs of [30, 45, 60, 80, 110]) {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'test/fixtures/crash-mid-exec.ts', String(delayMs)],
+      {
+        env,
+        stdio: 'ignore',
+      },
+    );
+    onTestFinished(() => void child.kill('SIGKILL'));
+    await new Promise((r) => child.once('exit', r));
+  }
+  await testAirlock().reapOrphans();
+  // Zombies (already dead, waiting for the host's init to reap them) are not running code.
+  const running = (): number[] =>
+    residue().processes.filter((pid) => {
+      try {
+        return !/^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      } catch {
+        return false;
+      }
+    });
+  let left = running();
+  for (let i = 0; i < 40 && left.length; i++) {
+    await sleep(50);
+    left = running();
+  }
+  expect(left).toEqual([]);
+  expect(await settledResidue()).toEqual(NO_RESIDUE);
+}

@@ -16,7 +16,9 @@ import { libc } from '../namespaces/libc.privileged.js';
 import { childExited } from '../namespaces/process.js';
 
 const GATE_FD = 3;
-const TRAMPOLINE = `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; exec "$0" "$@"`;
+// setpriv --pdeathsig: runsc gets SIGKILL if Airlock dies (bwrap's --die-with-parent on the other
+// tier); its gofer and sentry die with it.
+const TRAMPOLINE = `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; exec /usr/bin/setpriv --pdeathsig KILL -- "$0" "$@"`;
 
 export interface RunscStart {
   readonly runsc: string;
