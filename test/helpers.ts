@@ -1,5 +1,6 @@
 // Shared test helpers: a runtime on its own state dir and uid range, and a residue check that looks
 // at the host itself (mounts, cgroups, processes, dirs, leases), not at Airlock's own bookkeeping.
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -91,4 +92,29 @@ export async function settledResidue(maxWaitMs = 2000): Promise<Residue> {
     r = residue();
   }
   return r;
+}
+
+const ROOT = join(import.meta.dirname, '..');
+
+/** The real `airlock` CLI as a child process on the test state dir and uid range. */
+export function runCli(
+  args: readonly string[],
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (t: string) => (stdout += t));
+    child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
 }

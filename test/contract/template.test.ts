@@ -1,7 +1,6 @@
 // Templates on the namespaces tier: build (files, steps, per-step network), create by name and by
 // digest, determinism, digest pinning across a rebuild, step failures, unknown templates, removal
 // rules, and the real `airlock template` CLI. No step touches a real network.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,35 +21,17 @@ import {
   TEST_UID_RANGE,
   canRunGvisor,
   canRunNamespaces,
+  runCli,
   settledResidue,
   testAirlock,
 } from '../helpers.js';
 import { templateBuildCommand } from '../../src/cli/template.js';
 import type { Io } from '../../src/cli/run.js';
 
-const ROOT = join(import.meta.dirname, '..', '..');
 const LAYERS = join(TEST_STATE_DIR, 'layers');
 const TEMPLATES = join(TEST_STATE_DIR, 'templates');
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
-        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (t: string) => (stdout += t));
-    child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = runCli;
 
 async function expectCode(p: Promise<unknown>, code: AirlockErrorCode): Promise<AirlockError> {
   const e = await p.then(

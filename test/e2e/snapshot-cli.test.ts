@@ -1,32 +1,10 @@
 // `airlock snapshot ls|rm` as a user runs it: a real child process on the test state dir, next to
 // snapshots and forks made by the library in this process.
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Airlock } from '../../src/index.js';
-import { SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE, canRunNamespaces, testAirlock } from '../helpers.js';
+import { SKIP_REASON, canRunNamespaces, runCli, testAirlock } from '../helpers.js';
 
-const ROOT = join(import.meta.dirname, '..', '..');
-
-function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
-        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (t: string) => (stdout += t));
-    child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const cli = runCli;
 
 describe.skipIf(!canRunNamespaces)(
   `airlock snapshot${canRunNamespaces ? '' : ` [skipped: ${SKIP_REASON}]`}`,
