@@ -19,7 +19,8 @@ describe.skipIf(!canRunNamespaces)(
 
     it('ls lists snapshots; rm refuses while a fork lives, then removes by prefix', async () => {
       const sbx = await airlock.create({});
-      await sbx.exec('echo cli > /workspace/f');
+      // Unique content: a layer left by an interrupted earlier run must not be this one (same digest).
+      await sbx.exec(`echo cli-${process.pid}-${Date.now()} > /workspace/f`);
       const snap = await sbx.snapshot();
       const fork = await snap.fork();
 
