@@ -211,7 +211,7 @@ export async function gvisorBench(opts: { runs: number; log: (s: string) => void
   } finally {
     for (const s of snaps) await s.remove().catch(() => {});
     await airlock.killAll();
-    await run(runsc, ['--root', root, 'list', '-q'])
+    await run(runsc, ['--root', root, 'list', '-quiet'])
       .then(async ({ stdout }) => {
         for (const id of stdout.split('\n').filter(Boolean))
           await run(runsc, ['--root', root, 'delete', '--force', id]).catch(() => {});

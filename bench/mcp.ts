@@ -38,7 +38,7 @@ const ARGS = { text: 'bench' } as const;
 const IN_FLIGHT = [16, 64] as const;
 /** Calls and durations of a full run; `--quick` uses the second set (the whole bench within 2 min). */
 const FULL = { warmup: 200, sequential: 2000, durationMs: 5000 } as const;
-const QUICK = { warmup: 30, sequential: 150, durationMs: 400 } as const;
+const QUICK = { warmup: 20, sequential: 100, durationMs: 300 } as const;
 let WARMUP: number = FULL.warmup;
 let SEQUENTIAL: number = FULL.sequential;
 let DURATION_MS: number = FULL.durationMs;

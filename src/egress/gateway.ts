@@ -55,7 +55,8 @@ export const SYNTHETIC_POOL = '198.18.0.0/15';
 
 /** Slowloris: a request head (or a SOCKS5 handshake) must arrive within this. */
 const HEADERS_TIMEOUT_MS = 10_000;
-/** Client + upstream sockets one sandbox may hold open in the gateway at once. */
+/** File descriptors one sandbox may hold in the gateway at once: client + upstream sockets, and the
+ * two pipes of each tunnel handed to the zero-copy relay. */
 const MAX_SOCKETS_PER_SANDBOX = 4096;
 /** Request headers into which a bound secret's real value may be swapped (credential headers only). */
 const SWAP_HEADERS = /^(authorization|x-api-key|api-key|x-auth-token|private-token|x-goog-api-key|cookie)$/i;
@@ -110,7 +111,8 @@ export class EgressGateway {
   /** The zero-copy relay shared by every sandbox of this runtime, if there is one. */
   get relay(): SpliceRelay | undefined {
     if (this.relayInstance === undefined) {
-      this.relayInstance = this.opts.zeroCopy === false ? null : (SpliceRelay.create(this.opts.logger) ?? null);
+      this.relayInstance =
+        this.opts.zeroCopy === false ? null : (SpliceRelay.create(this.opts.logger) ?? null);
     }
     return this.relayInstance ?? undefined;
   }

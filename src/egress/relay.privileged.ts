@@ -5,10 +5,10 @@
 // not intercepted), the gateway hands both sockets here and the kernel moves the bytes: splice(2)
 // socket → pipe → socket, one pipe per direction, so the data never enters user space. Node has no
 // splice binding, so koffi (the FFI library libc.privileged.ts already uses) binds the few libc calls
-// below, each with its exact C prototype. One worker thread per runtime runs a non-blocking epoll loop
-// for every tunnel: nothing here ever blocks the main event loop.
+// (relay-worker.privileged.ts), each with its exact C prototype. One worker thread per runtime runs a
+// non-blocking epoll loop for every tunnel (relay-worker.privileged.ts): nothing blocks the main loop.
 //
-// Ownership of file descriptors (the whole point of this file being small):
+// Ownership of file descriptors:
 //   - take() (main thread) dups each socket's fd (close-on-exec) and makes the two pipes, destroys the
 //     Node sockets (their own fds close; the connections live on in the dups), and hands the six fds to
 //     the worker. Bytes Node had already read but nobody consumed go first, in order (the "prefix").
@@ -22,8 +22,16 @@ import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
-import type * as WorkerThreads from 'node:worker_threads';
 import type { Logger } from '../core/backend.js';
+import {
+  bindRelayLibc,
+  RELAY_WORKER_SOURCE,
+  type Command,
+  type EndMessage,
+  type Koffi,
+  type RelayInit,
+  type RelayLibc,
+} from './relay-worker.privileged.js';
 
 export interface RelayResult {
   /** Bytes delivered to the upstream / to the client (prefixes included). */
@@ -49,6 +57,8 @@ export interface RelayedTunnel {
 const PIPE_BYTES = 1024 * 1024;
 const SMALL_READ_BYTES = 64 * 1024;
 const RELAY_BUDGET_BYTES = 64 * 1024 * 1024;
+/** How long the worker may take to close a tunnel before it is considered broken and stopped. */
+const CLOSE_TIMEOUT_MS = 5_000;
 /** File descriptors one relayed tunnel holds: two sockets and two pipes. */
 export const RELAY_FDS = 6;
 
@@ -62,306 +72,13 @@ const F_SETPIPE_SZ = 1031;
 const EFD_NONBLOCK = O_NONBLOCK;
 const EFD_CLOEXEC = O_CLOEXEC;
 
-interface Koffi {
-  load(name: string): { func(sig: string): (...args: never[]) => number };
-  errno(): number;
-  readonly os?: { readonly errno?: Readonly<Record<string, number>> };
-}
-
-/** The libc calls of the relay. Bound in both threads (this function is also sent to the worker). */
-function bindRelayLibc(koffi: Koffi) {
-  const lib = koffi.load('libc.so.6');
-  const f = <T>(sig: string): T => lib.func(sig) as unknown as T;
-  return {
-    splice: f<(fdIn: number, offIn: null, fdOut: number, offOut: null, len: number, flags: number) => number>(
-      'intptr_t splice(int fd_in, void *off_in, int fd_out, void *off_out, size_t len, unsigned int flags)',
-    ),
-    write: f<(fd: number, buf: Uint8Array, n: number) => number>(
-      'intptr_t write(int fd, const void *buf, size_t n)',
-    ),
-    read: f<(fd: number, buf: Uint8Array, n: number) => number>('intptr_t read(int fd, void *buf, size_t n)'),
-    close: f<(fd: number) => number>('int close(int fd)'),
-    shutdown: f<(fd: number, how: number) => number>('int shutdown(int fd, int how)'),
-    /** fcntl is variadic: call as fcntl(fd, cmd, 'int', arg). */
-    fcntl: f<(fd: number, cmd: number, type?: 'int', arg?: number) => number>('int fcntl(int fd, int cmd, ...)'),
-    /** pipe2(int fds[2], flags): `fds` is an 8-byte buffer. */
-    pipe2: f<(fds: Uint8Array, flags: number) => number>('int pipe2(void *fds, int flags)'),
-    eventfd: f<(initval: number, flags: number) => number>('int eventfd(unsigned int initval, int flags)'),
-    epollCreate1: f<(flags: number) => number>('int epoll_create1(int flags)'),
-    epollCtl: f<(ep: number, op: number, fd: number, ev: Uint8Array) => number>(
-      'int epoll_ctl(int epfd, int op, int fd, void *event)',
-    ),
-    epollWait: f<(ep: number, evs: Uint8Array, max: number, timeoutMs: number) => number>(
-      'int epoll_wait(int epfd, void *events, int maxevents, int timeout)',
-    ),
-    errno: () => koffi.errno(),
-  };
-}
-type RelayLibc = ReturnType<typeof bindRelayLibc>;
-
-interface RelayInit {
-  readonly port: MessagePort;
-  readonly eventFd: number;
-  readonly stop: SharedArrayBuffer;
-  /** struct epoll_event: 12 bytes, data at 4 on x86_64 (packed); 16 bytes, data at 8 elsewhere. */
-  readonly epollEventSize: number;
-  readonly epollDataOffset: number;
-  readonly bigReadBytes: number;
-  readonly smallReadBytes: number;
-  readonly budgetBytes: number;
-}
-
-type Command =
-  | {
-      readonly op: 'add';
-      readonly id: number;
-      /** client, upstream, up pipe (read, write), down pipe (read, write) */
-      readonly fds: readonly number[];
-      readonly upPrefix: Uint8Array;
-      readonly downPrefix: Uint8Array;
-      readonly idleMs: number;
-    }
-  | { readonly op: 'close'; readonly id: number };
-
-export interface EndMessage {
-  readonly op: 'end';
-  readonly id: number;
-  readonly bytesUp: number;
-  readonly bytesDown: number;
-  readonly error?: string;
-}
-
-/**
- * The worker: one epoll loop (level-triggered) over every tunnel. Runs in its own thread, from source
- * text (so no module loader is needed there): it must not refer to anything outside its parameters.
- */
-function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRelayLibc): void {
-  const init = wt.workerData as RelayInit;
-  const c = bind(koffi);
-  const stop = new Int32Array(init.stop);
-  const EPOLLIN = 0x1;
-  const EPOLLOUT = 0x4;
-  const CTL_ADD = 1;
-  const CTL_DEL = 2;
-  const CTL_MOD = 3;
-  const SPLICE_FLAGS = 0x1 | 0x2; // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
-  const EAGAIN = 11;
-  const EINTR = 4;
-  const SHUT_WR = 1;
-  const EPOLL_CLOEXEC = 0o2000000;
-  const MAX_EVENTS = 256;
-  const STEPS = 16; // per direction per wake-up, so one busy tunnel cannot starve the others
-
-  interface Dir {
-    readonly from: number;
-    readonly to: number;
-    readonly pipeR: number;
-    readonly pipeW: number;
-    inPipe: number; // bytes spliced into the pipe, not yet out of it
-    prefix: Buffer | undefined; // bytes Node had read before the hand-off, written first
-    eof: boolean;
-    shut: boolean; // EOF passed on: shutdown(to, SHUT_WR) done
-    bytes: number; // delivered to `to`
-  }
-  interface Tunnel {
-    readonly id: number;
-    readonly fds: readonly number[];
-    readonly up: Dir;
-    readonly down: Dir;
-    readonly idleMs: number;
-    lastActive: number;
-    readonly mask: Map<number, number>; // fd → epoll interest currently registered
-  }
-  let inFlight = 0; // bytes in all pipes (see RELAY_BUDGET_BYTES)
-  const tunnels = new Map<number, Tunnel>();
-  const byFd = new Map<number, Tunnel>();
-  const ev = Buffer.alloc(init.epollEventSize);
-  const events = Buffer.alloc(init.epollEventSize * MAX_EVENTS);
-  const names = new Map(Object.entries(koffi.os?.errno ?? {}).map(([k, v]) => [v, k]));
-  const errName = (e: number): string => names.get(e) ?? `errno ${e}`;
-
-  const ep = c.epollCreate1(EPOLL_CLOEXEC);
-  if (ep < 0) throw new Error(`epoll_create1: ${errName(c.errno())}`);
-  const ctl = (op: number, fd: number, mask: number): void => {
-    ev.fill(0);
-    ev.writeUInt32LE(mask, 0);
-    ev.writeInt32LE(fd, init.epollDataOffset);
-    if (c.epollCtl(ep, op, fd, ev) < 0 && op !== CTL_DEL) throw new Error(`epoll_ctl: ${errName(c.errno())}`);
-  };
-  ctl(CTL_ADD, init.eventFd, EPOLLIN);
-
-  const toBuffer = (u: Uint8Array): Buffer | undefined =>
-    u.byteLength ? Buffer.from(u.buffer, u.byteOffset, u.byteLength) : undefined;
-
-  const finish = (t: Tunnel, error?: string): void => {
-    if (!tunnels.delete(t.id)) return;
-    inFlight -= t.up.inPipe + t.down.inPipe;
-    for (const [fd, m] of t.mask) if (m) ctl(CTL_DEL, fd, 0);
-    for (const fd of t.fds) {
-      byFd.delete(fd);
-      c.close(fd);
-    }
-    const end: EndMessage = {
-      op: 'end',
-      id: t.id,
-      bytesUp: t.up.bytes,
-      bytesDown: t.down.bytes,
-      ...(error ? { error } : {}),
-    };
-    wt.parentPort?.postMessage(end);
-  };
-
-  /** Move what can be moved in one direction now; throws on a socket error. */
-  const pump = (t: Tunnel, d: Dir): void => {
-    for (let i = 0; i < STEPS; i++) {
-      if (d.prefix) {
-        const n = c.write(d.to, d.prefix, d.prefix.length);
-        if (n < 0) {
-          const e = c.errno();
-          if (e === EAGAIN) return;
-          if (e === EINTR) continue;
-          throw new Error(errName(e));
-        }
-        d.bytes += n;
-        d.prefix = n < d.prefix.length ? d.prefix.subarray(n) : undefined;
-        t.lastActive = Date.now();
-      } else if (d.inPipe > 0) {
-        const n = c.splice(d.pipeR, null, d.to, null, d.inPipe, SPLICE_FLAGS);
-        if (n < 0) {
-          const e = c.errno();
-          if (e === EAGAIN) return;
-          if (e === EINTR) continue;
-          throw new Error(errName(e));
-        }
-        d.inPipe -= n;
-        inFlight -= n;
-        d.bytes += n;
-        t.lastActive = Date.now();
-      } else if (!d.eof) {
-        const len = inFlight < init.budgetBytes ? init.bigReadBytes : init.smallReadBytes;
-        const n = c.splice(d.from, null, d.pipeW, null, len, SPLICE_FLAGS);
-        if (n < 0) {
-          const e = c.errno();
-          if (e === EAGAIN) return;
-          if (e === EINTR) continue;
-          throw new Error(errName(e));
-        }
-        if (n === 0) d.eof = true;
-        d.inPipe = n;
-        inFlight += n;
-      } else {
-        if (!d.shut) {
-          d.shut = true;
-          c.shutdown(d.to, SHUT_WR); // may fail if the peer is gone: the other direction will tell
-        }
-        return;
-      }
-    }
-  };
-
-  /** Register exactly the readiness each socket is waited for (none: not in the epoll set at all). */
-  const want = (t: Tunnel): void => {
-    const reads = (d: Dir): boolean => !d.eof && !d.prefix && d.inPipe === 0;
-    const writes = (d: Dir): boolean => !!d.prefix || d.inPipe > 0;
-    const masks: Array<[number, number]> = [
-      [t.up.from, (reads(t.up) ? EPOLLIN : 0) | (writes(t.down) ? EPOLLOUT : 0)],
-      [t.down.from, (reads(t.down) ? EPOLLIN : 0) | (writes(t.up) ? EPOLLOUT : 0)],
-    ];
-    for (const [fd, m] of masks) {
-      const cur = t.mask.get(fd) ?? 0;
-      if (m === cur) continue;
-      ctl(m === 0 ? CTL_DEL : cur === 0 ? CTL_ADD : CTL_MOD, fd, m);
-      t.mask.set(fd, m);
-    }
-  };
-
-  const service = (t: Tunnel): void => {
-    try {
-      pump(t, t.up);
-      pump(t, t.down);
-      if (t.up.shut && t.down.shut) return finish(t);
-      want(t);
-    } catch (e) {
-      finish(t, (e as Error).message);
-    }
-  };
-
-  const command = (m: Command): void => {
-    if (m.op === 'close') {
-      const t = tunnels.get(m.id);
-      if (t) finish(t, 'closed');
-      return;
-    }
-    const [a, b, upR, upW, downR, downW] = m.fds as [number, number, number, number, number, number];
-    const dir = (from: number, to: number, pipeR: number, pipeW: number, prefix: Uint8Array): Dir => ({
-      from,
-      to,
-      pipeR,
-      pipeW,
-      inPipe: 0,
-      prefix: toBuffer(prefix),
-      eof: false,
-      shut: false,
-      bytes: 0,
-    });
-    const t: Tunnel = {
-      id: m.id,
-      fds: m.fds,
-      up: dir(a, b, upR, upW, m.upPrefix),
-      down: dir(b, a, downR, downW, m.downPrefix),
-      idleMs: m.idleMs,
-      lastActive: Date.now(),
-      mask: new Map(),
-    };
-    tunnels.set(t.id, t);
-    byFd.set(a, t);
-    byFd.set(b, t);
-    service(t);
-  };
-
-  const counter = Buffer.alloc(8);
-  let lastSweep = Date.now();
-  while (Atomics.load(stop, 0) === 0) {
-    const n = c.epollWait(ep, events, MAX_EVENTS, 1000);
-    if (n < 0 && c.errno() !== EINTR) throw new Error(`epoll_wait: ${errName(c.errno())}`);
-    const ready = new Set<Tunnel>();
-    for (let i = 0; i < n; i++) {
-      const fd = events.readInt32LE(i * init.epollEventSize + init.epollDataOffset);
-      if (fd === init.eventFd) {
-        c.read(init.eventFd, counter, 8); // reset the wake-up counter, then take every queued command
-        for (let m = wt.receiveMessageOnPort(init.port); m; m = wt.receiveMessageOnPort(init.port)) {
-          command(m.message as Command);
-        }
-      } else {
-        const t = byFd.get(fd);
-        if (t) ready.add(t);
-      }
-    }
-    for (const t of ready) if (tunnels.has(t.id)) service(t);
-    const now = Date.now();
-    if (now - lastSweep >= 1000) {
-      lastSweep = now;
-      for (const t of [...tunnels.values()]) if (now - t.lastActive > t.idleMs) finish(t, 'idle');
-    }
-  }
-  for (const t of [...tunnels.values()]) finish(t, 'closed');
-  c.close(ep);
-  init.port.close();
-}
-
-/** The worker's whole program. `__name`: tsx (esbuild keepNames) wraps functions in it when compiling. */
-const WORKER_SOURCE = [
-  'const __name = (f) => f;',
-  `const wt = require('node:worker_threads');`,
-  `(${relayWorker.toString()})(wt, require(wt.workerData.koffiPath), ${bindRelayLibc.toString()});`,
-].join('\n');
-
 interface Live {
   readonly worker: Worker;
   readonly port: MessagePort;
   readonly eventFd: number;
   readonly stop: Int32Array;
   readonly onProcessExit: () => void;
+  readonly exited: Promise<void>;
 }
 
 interface Pending {
@@ -385,7 +102,8 @@ export class SpliceRelay {
 
   /** The relay, or undefined where splice(2) through koffi is not available (streams are used then). */
   static create(logger: Logger): SpliceRelay | undefined {
-    if (process.platform !== 'linux' || (process.arch !== 'x64' && process.arch !== 'arm64')) return undefined;
+    if (process.platform !== 'linux' || (process.arch !== 'x64' && process.arch !== 'arm64'))
+      return undefined;
     try {
       const req = createRequire(import.meta.url);
       const koffiPath = req.resolve('koffi');
@@ -415,7 +133,11 @@ export class SpliceRelay {
    * when a socket is not a plain fd-backed socket in a clean state, or when an fd cannot be made.
    * Callers must have let pending writes finish (see `flushed`).
    */
-  take(client: Socket, upstream: Socket, o: { upPrefix?: Buffer; idleMs: number }): RelayedTunnel | undefined {
+  take(
+    client: Socket,
+    upstream: Socket,
+    o: { upPrefix?: Buffer; idleMs: number },
+  ): RelayedTunnel | undefined {
     const fa = handoffFd(client);
     const fb = handoffFd(upstream);
     if (fa === undefined || fb === undefined) return undefined;
@@ -444,7 +166,15 @@ export class SpliceRelay {
       done,
       close: () => {
         const p = this.pending.get(id);
-        if (p) this.send(p.live, { op: 'close', id });
+        if (!p) return;
+        this.send(p.live, { op: 'close', id });
+        // The worker answers within one loop turn. If it does not, it is broken: stop it (its exit
+        // closes every fd it held), so a sandbox's tunnels can never outlive it.
+        setTimeout(() => {
+          if (!this.pending.has(id)) return;
+          this.logger.error({ tunnel: id }, 'egress: zero-copy relay did not close a tunnel; stopping it');
+          void p.live.worker.terminate();
+        }, CLOSE_TIMEOUT_MS).unref();
       },
     };
   }
@@ -453,10 +183,9 @@ export class SpliceRelay {
   async close(): Promise<void> {
     const live = this.live;
     if (!live) return;
-    const exited = new Promise<void>((r) => live.worker.once('exit', () => r()));
     live.worker.ref(); // until it has exited
     live.onProcessExit(); // stop flag + wake-up: the worker ends every tunnel and returns
-    await exited;
+    await live.exited;
   }
 
   private start(): Live {
@@ -469,7 +198,7 @@ export class SpliceRelay {
     const x64 = process.arch === 'x64';
     let worker: Worker;
     try {
-      worker = new Worker(WORKER_SOURCE, {
+      worker = new Worker(RELAY_WORKER_SOURCE, {
         eval: true,
         workerData: {
           port: port2,
@@ -481,7 +210,7 @@ export class SpliceRelay {
           bigReadBytes: PIPE_BYTES,
           smallReadBytes: SMALL_READ_BYTES,
           budgetBytes: RELAY_BUDGET_BYTES,
-        },
+        } satisfies RelayInit,
         transferList: [port2],
       });
     } catch (e) {
@@ -494,8 +223,10 @@ export class SpliceRelay {
       Atomics.store(stop, 0, 1);
       this.c.write(eventFd, this.one, 8);
     };
-    const live: Live = { worker, port: port1, eventFd, stop, onProcessExit };
-    process.once('exit', onProcessExit);
+    const exited = new Promise<void>((r) => worker.once('exit', () => r()));
+    const live: Live = { worker, port: port1, eventFd, stop, onProcessExit, exited };
+    atProcessExit.add(onProcessExit);
+    if (atProcessExit.size === 1) process.once('exit', runAtProcessExit);
     worker.on('message', (m: EndMessage) => this.onEnd(m));
     worker.on('error', (e) => this.logger.error({ err: e.message }, 'egress: zero-copy relay failed'));
     worker.on('exit', () => this.onWorkerExit(live));
@@ -519,7 +250,8 @@ export class SpliceRelay {
 
   /** The worker is gone (stopped, or a bug): close what it still held; the next tunnel starts a new one. */
   private onWorkerExit(live: Live): void {
-    process.removeListener('exit', live.onProcessExit);
+    atProcessExit.delete(live.onProcessExit);
+    if (atProcessExit.size === 0) process.removeListener('exit', runAtProcessExit);
     for (const [id, p] of this.pending) {
       if (p.live !== live) continue;
       this.pending.delete(id);
@@ -551,6 +283,14 @@ export class SpliceRelay {
     return [r, w];
   }
 }
+
+/**
+ * Stop-and-wake functions of every running relay worker in this process. At exit Node joins worker
+ * threads, and a worker blocked in epoll_wait would hold the exit up: one 'exit' listener wakes them
+ * all (one listener, however many runtimes the process has).
+ */
+const atProcessExit = new Set<() => void>();
+const runAtProcessExit = (): void => atProcessExit.forEach((f) => f());
 
 /** Resolves once everything written to `s` so far has reached the kernel (or `s` failed). */
 export function flushed(s: Socket): Promise<void> {

@@ -394,6 +394,10 @@ export class Airlock {
   async killAll(): Promise<void> {
     await Promise.allSettled([...this.live.values()].map((s) => s.kill()));
     await Promise.allSettled(Object.values(this.backends).map((b) => b.close()));
+    // The egress gateway's zero-copy relay worker (it carries nothing once every sandbox is gone).
+    const gw = this.gatewayInstance;
+    this.gatewayInstance = undefined; // a later create makes a new one
+    await gw?.close().catch(() => {});
   }
 
   /** Same as killAll: after it, this runtime holds nothing on the host (it can still create again). */

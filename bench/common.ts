@@ -1,0 +1,92 @@
+// What every benchmark shares: the state dir and uid range of bench sandboxes (apart from the tests'
+// and from any real Airlock on the host), the run's mode, and small process helpers.
+import { spawn } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import type { UidRange } from '../src/backends/namespaces/state.js';
+
+/** State dir of bench sandboxes (the tests use their own; a real Airlock uses /var/lib/airlock). */
+export const BENCH_STATE_DIR = '/var/tmp/airlock-bench';
+/**
+ * Host uids of bench sandboxes: one per live sandbox, so the density run (1,000 live) needs ≥ 1,000.
+ * The tests use 3_900_000 + 4096; the egress and MCP benches keep their own ranges.
+ */
+export const BENCH_UID_RANGE: UidRange = { first: 3_960_000, count: 4096 };
+/** Uids for raw bwrap baselines (outside the range, so the reaper never sees them). */
+export const RAW_UID = BENCH_UID_RANGE.first - 1;
+export const RAW_SAME_LAYOUT_UID = BENCH_UID_RANGE.first - 2;
+
+export type Log = (s: string) => void;
+
+export interface BenchContext {
+  readonly quick: boolean;
+  readonly log: Log;
+}
+
+/** Run a command to completion (stdout/stderr ignored); rejects on a non-zero exit. */
+export function runQuiet(
+  cmd: string,
+  args: readonly string[],
+  opts: { env?: NodeJS.ProcessEnv } = {},
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(cmd, args, { env: opts.env ?? {}, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    c.stderr.setEncoding('utf8').on('data', (t: string) => (err = (err + t).slice(-2000)));
+    c.on('error', reject);
+    c.on('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${cmd} exited ${code}: ${err.trim()}`)),
+    );
+  });
+}
+
+/** Run a command and return its stdout; rejects on a non-zero exit. */
+export function runOut(
+  cmd: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    c.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+    c.stderr.setEncoding('utf8').on('data', (t: string) => (err = (err + t).slice(-2000)));
+    c.on('error', reject);
+    c.on('close', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`${cmd} exited ${code}: ${err.trim()}`)),
+    );
+  });
+}
+
+/** MemAvailable from /proc/meminfo, bytes. */
+export function memAvailableBytes(): number {
+  const m = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+  return Number(m?.[1] ?? NaN) * 1024;
+}
+
+/** Pss of one process from /proc/<pid>/smaps_rollup, bytes (0 if it is gone). */
+export function pssBytes(pid: number): number {
+  try {
+    const m = /^Pss:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
+    return Number(m?.[1] ?? 0) * 1024;
+  } catch {
+    return 0;
+  }
+}
+
+/** Pids of every process whose real uid is in [first, first + count). */
+export function pidsOfUids(first: number, count: number): number[] {
+  const out: number[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, 'utf8'))?.[1]);
+      if (uid >= first && uid < first + count) out.push(Number(p));
+    } catch {
+      /* exited */
+    }
+  }
+  return out;
+}
+
+export const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,307 @@
+// SECURITY-CRITICAL (privileged: FFI). The zero-copy relay's worker thread: the libc calls it makes
+// and its epoll loop. relay.privileged.ts (the main-thread side) starts it and hands it tunnels.
+//
+// relayWorker runs in its own thread from source text (RELAY_WORKER_SOURCE), so no module loader is
+// needed there: it may refer only to its parameters. It owns the fds of every tunnel it was given and
+// is the only one to close them. Per tunnel, two directions (client → upstream "up", upstream → client
+// "down"), each: socket --splice--> pipe --splice--> socket, non-blocking, driven by level-triggered
+// epoll interest that is exactly what each direction waits for (a socket with nothing to wait for is
+// not in the epoll set, so a hung-up peer cannot make the loop spin).
+import type * as WorkerThreads from 'node:worker_threads';
+import type { MessagePort } from 'node:worker_threads';
+
+export interface Koffi {
+  load(name: string): { func(sig: string): (...args: never[]) => number };
+  errno(): number;
+  readonly os?: { readonly errno?: Readonly<Record<string, number>> };
+}
+
+/** The libc calls of the relay. Bound in both threads (this function is also sent to the worker). */
+export function bindRelayLibc(koffi: Koffi) {
+  const lib = koffi.load('libc.so.6');
+  const f = <T>(sig: string): T => lib.func(sig) as unknown as T;
+  return {
+    splice: f<(fdIn: number, offIn: null, fdOut: number, offOut: null, len: number, flags: number) => number>(
+      'intptr_t splice(int fd_in, void *off_in, int fd_out, void *off_out, size_t len, unsigned int flags)',
+    ),
+    write: f<(fd: number, buf: Uint8Array, n: number) => number>(
+      'intptr_t write(int fd, const void *buf, size_t n)',
+    ),
+    read: f<(fd: number, buf: Uint8Array, n: number) => number>('intptr_t read(int fd, void *buf, size_t n)'),
+    close: f<(fd: number) => number>('int close(int fd)'),
+    shutdown: f<(fd: number, how: number) => number>('int shutdown(int fd, int how)'),
+    /** fcntl is variadic: call as fcntl(fd, cmd, 'int', arg). */
+    fcntl: f<(fd: number, cmd: number, type?: 'int', arg?: number) => number>(
+      'int fcntl(int fd, int cmd, ...)',
+    ),
+    /** pipe2(int fds[2], flags): `fds` is an 8-byte buffer. */
+    pipe2: f<(fds: Uint8Array, flags: number) => number>('int pipe2(void *fds, int flags)'),
+    eventfd: f<(initval: number, flags: number) => number>('int eventfd(unsigned int initval, int flags)'),
+    epollCreate1: f<(flags: number) => number>('int epoll_create1(int flags)'),
+    epollCtl: f<(ep: number, op: number, fd: number, ev: Uint8Array) => number>(
+      'int epoll_ctl(int epfd, int op, int fd, void *event)',
+    ),
+    epollWait: f<(ep: number, evs: Uint8Array, max: number, timeoutMs: number) => number>(
+      'int epoll_wait(int epfd, void *events, int maxevents, int timeout)',
+    ),
+    errno: () => koffi.errno(),
+  };
+}
+export type RelayLibc = ReturnType<typeof bindRelayLibc>;
+
+export interface RelayInit {
+  /** Where the main thread's koffi is (the worker loads the same one). */
+  readonly koffiPath: string;
+  /** Commands come in on it; the worker reads them when the eventfd wakes it. */
+  readonly port: MessagePort;
+  readonly eventFd: number;
+  readonly stop: SharedArrayBuffer;
+  /** struct epoll_event: 12 bytes, data at 4 on x86_64 (packed); 16 bytes, data at 8 elsewhere. */
+  readonly epollEventSize: number;
+  readonly epollDataOffset: number;
+  readonly bigReadBytes: number;
+  readonly smallReadBytes: number;
+  readonly budgetBytes: number;
+}
+
+export type Command =
+  | {
+      readonly op: 'add';
+      readonly id: number;
+      /** client, upstream, up pipe (read, write), down pipe (read, write) */
+      readonly fds: readonly number[];
+      readonly upPrefix: Uint8Array;
+      readonly downPrefix: Uint8Array;
+      readonly idleMs: number;
+    }
+  | { readonly op: 'close'; readonly id: number };
+
+export interface EndMessage {
+  readonly op: 'end';
+  readonly id: number;
+  readonly bytesUp: number;
+  readonly bytesDown: number;
+  readonly error?: string;
+}
+
+/** The worker: one epoll loop over every tunnel, until the stop flag is set. */
+function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRelayLibc): void {
+  const init = wt.workerData as RelayInit;
+  const c = bind(koffi);
+  const stop = new Int32Array(init.stop);
+  const EPOLLIN = 0x1;
+  const EPOLLOUT = 0x4;
+  const CTL_ADD = 1;
+  const CTL_DEL = 2;
+  const CTL_MOD = 3;
+  const SPLICE_FLAGS = 0x1 | 0x2; // SPLICE_F_MOVE | SPLICE_F_NONBLOCK
+  const EAGAIN = 11;
+  const EINTR = 4;
+  const SHUT_WR = 1;
+  const EPOLL_CLOEXEC = 0o2000000;
+  const MAX_EVENTS = 256;
+  const STEPS = 16; // per direction per wake-up, so one busy tunnel cannot starve the others
+
+  interface Dir {
+    readonly from: number;
+    readonly to: number;
+    readonly pipeR: number;
+    readonly pipeW: number;
+    inPipe: number; // bytes spliced into the pipe, not yet out of it
+    prefix: Buffer | undefined; // bytes Node had read before the hand-off, written first
+    eof: boolean;
+    shut: boolean; // EOF passed on: shutdown(to, SHUT_WR) done
+    bytes: number; // delivered to `to`
+  }
+  interface Tunnel {
+    readonly id: number;
+    readonly fds: readonly number[];
+    readonly up: Dir;
+    readonly down: Dir;
+    readonly idleMs: number;
+    lastActive: number;
+    readonly mask: Map<number, number>; // fd → epoll interest currently registered
+  }
+  let inFlight = 0; // bytes in all pipes (see RELAY_BUDGET_BYTES)
+  const tunnels = new Map<number, Tunnel>();
+  const byFd = new Map<number, Tunnel>();
+  const ev = Buffer.alloc(init.epollEventSize);
+  const events = Buffer.alloc(init.epollEventSize * MAX_EVENTS);
+  const names = new Map(Object.entries(koffi.os?.errno ?? {}).map(([k, v]) => [v, k]));
+  const errName = (e: number): string => names.get(e) ?? `errno ${e}`;
+
+  const ep = c.epollCreate1(EPOLL_CLOEXEC);
+  if (ep < 0) throw new Error(`epoll_create1: ${errName(c.errno())}`);
+  const ctl = (op: number, fd: number, mask: number): void => {
+    ev.fill(0);
+    ev.writeUInt32LE(mask, 0);
+    ev.writeInt32LE(fd, init.epollDataOffset);
+    if (c.epollCtl(ep, op, fd, ev) < 0 && op !== CTL_DEL) throw new Error(`epoll_ctl: ${errName(c.errno())}`);
+  };
+  ctl(CTL_ADD, init.eventFd, EPOLLIN);
+
+  const toBuffer = (u: Uint8Array): Buffer | undefined =>
+    u.byteLength ? Buffer.from(u.buffer, u.byteOffset, u.byteLength) : undefined;
+
+  const finish = (t: Tunnel, error?: string): void => {
+    if (!tunnels.delete(t.id)) return;
+    inFlight -= t.up.inPipe + t.down.inPipe;
+    for (const [fd, m] of t.mask) if (m) ctl(CTL_DEL, fd, 0);
+    for (const fd of t.fds) {
+      byFd.delete(fd);
+      c.close(fd);
+    }
+    const end: EndMessage = {
+      op: 'end',
+      id: t.id,
+      bytesUp: t.up.bytes,
+      bytesDown: t.down.bytes,
+      ...(error ? { error } : {}),
+    };
+    wt.parentPort?.postMessage(end);
+  };
+
+  /** Move what can be moved in one direction now; throws on a socket error. */
+  const pump = (t: Tunnel, d: Dir): void => {
+    for (let i = 0; i < STEPS; i++) {
+      if (d.prefix) {
+        const n = c.write(d.to, d.prefix, d.prefix.length);
+        if (n < 0) {
+          const e = c.errno();
+          if (e === EAGAIN) return;
+          if (e === EINTR) continue;
+          throw new Error(errName(e));
+        }
+        d.bytes += n;
+        d.prefix = n < d.prefix.length ? d.prefix.subarray(n) : undefined;
+        t.lastActive = Date.now();
+      } else if (d.inPipe > 0) {
+        const n = c.splice(d.pipeR, null, d.to, null, d.inPipe, SPLICE_FLAGS);
+        if (n < 0) {
+          const e = c.errno();
+          if (e === EAGAIN) return;
+          if (e === EINTR) continue;
+          throw new Error(errName(e));
+        }
+        d.inPipe -= n;
+        inFlight -= n;
+        d.bytes += n;
+        t.lastActive = Date.now();
+      } else if (!d.eof) {
+        const len = inFlight < init.budgetBytes ? init.bigReadBytes : init.smallReadBytes;
+        const n = c.splice(d.from, null, d.pipeW, null, len, SPLICE_FLAGS);
+        if (n < 0) {
+          const e = c.errno();
+          if (e === EAGAIN) return;
+          if (e === EINTR) continue;
+          throw new Error(errName(e));
+        }
+        if (n === 0) d.eof = true;
+        d.inPipe = n;
+        inFlight += n;
+      } else {
+        if (!d.shut) {
+          d.shut = true;
+          c.shutdown(d.to, SHUT_WR); // may fail if the peer is gone: the other direction will tell
+        }
+        return;
+      }
+    }
+  };
+
+  /** Register exactly the readiness each socket is waited for (none: not in the epoll set at all). */
+  const want = (t: Tunnel): void => {
+    const reads = (d: Dir): boolean => !d.eof && !d.prefix && d.inPipe === 0;
+    const writes = (d: Dir): boolean => !!d.prefix || d.inPipe > 0;
+    const masks: Array<[number, number]> = [
+      [t.up.from, (reads(t.up) ? EPOLLIN : 0) | (writes(t.down) ? EPOLLOUT : 0)],
+      [t.down.from, (reads(t.down) ? EPOLLIN : 0) | (writes(t.up) ? EPOLLOUT : 0)],
+    ];
+    for (const [fd, m] of masks) {
+      const cur = t.mask.get(fd) ?? 0;
+      if (m === cur) continue;
+      ctl(m === 0 ? CTL_DEL : cur === 0 ? CTL_ADD : CTL_MOD, fd, m);
+      t.mask.set(fd, m);
+    }
+  };
+
+  const service = (t: Tunnel): void => {
+    try {
+      pump(t, t.up);
+      pump(t, t.down);
+      if (t.up.shut && t.down.shut) return finish(t);
+      want(t);
+    } catch (e) {
+      finish(t, (e as Error).message);
+    }
+  };
+
+  const command = (m: Command): void => {
+    if (m.op === 'close') {
+      const t = tunnels.get(m.id);
+      if (t) finish(t, 'closed');
+      return;
+    }
+    const [a, b, upR, upW, downR, downW] = m.fds as [number, number, number, number, number, number];
+    const dir = (from: number, to: number, pipeR: number, pipeW: number, prefix: Uint8Array): Dir => ({
+      from,
+      to,
+      pipeR,
+      pipeW,
+      inPipe: 0,
+      prefix: toBuffer(prefix),
+      eof: false,
+      shut: false,
+      bytes: 0,
+    });
+    const t: Tunnel = {
+      id: m.id,
+      fds: m.fds,
+      up: dir(a, b, upR, upW, m.upPrefix),
+      down: dir(b, a, downR, downW, m.downPrefix),
+      idleMs: m.idleMs,
+      lastActive: Date.now(),
+      mask: new Map(),
+    };
+    tunnels.set(t.id, t);
+    byFd.set(a, t);
+    byFd.set(b, t);
+    service(t);
+  };
+
+  const counter = Buffer.alloc(8);
+  let lastSweep = Date.now();
+  while (Atomics.load(stop, 0) === 0) {
+    const n = c.epollWait(ep, events, MAX_EVENTS, 1000);
+    if (n < 0 && c.errno() !== EINTR) throw new Error(`epoll_wait: ${errName(c.errno())}`);
+    const ready = new Set<Tunnel>();
+    for (let i = 0; i < n; i++) {
+      const fd = events.readInt32LE(i * init.epollEventSize + init.epollDataOffset);
+      if (fd === init.eventFd) {
+        c.read(init.eventFd, counter, 8); // reset the wake-up counter, then take every queued command
+        for (let m = wt.receiveMessageOnPort(init.port); m; m = wt.receiveMessageOnPort(init.port)) {
+          command(m.message as Command);
+        }
+      } else {
+        const t = byFd.get(fd);
+        if (t) ready.add(t);
+      }
+    }
+    for (const t of ready) if (tunnels.has(t.id)) service(t);
+    const now = Date.now();
+    if (now - lastSweep >= 1000) {
+      lastSweep = now;
+      for (const t of [...tunnels.values()]) if (now - t.lastActive > t.idleMs) finish(t, 'idle');
+    }
+  }
+  for (const t of [...tunnels.values()]) finish(t, 'closed');
+  c.close(ep);
+  init.port.close();
+}
+
+/** The worker's whole program. `__name`: tsx (esbuild keepNames) wraps functions in it when compiling. */
+export const RELAY_WORKER_SOURCE = [
+  'const __name = (f) => f;',
+  `const wt = require('node:worker_threads');`,
+  `(${relayWorker.toString()})(wt, require(wt.workerData.koffiPath), ${bindRelayLibc.toString()});`,
+].join('\n');
