@@ -12,15 +12,10 @@ import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFla
 import { processIo, runCommand, type Io } from './run.js';
 import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
 import { registerTemplateCommands } from './template.js';
-import {
-  gatewayCommand,
-  mcpDiffCommand,
-  mcpPinCommand,
-  mcpScanCommand,
-  mcpServeCommand,
-  type GatewayFlags,
-  type McpFlags,
-} from './mcp.js';
+import type { GatewayFlags, McpFlags } from './mcp.js';
+
+/** The MCP commands load the MCP SDK and the tokenizer (≈0.7 s of imports): only when used. */
+const mcpCli = (): Promise<typeof import('./mcp.js')> => import('./mcp.js');
 
 const RUN_HELP = `
 Command:
@@ -169,7 +164,9 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
   )
     .option('--audit-log <file>', 'append every audit event as a JSON line')
     .addHelpText('after', MCP_HELP)
-    .action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpServeCommand(cmd, flags, io)));
+    .action(async (cmd: string[], flags: McpFlags) =>
+      setStatus(await (await mcpCli()).mcpServeCommand(cmd, flags, io)),
+    );
   sandboxFlags(
     mcp
       .command('scan')
@@ -177,16 +174,22 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
       .argument('<CMD...>'),
   )
     .option('--json', 'machine-readable report')
-    .action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpScanCommand(cmd, flags, io)));
+    .action(async (cmd: string[], flags: McpFlags) =>
+      setStatus(await (await mcpCli()).mcpScanCommand(cmd, flags, io)),
+    );
   sandboxFlags(
     mcp.command('pin').description("pin the server's definitions in the lockfile").argument('<CMD...>'),
-  ).action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpPinCommand(cmd, flags, io)));
+  ).action(async (cmd: string[], flags: McpFlags) =>
+    setStatus(await (await mcpCli()).mcpPinCommand(cmd, flags, io)),
+  );
   sandboxFlags(
     mcp
       .command('diff')
       .description('show how the definitions differ from the lockfile (exit 1 if they do)')
       .argument('<CMD...>'),
-  ).action(async (cmd: string[], flags: McpFlags) => setStatus(await mcpDiffCommand(cmd, flags, io)));
+  ).action(async (cmd: string[], flags: McpFlags) =>
+    setStatus(await (await mcpCli()).mcpDiffCommand(cmd, flags, io)),
+  );
   program
     .command('gateway')
     .description('serve many sandboxed MCP servers behind one Streamable HTTP (or stdio) endpoint')
@@ -197,7 +200,7 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .option('--listen <host:port>', 'override airlock.listen (loopback unless the config allows otherwise)')
     .option('--stdio', 'serve one client on stdin/stdout instead of HTTP')
     .option('--audit-log <file>', 'append every audit event as a JSON line')
-    .action(async (flags: GatewayFlags) => setStatus(await gatewayCommand(flags, io)));
+    .action(async (flags: GatewayFlags) => setStatus(await (await mcpCli()).gatewayCommand(flags, io)));
   const snapshot = program
     .command('snapshot')
     .description('list and remove snapshots (taken with sbx.snapshot() in the library)');
