@@ -168,14 +168,21 @@ export function interceptTcpInNetns(file: string, address: string, port: number)
     '}',
     '',
   ].join('\n');
-  const script = `${IP} addr add ${address}/32 dev lo && ${IP} route add default dev lo src ${address} && ${NFT} -f -`;
-  const r = withNetns(file, () =>
-    spawnSync('/bin/sh', ['-c', script], { input: rules, encoding: 'utf8', env: {}, timeout: 10_000 }),
-  );
+  // Two processes (ip in batch mode, then nft), not a shell running three: this is on create's path.
+  const run = (cmd: string, args: string[], input: string): ReturnType<typeof spawnSync> =>
+    spawnSync(cmd, args, { input, encoding: 'utf8', env: {}, timeout: 10_000 });
+  const r = withNetns(file, () => {
+    const ip = run(
+      IP,
+      ['-batch', '-'],
+      `addr add ${address}/32 dev lo\nroute add default dev lo src ${address}\n`,
+    );
+    return ip.status !== 0 ? ip : run(NFT, ['-f', '-'], rules);
+  });
   if (r.status !== 0) {
     throw new AirlockError(
       'INTERNAL',
-      `could not set up transparent egress: ${(r.stderr || String(r.error)).trim()}`,
+      `could not set up transparent egress: ${(String(r.stderr ?? '') || String(r.error)).trim()}`,
     );
   }
 }
