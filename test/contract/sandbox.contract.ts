@@ -5,12 +5,10 @@ import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
   existsSync,
-  lstatSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
   readdirSync,
-  readlinkSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -19,69 +17,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect } from 'vitest';
 import {
   Airlock,
   AirlockError,
   BACKEND_NAMES,
   Sandbox,
-  type AirlockErrorCode,
   type BackendName,
   type ExecResult,
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { NO_RESIDUE, TEST_UID_RANGE, residue, testAirlock } from '../helpers.js';
-
-export interface ContractOptions {
-  /** Test name → why this backend cannot honour it. Every key must name a test of the suite. */
-  readonly skip?: Partial<Record<string, string>>;
-}
+import { airlockError, contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;
-
-/** Await (or call) `p` and return the AirlockError it throws; fail if it succeeds or throws anything else. */
-async function airlockError(p: Promise<unknown> | (() => unknown)): Promise<AirlockError> {
-  let thrown: unknown;
-  try {
-    await (typeof p === 'function' ? p() : p);
-  } catch (e) {
-    thrown = e;
-  }
-  if (thrown === undefined) expect.fail('expected an AirlockError, but the call succeeded');
-  if (!AirlockError.isInstance(thrown)) expect.fail(`expected an AirlockError, got: ${String(thrown)}`);
-  return thrown;
-}
-
-async function expectError(
-  p: Promise<unknown> | (() => unknown),
-  code: AirlockErrorCode,
-  field?: string,
-): Promise<AirlockError> {
-  const e = await airlockError(p);
-  expect({ code: e.code, message: e.message }).toMatchObject({ code });
-  if (field !== undefined) expect(e.field).toBe(field);
-  return e;
-}
-
-/** Every path under `dir` with its type, mode and content: a byte-for-byte picture of a host tree. */
-function snapshot(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (rel: string): void => {
-    for (const name of readdirSync(join(dir, rel)).sort()) {
-      const r = join(rel, name);
-      const p = join(dir, r);
-      const st = lstatSync(p);
-      const mode = (st.mode & 0o7777).toString(8);
-      if (st.isSymbolicLink()) out[r] = `link ${mode} ${st.uid} -> ${readlinkSync(p)}`;
-      else if (st.isDirectory()) {
-        out[r] = `dir ${mode} ${st.uid}`;
-        walk(r);
-      } else out[r] = `file ${mode} ${st.uid} ${readFileSync(p).toString('base64')}`;
-    }
-  };
-  walk('');
-  return out;
-}
 
 function lines(n: number): string {
   let s = '';
@@ -103,7 +52,6 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
     let airlock: Airlock;
     const owned: Sandbox[] = [];
     const hostPaths: string[] = [];
-    const names = new Set<string>();
 
     beforeAll(() => {
       airlock = testAirlock();
@@ -137,13 +85,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
     };
 
     /** Register a test of the contract, or its declared skip. */
-    const test = (name: string, fn: () => Promise<void>, timeoutMs?: number): void => {
-      if (names.has(name)) throw new Error(`contract: duplicate test name "${name}"`);
-      names.add(name);
-      const reason = opts.skip?.[name];
-      if (reason !== undefined) it.skip(`${name} [skipped: ${reason}]`, fn);
-      else it(name, fn, timeoutMs);
-    };
+    const { test, unknownSkips } = contractRegistrar(opts);
 
     // ---- lifecycle ------------------------------------------------------------------------------
 
@@ -746,7 +688,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
 
       test("workspace 'cow' sees the host files and keeps its writes", async () => {
         const dir = projectDir();
-        const before = snapshot(dir);
+        const before = picture(dir);
         const sbx = await create({ workspace: { mode: 'cow', hostDir: dir } });
         expect(await sbx.files.read('README.md')).toBe('# project\n');
         expect(await sbx.files.read('entry')).toBe('print("hello")\n');
@@ -760,14 +702,14 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         expect(r.exitCode).toBe(0);
         expect(await sbx.files.read('new.txt')).toBe('new\n');
         expect(await sbx.files.read('out/o.txt')).toBe('o\n');
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
         await sbx.kill();
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
       });
 
       test("workspace 'cow' lets the sandbox edit and delete the host files", async () => {
         const dir = projectDir();
-        const before = snapshot(dir);
+        const before = picture(dir);
         const sbx = await create({ workspace: { mode: 'cow', hostDir: dir } });
         const r = await sbx.exec(
           'echo edited >> README.md && echo "print(1)" > src/main.py && echo n > src/new.py && rm data.bin && rm entry',
@@ -779,14 +721,14 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         await sbx.files.write('src/main.py', 'print(2)\n');
         expect(await sbx.files.read('src/main.py')).toBe('print(2)\n');
         expect(await sbx.files.exists('data.bin')).toBe(false);
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
         await sbx.kill();
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
       });
 
       test("workspace 'ro' is readable and not writable", async () => {
         const dir = projectDir();
-        const before = snapshot(dir);
+        const before = picture(dir);
         const sbx = await create({ workspace: { mode: 'ro', hostDir: dir } });
         expect(await sbx.files.read('README.md')).toBe('# project\n');
         expect((await sbx.files.list()).map((e) => e.name).sort()).toEqual([
@@ -802,9 +744,9 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         expect((await sbx.exec('rm -f /workspace/src/main.py')).exitCode).not.toBe(0);
         await expectError(sbx.files.write('README.md', 'x'), 'PERMISSION_DENIED');
         await expectError(sbx.files.write('src/other.py', 'x'), 'PERMISSION_DENIED');
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
         await sbx.kill();
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
       });
     });
 
@@ -813,7 +755,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
     describe('mounts', () => {
       test('a host dir and a host file are mounted read-only at their paths', async () => {
         const dir = projectDir();
-        const before = snapshot(dir);
+        const before = picture(dir);
         const sbx = await create({
           mounts: [
             { hostPath: dir, path: '/opt/project' },
@@ -836,7 +778,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           const w = await sbx.exec(cmd);
           expect({ cmd, exitCode: w.exitCode }).not.toEqual({ cmd, exitCode: 0 });
         }
-        expect(snapshot(dir)).toEqual(before);
+        expect(picture(dir)).toEqual(before);
       });
 
       test('a mount defaults to the same path inside the sandbox', async () => {
@@ -1131,7 +1073,7 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
       });
     });
 
-    const unknown = Object.keys(opts.skip ?? {}).filter((k) => !names.has(k));
+    const unknown = unknownSkips();
     if (unknown.length) throw new Error(`contract: declared skips name no test: ${unknown.join(', ')}`);
   });
 }

@@ -2,77 +2,23 @@
 // the public API (sbx.snapshot, snap.fork, airlock.snapshots, pause/resume, persistent), run by
 // test/contract/snapshot-<backend>.test.ts. A backend that cannot honour a test declares a skip with
 // a reason; it never gets a weaker copy.
-import {
-  chmodSync,
-  lstatSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  readlinkSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect } from 'vitest';
 import {
   Airlock,
   AirlockError,
   Sandbox,
-  type AirlockErrorCode,
   type BackendName,
   type Snapshot,
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { NO_RESIDUE, residue, testAirlock } from '../helpers.js';
-
-export interface SnapshotContractOptions {
-  /** Test name → why this backend cannot honour it. Every key must name a test of the suite. */
-  readonly skip?: Partial<Record<string, string>>;
-}
+import { airlockError, contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;
-
-async function expectError(
-  p: Promise<unknown> | (() => unknown),
-  code: AirlockErrorCode,
-  field?: string,
-): Promise<AirlockError> {
-  let thrown: unknown;
-  try {
-    await (typeof p === 'function' ? p() : p);
-  } catch (e) {
-    thrown = e;
-  }
-  if (thrown === undefined) expect.fail(`expected ${code}, but the call succeeded`);
-  if (!AirlockError.isInstance(thrown)) expect.fail(`expected an AirlockError, got: ${String(thrown)}`);
-  expect({ code: thrown.code, message: thrown.message }).toMatchObject({ code });
-  if (field !== undefined) expect(thrown.field).toBe(field);
-  return thrown;
-}
-
-/** Every path under `dir` with its type, mode and content: a byte-for-byte picture of a host tree. */
-function picture(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (rel: string): void => {
-    for (const name of readdirSync(join(dir, rel)).sort()) {
-      const r = join(rel, name);
-      const p = join(dir, r);
-      const st = lstatSync(p);
-      const mode = (st.mode & 0o7777).toString(8);
-      if (st.isSymbolicLink()) out[r] = `link ${mode} ${st.uid} -> ${readlinkSync(p)}`;
-      else if (st.isDirectory()) {
-        out[r] = `dir ${mode} ${st.uid}`;
-        walk(r);
-      } else out[r] = `file ${mode} ${st.uid} ${readFileSync(p).toString('base64')}`;
-    }
-  };
-  walk('');
-  return out;
-}
 
 /**
  * `find` inside a sandbox: one sorted line per path with type, mode, owner name and (not for
@@ -89,13 +35,12 @@ async function tree(sbx: Sandbox, dir: string): Promise<string> {
   return r.stdout;
 }
 
-export function snapshotContract(backend: BackendName, opts: SnapshotContractOptions = {}): void {
+export function snapshotContract(backend: BackendName, opts: ContractOptions = {}): void {
   describe(`snapshot contract: ${backend}`, () => {
     let airlock: Airlock;
     const owned: Sandbox[] = [];
     const snaps: Snapshot[] = [];
     const hostPaths: string[] = [];
-    const names = new Set<string>();
 
     beforeAll(() => {
       airlock = testAirlock();
@@ -148,13 +93,7 @@ export function snapshotContract(backend: BackendName, opts: SnapshotContractOpt
       return d;
     };
 
-    const test = (name: string, fn: () => Promise<void>, timeoutMs?: number): void => {
-      if (names.has(name)) throw new Error(`contract: duplicate test name "${name}"`);
-      names.add(name);
-      const reason = opts.skip?.[name];
-      if (reason !== undefined) it.skip(`${name} [skipped: ${reason}]`, fn);
-      else it(name, fn, timeoutMs);
-    };
+    const { test, unknownSkips } = contractRegistrar(opts);
 
     // ---- snapshot and fork ----------------------------------------------------------------------
 
@@ -658,7 +597,7 @@ export function snapshotContract(backend: BackendName, opts: SnapshotContractOpt
       }, 120_000);
     });
 
-    const unknown = Object.keys(opts.skip ?? {}).filter((k) => !names.has(k));
+    const unknown = unknownSkips();
     if (unknown.length) throw new Error(`contract: declared skips name no test: ${unknown.join(', ')}`);
   });
 }
