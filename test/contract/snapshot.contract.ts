@@ -16,7 +16,7 @@ import {
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { NO_RESIDUE, residue, testAirlock } from '../helpers.js';
-import { airlockError, contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
+import { contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;
 
