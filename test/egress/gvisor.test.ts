@@ -2,39 +2,21 @@
 // interception and DNS listen in the sandbox's routeless netns; the sentry uses that netns's host
 // stack), against test servers in this run's private network namespace.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Airlock, type Sandbox } from '../../src/index.js';
-import { canRunGvisor, TEST_UID_RANGE } from '../helpers.js';
-import {
-  ALLOWED,
-  assertPrivateNetns,
-  DENIED,
-  guardedDialer,
-  SECRET_HOST,
-  startTestServers,
-  testResolver,
-  type TestServers,
-} from './net.js';
+import type { Sandbox } from '../../src/index.js';
+import { canRunGvisor } from '../helpers.js';
+import { startEgressWorld, type EgressWorld } from './harness.js';
+import { ALLOWED, assertPrivateNetns, DENIED, SECRET_HOST } from './net.js';
 
 assertPrivateNetns();
 
-const resolver = testResolver();
-const dialer = guardedDialer();
-let servers: TestServers;
-let airlock: Airlock;
+let world: EgressWorld;
 
 beforeAll(async () => {
-  servers = await startTestServers();
-  airlock = new Airlock({
-    stateDir: '/var/tmp/airlock-egress-test',
-    uidRange: TEST_UID_RANGE,
-    egress: { resolver, dialer, upstreamCa: [servers.ca.certPem] },
-    secretEnv: { TEST_TOKEN: 'real-secret-value-42' },
-  });
+  if (canRunGvisor) world = await startEgressWorld({ secretEnv: { TEST_TOKEN: 'real-secret-value-42' } });
 });
 
 afterAll(async () => {
-  await airlock?.close();
-  await servers?.close();
+  await world?.close();
 });
 
 const spec = {
@@ -43,14 +25,7 @@ const spec = {
   secrets: [{ name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name] }],
 };
 
-async function withSandbox<T>(f: (s: Sandbox) => Promise<T>): Promise<T> {
-  const s = await airlock.create(spec);
-  try {
-    return await f(s);
-  } finally {
-    await s.kill();
-  }
-}
+const withSandbox = <T>(f: (s: Sandbox) => Promise<T>): Promise<T> => world.withSandbox(spec, f);
 
 describe.skipIf(!canRunGvisor)('egress on the gVisor tier', () => {
   it('the proxy allows the listed host and refuses another with a reason', async () => {
@@ -62,7 +37,7 @@ describe.skipIf(!canRunGvisor)('egress on the gVisor tier', () => {
       expect(no.stdout).toMatch(
         /blocked by Airlock egress policy: host denied\.test is not in network\.allow[\s\S]*403$/,
       );
-      expect(dialer.dials).not.toContain(`${DENIED.address}:80`);
+      expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
     });
   }, 60_000);
 
@@ -73,7 +48,7 @@ describe.skipIf(!canRunGvisor)('egress on the gVisor tier', () => {
       expect(JSON.parse(ok.stdout)).toMatchObject({ url: '/direct' });
       const no = await s.exec(`curl -sS -m 10 --noproxy '*' -w '\\n%{http_code}' http://${DENIED.address}/`);
       expect(no.stdout).not.toMatch(/"url"/);
-      expect(dialer.dials).not.toContain(`${DENIED.address}:80`);
+      expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
     });
   }, 60_000);
 
@@ -85,7 +60,7 @@ describe.skipIf(!canRunGvisor)('egress on the gVisor tier', () => {
         `curl -sS -m 10 -H "Authorization: Bearer $TEST_TOKEN" https://${SECRET_HOST.name}/gv-api`,
       );
       expect(r.exitCode, r.stderr).toBe(0);
-      expect(servers.seen.findLast((q) => q.url === '/gv-api')?.headers.authorization).toBe(
+      expect(world.servers.seen.findLast((q) => q.url === '/gv-api')?.headers.authorization).toBe(
         'Bearer real-secret-value-42',
       );
       expect(r.stdout).not.toContain('real-secret-value-42');
@@ -93,7 +68,7 @@ describe.skipIf(!canRunGvisor)('egress on the gVisor tier', () => {
         `curl -sS -m 10 -w '\\n%{http_code}' -H "Authorization: Bearer $TEST_TOKEN" http://${ALLOWED.name}/gv-steal`,
       );
       expect(leak.stdout).toMatch(/may only be sent to its bound host[\s\S]*403$/);
-      expect(servers.seen.some((q) => q.url === '/gv-steal')).toBe(false);
+      expect(world.servers.seen.some((q) => q.url === '/gv-steal')).toBe(false);
     });
   }, 60_000);
 });
