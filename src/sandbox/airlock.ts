@@ -104,11 +104,9 @@ export class Airlock {
     const hostOpts = {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
-    };
-    this.backends.namespaces = new NamespacesBackend(ctx, {
-      ...hostOpts,
       ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
-    });
+    };
+    this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),

@@ -1,16 +1,18 @@
 // The airlock CLI as a user runs it: a real child process (node + tsx) creating real sandboxes on the
 // test state dir and uid range. Exit codes, stdout/stderr shape, and no residue afterwards.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  GVISOR_SKIP_REASON,
   NO_RESIDUE,
   SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
+  canRunGvisor,
   canRunNamespaces,
   residue,
   type Residue,
@@ -267,6 +269,27 @@ describe('airlock CLI: running sandboxes', () => {
     expect(r.code).toBe(7);
     expect(r.stderr).toBe('');
   });
+
+  it.skipIf(!canRunGvisor)(
+    `--backend gvisor runs under gVisor's kernel and leaves nothing behind (${GVISOR_SKIP_REASON})`,
+    async () => {
+      const r = await cli([
+        'run',
+        '--backend',
+        'gvisor',
+        '--',
+        'sh',
+        '-c',
+        'id -u; cat /proc/version; exit 3',
+      ]);
+      expect(r.code).toBe(3);
+      const [uid, version] = r.stdout.split('\n');
+      expect(uid).toBe('1000');
+      expect(version).not.toBe(readFileSync('/proc/version', 'utf8').trim()); // not the host kernel
+      // Also no prepared (warm) slot of either tier outlives the CLI.
+      expect(await settledResidue(baseline)).toEqual(NO_RESIDUE);
+    },
+  );
 
   it.skipIf(!canRunNamespaces)(`output streams to stdout and stderr (${SKIP_REASON})`, async () => {
     const r = await cli(['run', '--', 'echo out; echo err >&2']);
