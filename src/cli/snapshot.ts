@@ -5,6 +5,7 @@ import { formatBytes } from '../core/units.js';
 import type { Snapshot } from '../sandbox/snapshot.js';
 import { cliAirlock } from './lifecycle.js';
 import { processIo, type Io } from './run.js';
+import { table } from './table.js';
 
 /** A full id, or a unique prefix of its hex digits (at least 4), with or without "sha256:". */
 async function resolveId(all: readonly Snapshot[], id: string): Promise<Snapshot> {
@@ -35,20 +36,6 @@ function parentText(s: Snapshot): string {
   if (s.parent.layers.length) return short(s.parent.layers[0]!);
   const ws = s.parent.workspace;
   return ws.hostDir ? `${ws.hostDir} (${ws.mode})` : '-';
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return (
-    rows
-      .map((r) =>
-        r
-          .map((c, i) => c.padEnd(widths[i]!))
-          .join('  ')
-          .trimEnd(),
-      )
-      .join('\n') + '\n'
-  );
 }
 
 export async function snapshotListCommand(opts: { json?: boolean }, io: Io = processIo): Promise<number> {

@@ -5,6 +5,7 @@ import { formatBytes } from '../core/units.js';
 import type { TemplateInfo, TemplateProgress } from '../sandbox/templates.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
 import { processIo, type Io } from './run.js';
+import { table } from './table.js';
 
 const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
 
@@ -58,20 +59,6 @@ export async function templateBuildCommand(
     trap.dispose();
     await airlock.close();
   }
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return (
-    rows
-      .map((r) =>
-        r
-          .map((c, i) => c.padEnd(widths[i]!))
-          .join('  ')
-          .trimEnd(),
-      )
-      .join('\n') + '\n'
-  );
 }
 
 const when = (t: TemplateInfo): string =>

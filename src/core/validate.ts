@@ -1,4 +1,5 @@
 // zod parsing at trust boundaries: the first issue becomes a typed error naming the offending field.
+import { readFileSync } from 'node:fs';
 import type { z } from 'zod';
 import { AirlockError } from './errors.js';
 
@@ -28,4 +29,37 @@ export function parseOrThrow<S extends z.ZodType>(
   throw new AirlockError(code, `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
     field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
   });
+}
+
+/**
+ * A record file Airlock wrote itself (root-only state), parsed with `schema`: undefined when the file
+ * does not exist; INTERNAL naming the file when it is not valid JSON or fails the schema, so a
+ * truncated or hand-edited record never half-loads.
+ */
+export function readRecordFile<S extends z.ZodType>(
+  schema: S,
+  path: string,
+  what: string,
+): z.output<S> | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  const r = schema.safeParse(json);
+  if (!r.success) {
+    throw new AirlockError(
+      'INTERNAL',
+      `${what} ${path} is corrupt: ${r.error.issues[0]?.message ?? 'not JSON'}`,
+    );
+  }
+  return r.data;
 }

@@ -7,9 +7,10 @@
 // policy, so no step ever runs with another step's network. The template's digest is the digest of
 // the last layer; layers are content-addressed, so the same inputs give the same digest.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
+import { readRecordFile } from '../core/validate.js';
 import type { SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
 import { DIGEST_RE, TEMPLATE_NAME_RE, type SandboxSpecInput } from '../core/spec.js';
 import {
@@ -272,27 +273,12 @@ export class Templates {
   }
 
   private read(name: string): TemplateRecord {
-    let text: string;
-    try {
-      text = readFileSync(this.file(name), 'utf8');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw notFound(name);
-      throw e;
+    const r = readRecordFile(TemplateRecordSchema, this.file(name), 'template record');
+    if (!r) throw notFound(name);
+    if (r.name !== name) {
+      throw new AirlockError('INTERNAL', `template record ${this.file(name)} is corrupt: name mismatch`);
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      json = undefined;
-    }
-    const r = TemplateRecordSchema.safeParse(json);
-    if (!r.success || r.data.name !== name) {
-      throw new AirlockError(
-        'INTERNAL',
-        `template record ${this.file(name)} is corrupt: ${r.success ? 'name mismatch' : r.error.issues[0]?.message}`,
-      );
-    }
-    return r.data;
+    return r;
   }
 
   private records(): TemplateRecord[] {

@@ -9,7 +9,7 @@ import type { NamespacesSandbox, NamespacesSandboxParts } from '../namespaces/sa
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeRootfs } from './oci.privileged.js';
-import { cachedPlatform, findRunsc, runscInfo, type Platform, type PlatformReport } from './runsc.js';
+import { cachedPlatform, findRunsc, runscInfo, type Platform } from './runsc.js';
 import { GvisorSandbox } from './sandbox.js';
 import { gvisorHostLimits } from './limits.js';
 
@@ -27,8 +27,6 @@ export class GvisorBackend extends NamespacesBackend {
   private readonly forcedPlatform: Platform | undefined;
   private gvProbe: Promise<BackendProbe> | undefined;
   private platform: Platform | undefined;
-  /** What platform detection found (for `airlock doctor`). */
-  platformReport: PlatformReport | undefined;
 
   constructor(ctx: BackendContext, opts: GvisorOptions = {}) {
     super(ctx, opts);
@@ -59,7 +57,6 @@ export class GvisorBackend extends NamespacesBackend {
           checks.push({ name: 'platform', ok: true, detail: `${this.forcedPlatform} (forced by options)` });
         } else {
           const rep = await cachedPlatform(info, join(this.ctx.stateDir, 'gvisor-platform.json'));
-          this.platformReport = rep;
           this.platform = rep.platform;
           checks.push({
             name: 'platform',

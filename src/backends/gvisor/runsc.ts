@@ -6,7 +6,6 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
-  readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
@@ -14,10 +13,12 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
+import { z } from 'zod';
+import { readRecordFile } from '../../core/validate.js';
 
 const run = promisify(execFile);
 
-export type Platform = 'kvm' | 'systrap' | 'ptrace';
+export type Platform = (typeof PLATFORMS)[number];
 
 export interface RunscInfo {
   readonly path: string;
@@ -36,6 +37,23 @@ export interface PlatformReport {
     readonly detail: string;
   }>;
 }
+
+const PLATFORMS = ['kvm', 'systrap', 'ptrace'] as const;
+
+/** The cache file: only a known platform name is ever passed back to runsc. */
+const PlatformCacheSchema = z
+  .object({
+    key: z.string(),
+    report: z
+      .object({
+        platform: z.enum(PLATFORMS), // only a report that found one is cached
+        tried: z.array(
+          z.object({ platform: z.enum(PLATFORMS), ok: z.boolean(), detail: z.string() }).strict(),
+        ),
+      })
+      .strict(),
+  })
+  .strict();
 
 /** systrap replaced ptrace as the default in mid-2023; older runsc has only ptrace and kvm. */
 const SYSTRAP_SINCE = 20230601;
@@ -133,12 +151,13 @@ export async function detectPlatform(info: RunscInfo): Promise<PlatformReport> {
  */
 export async function cachedPlatform(info: RunscInfo, file: string): Promise<PlatformReport> {
   const key = `${info.path} ${info.version} kvm:${existsSync('/dev/kvm')}`;
+  let cached: z.output<typeof PlatformCacheSchema> | undefined;
   try {
-    const c = JSON.parse(readFileSync(file, 'utf8')) as { key?: unknown; report?: PlatformReport };
-    if (c.key === key && c.report && typeof c.report === 'object') return c.report;
+    cached = readRecordFile(PlatformCacheSchema, file, 'gVisor platform cache');
   } catch {
-    // absent or unreadable: detect
+    // corrupt: detect again (and overwrite it)
   }
+  if (cached?.key === key) return cached.report;
   const report = await detectPlatform(info);
   if (report.platform) {
     mkdirSync(dirname(file), { recursive: true, mode: 0o711 });

@@ -5,20 +5,13 @@
 // fork restores them: they continue with their in-memory state.
 import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
-import {
-  createReadStream,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { createReadStream, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import type { BackendProcess, SpawnRequest } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
+import { readRecordFile } from '../../core/validate.js';
 import type { CaptureRequest } from '../namespaces/layers.js';
 import { withNetns } from '../namespaces/netns.privileged.js';
 import { NamespacesSandbox, type NamespacesSandboxParts } from '../namespaces/sandbox.js';
@@ -95,11 +88,15 @@ export class GvisorSandbox extends NamespacesSandbox {
 
   override async spawn(req: SpawnRequest): Promise<BackendProcess> {
     if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
-    return this.start({ argv: req.argv, env: req.env, cwd: req.cwd }, req.stdin);
+    return (await this.start({ argv: req.argv, env: req.env, cwd: req.cwd }, req.stdin)).proc;
   }
 
   /** One container: `runsc run` (or `restore` from a checkpoint image) in the foreground. */
-  private async start(process: OciProcess, stdin: boolean, image?: string): Promise<BackendProcess> {
+  private async start(
+    process: OciProcess,
+    stdin: boolean,
+    image?: string,
+  ): Promise<{ cid: string; proc: BackendProcess }> {
     const cid = `${this.id}-${++this.seq}`;
     const bundle = join(this.p.res.dir, 'bundles', cid);
     mkdirSync(bundle, { recursive: true, mode: 0o700 });
@@ -138,7 +135,7 @@ export class GvisorSandbox extends NamespacesSandbox {
     void exited.then(() => this.procs.delete(proc));
     this.containers.set(cid, { process, proc });
     if (this.destroyed) p.kill();
-    return proc;
+    return { cid, proc };
   }
 
   /**
@@ -167,19 +164,18 @@ export class GvisorSandbox extends NamespacesSandbox {
       .sort((a, b) => Number(a) - Number(b));
     for (const d of dirs) {
       const image = join(memoryDir, d);
-      const parsed = ProcessFileSchema.safeParse(
-        JSON.parse(readFileSync(join(image, 'process.json'), 'utf8')),
+      const process = readRecordFile(
+        ProcessFileSchema,
+        join(image, 'process.json'),
+        'checkpoint process file',
       );
-      if (!parsed.success) {
-        throw new AirlockError('INTERNAL', `checkpoint ${image} has a corrupt process.json`);
-      }
-      const cid = `${this.id}-${this.seq + 1}`;
-      const p = await this.start(parsed.data, false, image);
+      if (!process) throw new AirlockError('INTERNAL', `checkpoint ${image} has no process.json`);
+      const { cid, proc } = await this.start(process, false, image);
       // Nobody reads a restored process's output: drain it so it never blocks on a full pipe.
-      p.stdout.resume();
+      proc.stdout.resume();
       let err = '';
-      p.stderr.on('data', (d: Buffer) => void (err = (err + d.toString()).slice(-4000)));
-      await this.waitRunning(cid, p, () => err);
+      proc.stderr.on('data', (c: Buffer) => void (err = (err + c.toString()).slice(-4000)));
+      await this.waitRunning(cid, proc, () => err);
     }
   }
 

@@ -18,7 +18,6 @@ import {
   lstatSync,
   mkdirSync,
   chmodSync,
-  readFileSync,
   readdirSync,
   renameSync,
   rmSync,
@@ -27,6 +26,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
+import { readRecordFile } from '../../core/validate.js';
 import {
   SNAPSHOT_RECORD_VERSION,
   SnapshotRecordSchema,
@@ -90,27 +90,12 @@ export class LayerStore {
   /** The record of `digest`, or undefined if there is no such layer. */
   get(digest: string): SnapshotRecord | undefined {
     if (!DIGEST_RE.test(digest)) return undefined;
-    let text: string;
-    try {
-      text = readFileSync(join(this.dir(digest), 'snapshot.json'), 'utf8');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-      throw e;
+    const file = join(this.dir(digest), 'snapshot.json');
+    const r = readRecordFile(SnapshotRecordSchema, file, 'snapshot record');
+    if (r && r.digest !== digest) {
+      throw new AirlockError('INTERNAL', `snapshot record ${file} is corrupt: digest mismatch`);
     }
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      json = undefined;
-    }
-    const r = SnapshotRecordSchema.safeParse(json);
-    if (!r.success || r.data.digest !== digest) {
-      throw new AirlockError(
-        'INTERNAL',
-        `snapshot record ${join(this.dir(digest), 'snapshot.json')} is corrupt: ${r.success ? 'digest mismatch' : r.error.issues[0]?.message}`,
-      );
-    }
-    return r.data;
+    return r;
   }
 
   list(): SnapshotRecord[] {
