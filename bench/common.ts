@@ -4,13 +4,19 @@ import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import type { UidRange } from '../src/backends/namespaces/state.js';
 
-/** State dir of bench sandboxes (the tests use their own; a real Airlock uses /var/lib/airlock). */
-export const BENCH_STATE_DIR = '/var/tmp/airlock-bench';
+/**
+ * State dir of bench sandboxes (the tests use their own; a real Airlock uses /var/lib/airlock).
+ * AIRLOCK_BENCH_STATE_DIR / AIRLOCK_BENCH_UID_FIRST let two bench runs share a host without sharing state.
+ */
+export const BENCH_STATE_DIR = process.env.AIRLOCK_BENCH_STATE_DIR ?? '/var/tmp/airlock-bench';
 /**
  * Host uids of bench sandboxes: one per live sandbox, so the density run (1,000 live) needs ≥ 1,000.
  * The tests use 3_900_000 + 4096; the egress and MCP benches keep their own ranges.
  */
-export const BENCH_UID_RANGE: UidRange = { first: 3_960_000, count: 4096 };
+export const BENCH_UID_RANGE: UidRange = {
+  first: Number(process.env.AIRLOCK_BENCH_UID_FIRST ?? 3_960_000),
+  count: 4096,
+};
 /** Uids for raw bwrap baselines (outside the range, so the reaper never sees them). */
 export const RAW_UID = BENCH_UID_RANGE.first - 1;
 export const RAW_SAME_LAYOUT_UID = BENCH_UID_RANGE.first - 2;
