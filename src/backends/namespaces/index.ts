@@ -217,14 +217,16 @@ export class NamespacesBackend implements BackendV1 {
         ? `filter actions: ${readTrim('/proc/sys/kernel/seccomp/actions_avail')}`
         : 'kernel lacks seccomp filters',
     });
-    const nft = existsSync('/usr/sbin/nft') && existsSync('/usr/sbin/ip');
+    // Transparent interception is configured over netlink (no ip/nft binaries): it needs the
+    // kernel's netfilter (nf_tables with NAT); a kernel without it fails the create that asks for it.
+    const netfilter = existsSync('/proc/sys/net/netfilter');
     checks.push({
       name: 'egress',
-      ok: nft,
+      ok: netfilter,
       optional: true,
-      detail: nft
-        ? 'nftables + iproute2: transparent egress interception available'
-        : 'nftables/iproute2 missing: network policies need `transparent: false` (apt-get install nftables iproute2)',
+      detail: netfilter
+        ? 'netfilter in the kernel: transparent egress interception available (nf_tables over netlink)'
+        : 'no netfilter in this kernel: network policies need `transparent: false`',
     });
     const failed = checks.filter((c) => !c.ok && !c.optional);
     this.probed = failed.length

@@ -17,7 +17,13 @@ import type { CgroupHandle } from './cgroups.privileged.js';
 import type { CaptureSource } from './layer-capture.privileged.js';
 import type { CaptureRequest, LayerStore } from './layers.js';
 import { unmount } from './mount.privileged.js';
-import { interceptTcpInNetns, originalDestination, socketInNetns, withNetns } from './netns.privileged.js';
+import {
+  anyReadable,
+  interceptTcpInNetns,
+  originalDestination,
+  socketInNetns,
+  withNetns,
+} from './netns.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import type { StateDirs } from './state.js';
 
@@ -122,6 +128,7 @@ export class NamespacesSandbox implements BackendSandbox {
       this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
     },
     originalDestination: (fd) => originalDestination(fd),
+    waiting: (fds) => anyReadable(fds),
   };
 
   async counters(): Promise<LimitCounters> {
