@@ -3,7 +3,7 @@
 // gets what its own spec asks for (no policy: `lo` alone, no route, no nft table; proxy only: no
 // interception), whatever sandboxes came before it on the same warm pool; nothing is left behind.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
@@ -113,11 +113,40 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
         const r = await s.exec(`curl -sS -m 10 --noproxy '*' http://${ALLOWED.name}/from-${i}`);
         expect(r.exitCode, r.stderr).toBe(0);
         expect(JSON.parse(r.stdout)).toMatchObject({ url: `/from-${i}` });
-        if (haveTools) expect(show(inNetns(netnsOf(s))).rules).toContain('dnat to');
+        if (haveTools) {
+          expect(show(inNetns(netnsOf(s))).rules).toContain('dnat to');
+          if (i > 0) {
+            // The warm slot refilled after a transparent create holds the interception already.
+            const prepared = readdirSync(join(STATE_DIR, 'sandboxes')).filter((d) => d !== s.id);
+            expect(prepared).toHaveLength(1);
+            expect(show(inNetns(join(STATE_DIR, 'sandboxes', prepared[0]!, 'netns'))).rules).toContain(
+              `dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`,
+            );
+          }
+        }
       } finally {
         await s.kill();
       }
     }
+    // Made from the prepared slot: its netns is replaced by a fresh one.
+    const proxyOnly = await airlock.create({ network: { allow: [ALLOWED.name], transparent: false } });
+    try {
+      expect(await connectInside(proxyOnly, ALLOWED.address, '80')).toMatch(
+        new RegExp(`^errno=${ENETUNREACH} `),
+      );
+      const viaProxy = await proxyOnly.exec(`curl -sS -m 10 http://${ALLOWED.name}/proxied`);
+      expect(viaProxy.exitCode, viaProxy.stderr).toBe(0);
+      if (haveTools) expect(show(inNetns(netnsOf(proxyOnly))).rules).toBe('');
+    } finally {
+      await proxyOnly.kill();
+    }
+    const again = await airlock.create({ network: { allow: [ALLOWED.name] } });
+    try {
+      await again.exec('true'); // the warm slot is refilled (and prepared) by now
+    } finally {
+      await again.kill();
+    }
+    // Also made from a prepared slot (after one more transparent sandbox): a fresh netns.
     const bare = await airlock.create({});
     try {
       // No policy: only `lo`, no route — connections fail before any packet is made.
@@ -132,17 +161,6 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       }
     } finally {
       await bare.kill();
-    }
-    const proxyOnly = await airlock.create({ network: { allow: [ALLOWED.name], transparent: false } });
-    try {
-      expect(await connectInside(proxyOnly, ALLOWED.address, '80')).toMatch(
-        new RegExp(`^errno=${ENETUNREACH} `),
-      );
-      const viaProxy = await proxyOnly.exec(`curl -sS -m 10 http://${ALLOWED.name}/proxied`);
-      expect(viaProxy.exitCode, viaProxy.stderr).toBe(0);
-      if (haveTools) expect(show(inNetns(netnsOf(proxyOnly))).rules).toBe('');
-    } finally {
-      await proxyOnly.kill();
     }
   });
 

@@ -14,6 +14,7 @@ import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from './net
 
 const CLONE_NEWNET = 0x40000000;
 const MS_BIND = 0x1000;
+const MNT_DETACH = 2;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SIOCGIFFLAGS = 0x8913;
@@ -68,6 +69,17 @@ export function createNetns(file: string): void {
   } finally {
     restoreOrAbort(c);
   }
+}
+
+/**
+ * Replace the netns bound at `file` with a fresh one holding only `lo` (the old one, and anything
+ * configured in it, dies with its last reference).
+ */
+export function recreateNetns(file: string): void {
+  const c = load();
+  if (c.umount2(file, MNT_DETACH) !== 0)
+    throw new AirlockError('INTERNAL', `umount netns ${file}: errno ${c.errno()}`);
+  createNetns(file);
 }
 
 /** Run `f` (synchronous: e.g. child_process.spawn) with this thread inside the netns at `file`. */

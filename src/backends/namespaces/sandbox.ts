@@ -82,6 +82,8 @@ export interface NamespacesSandboxParts {
   readonly sources: readonly CaptureSource[];
   /** The sandbox's tmpfs disk. */
   readonly disk: string;
+  /** Transparent interception to this address:port is already set up in the netns (warm pool). */
+  readonly intercepting?: { readonly address: string; readonly port: number };
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -123,7 +125,15 @@ export class NamespacesSandbox implements BackendSandbox {
 
   readonly egress: EgressPlumbing = {
     listen: (kind, address, port) => socketInNetns(this.p.netnsFile, kind, address, port),
-    interceptTcp: (address, port) => interceptTcpInNetns(this.p.netnsFile, address, port),
+    interceptTcp: (address, port) => {
+      const ready = this.p.intercepting;
+      if (!ready) return interceptTcpInNetns(this.p.netnsFile, address, port);
+      if (ready.address !== address || ready.port !== port)
+        throw new AirlockError(
+          'INTERNAL',
+          `netns prepared for ${ready.address}:${ready.port}, not ${address}:${port}`,
+        );
+    },
     bindReadOnlyFiles: (files) => {
       this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
     },
