@@ -95,7 +95,8 @@ const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
 export interface NamespacesOptions {
   /**
    * Sandboxes' host state prepared ahead of time (default 1): `create` then only applies the spec.
-   * Prepared slots hold a uid, an empty tmpfs, a netns and a cgroup; `close()` releases them.
+   * Prepared slots hold a uid, an empty tmpfs, a netns (with transparent egress interception when
+   * the last create asked for it) and a cgroup; `close()` releases them.
    */
   readonly warmPool?: number;
   readonly uidRange?: UidRange;
