@@ -16,7 +16,7 @@
 //   }
 //   EOF
 //
-// (test/contract/netns.test.ts lists the result with nft(8)/ip(8) where installed and compares it to
+// (test/egress/netns.test.ts lists the result with nft(8)/ip(8) where installed and compares it to
 // this text.) Nothing here can widen what a sandbox reaches: its namespace has no interface but `lo`,
 // so these rules only turn "network unreachable" into "connected to Airlock's listener". The kernel
 // validates every message; any error (a NLMSG_ERROR with a non-zero code, or a missing answer) throws.
@@ -90,7 +90,7 @@ const IPPROTO_TCP = 6;
 const NFT_NAT_DNAT = 1;
 const NF_NAT_RANGE_PROTO_SPECIFIED = 2;
 
-export const NFT_TABLE = 'airlock';
+const NFT_TABLE = 'airlock';
 const NFT_CHAIN = 'out';
 
 // ---- encoding ----------------------------------------------------------------------------------
