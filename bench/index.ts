@@ -217,7 +217,7 @@ function p1(
         vs(r.airlockEgress.p50 - r.airlock.p50),
       ),
       row(
-        '    of which transparent interception (ip addr/route + nft, spawned on create)',
+        '    of which transparent interception (address/route + nftables over netlink, made ahead in the warm slot)',
         ms(r.airlockEgress.p50 - r.airlockEgressProxyOnly.p50),
         vs(r.airlockEgress.p50 - r.airlockEgressProxyOnly.p50),
       ),

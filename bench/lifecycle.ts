@@ -5,7 +5,8 @@
 // Airlock's host work (no cgroup, tmpfs disk, netns, uid lease, output capture). Airlock's own time is
 // also split into its parts (create, exec, kill), and the cost of the optional parts is measured by
 // adding each one: an egress bridge (a network policy: proxy + DNS listeners in the sandbox's netns,
-// nftables interception) and an overlay workspace (`cow` over a host dir).
+// nftables interception) and an overlay workspace (`cow` over a host dir). Each is run as a block of
+// creates of one shape, so the warm pool is prepared for that shape (as for a steady workload).
 import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

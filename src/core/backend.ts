@@ -117,6 +117,11 @@ export interface EgressPlumbing {
   bindReadOnlyFiles(files: ReadonlyArray<readonly [host: string, sandbox: string]>): void;
   /** The original destination of an intercepted connection (by the accepted socket's fd). */
   originalDestination(fd: number): { address: string; port: number } | undefined;
+  /**
+   * Whether any of these sockets (made by `listen`) has a connection or datagram not yet picked up.
+   * Optional: without it, callers assume there may be one.
+   */
+  waiting?(fds: readonly number[]): boolean;
 }
 
 export interface ReapReport {

@@ -132,6 +132,9 @@ export class SandboxEgress {
   private readonly relayed = new Set<RelayedTunnel>();
   private readonly dns: FakeDns;
   private closed = false;
+  /** The listening sockets in the sandbox's netns, and connections + DNS queries taken from them. */
+  private readonly listenFds: number[] = [];
+  private activity = 0;
   /** Bytes reserved for request bodies being buffered for a secret swap. */
   private bufferedBytes = 0;
   private readonly mitmServer: HttpServer;
@@ -149,6 +152,11 @@ export class SandboxEgress {
     private readonly o: AttachOptions,
   ) {
     const transparent = o.policy.transparent;
+    const listen = (kind: 'tcp' | 'udp', address: string, port: number): number => {
+      const fd = o.plumbing.listen(kind, address, port);
+      this.listenFds.push(fd);
+      return fd;
+    };
     this.dns = new FakeDns({
       allows: (name) => transparent && hostAllowedOnSomePort(o.policy, name),
       pool: SYNTHETIC_POOL,
@@ -159,7 +167,7 @@ export class SandboxEgress {
       this.guard(this.onConnect(req, sock, head), sock),
     );
     const proxy = createServer((sock) => this.track(sock, () => this.onProxyConnection(sock, http)));
-    proxy.listen({ fd: o.plumbing.listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
+    proxy.listen({ fd: listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
     this.servers.push(proxy, http);
     // Requests inside intercepted TLS (hosts with a bound secret) are served here.
     this.mitmServer = this.httpServer((req, res) => this.guard(this.onMitmRequest(req, res), res));
@@ -173,16 +181,17 @@ export class SandboxEgress {
     if (transparent) {
       o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
       const t = createServer((sock) => this.track(sock, () => this.guard(this.onTransparent(sock), sock)));
-      t.listen({ fd: o.plumbing.listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
+      t.listen({ fd: listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
       this.servers.push(t);
     }
     const udp = createSocket('udp4');
     udp.on('message', (msg, rinfo) => {
+      this.activity++;
       const answer = this.dns.answer(msg);
       if (answer) udp.send(answer, rinfo.port, rinfo.address);
     });
     udp.on('error', () => {});
-    udp.bind({ fd: o.plumbing.listen('udp', PROXY_ADDRESS, DNS_PORT) });
+    udp.bind({ fd: listen('udp', PROXY_ADDRESS, DNS_PORT) });
     this.udp = udp;
   }
 
@@ -201,6 +210,19 @@ export class SandboxEgress {
       e[k.toLowerCase()] = v;
     }
     return e;
+  }
+
+  /** A mark for quietSince(). */
+  activityMark(): number {
+    return this.activity;
+  }
+
+  /**
+   * Whether no connection or DNS query reached this sandbox's listeners since `mark` and none waits
+   * in the kernel to be taken: then nothing started in between caused an egress event still to come.
+   */
+  quietSince(mark: number): boolean {
+    return this.activity === mark && this.o.plumbing.waiting?.(this.listenFds) === false;
   }
 
   async close(): Promise<void> {
@@ -252,6 +274,7 @@ export class SandboxEgress {
   }
 
   private track(sock: Socket, handle: () => void): void {
+    this.activity++;
     // One sandbox must not exhaust Airlock's file descriptors (each client also holds an upstream).
     if (this.closed || this.fds() >= MAX_SOCKETS_PER_SANDBOX) {
       sock.destroy();

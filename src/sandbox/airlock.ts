@@ -32,6 +32,7 @@ import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
+import type { SandboxHooks } from './sandbox.js';
 import { Snapshot, type SnapshotRuntime } from './snapshot.js';
 import { Templates } from './templates.js';
 
@@ -219,7 +220,7 @@ export class Airlock {
         this.live.delete(gone);
         this.redactions.delete(gone);
       },
-      ...(net ? { env: net.env, onKill: net.close } : {}),
+      ...(net ? { env: net.env, onKill: net.close, egressQuiet: net.quiet } : {}),
       snapshot: (record) => this.snapshotOf(record),
     });
     ref.sbx = sbx;
@@ -292,6 +293,7 @@ export class Airlock {
   ): Promise<{
     env: Record<string, string>;
     close: () => Promise<void>;
+    quiet: NonNullable<SandboxHooks['egressQuiet']>;
     canaryFiles: Array<{ path: string; content: string }>;
     redaction?: ReturnType<SecretLease['redactionSet']>;
   }> {
@@ -336,6 +338,7 @@ export class Airlock {
       return {
         env,
         close: () => egress.close(),
+        quiet: { mark: () => egress.activityMark(), since: (m) => egress.quietSince(m) },
         canaryFiles: lease?.canaryFiles() ?? [],
         ...(lease ? { redaction: lease.redactionSet() } : {}),
       };

@@ -103,6 +103,8 @@ export interface SandboxHooks {
   readonly env?: Readonly<Record<string, string>>;
   /** Runs when the sandbox dies, before its host resources go (e.g. egress listeners, secret lease). */
   readonly onKill?: () => Promise<void>;
+  /** Whether the egress gateway saw nothing since a mark (then an exec need not wait for late events). */
+  readonly egressQuiet?: { mark(): number; since(mark: number): boolean };
   /** Wraps a new snapshot's record into the Snapshot its runtime can fork. */
   readonly snapshot?: (record: SnapshotRecord) => Snapshot;
 }
@@ -201,6 +203,7 @@ export class SandboxBase {
     const execId = randomBytes(6).toString('hex');
     const before = await this.backend.counters();
     const started = performance.now();
+    const egressMark = this.hooks.egressQuiet?.mark();
     const proc = await this.backend.spawn({
       argv,
       env: this.envWith(o.env),
@@ -210,6 +213,7 @@ export class SandboxBase {
     const run = this.supervise(proc, execId, {
       before,
       started,
+      egressMark,
       timeoutMs,
       maxOutputBytes: o.maxOutputBytes,
       stdin: opts.stdin,
@@ -290,6 +294,7 @@ export class SandboxBase {
     o: {
       before: LimitCounters;
       started: number;
+      egressMark: number | undefined;
       timeoutMs: number | undefined;
       maxOutputBytes: number;
       stdin: ExecOptions['stdin'];
@@ -331,8 +336,10 @@ export class SandboxBase {
     const result = (async (): Promise<ExecResult> => {
       const exit = await proc.exited;
       const [so, se] = await Promise.all([out.finish(), err.finish()]);
-      // Connections of the exited tree close on the next turns of the event loop; count them in.
-      if (this.spec.network) await new Promise((r) => setTimeout(r, 5));
+      // Connections of the exited tree close on the next turns of the event loop; count them in
+      // (unless nothing reached the egress gateway since the exec started: then there are none).
+      const quiet = o.egressMark !== undefined && this.hooks.egressQuiet?.since(o.egressMark) === true;
+      if (this.spec.network && !quiet) await new Promise((r) => setTimeout(r, 5));
       this.egressCollectors.delete(egress);
       if (timer) clearTimeout(timer);
       o.signal?.removeEventListener('abort', onAbort);

@@ -47,7 +47,8 @@ import { bindReadOnly, mappingUserns, mountIdmapped } from './idmap.privileged.j
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
 import { LayerStore } from './layers.js';
 import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
-import { createNetns } from './netns.privileged.js';
+import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../egress/gateway.js';
+import { createNetns, interceptTcpInNetns, recreateNetns } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
@@ -75,6 +76,11 @@ interface Slot {
   readonly netnsFile: string;
   readonly ptsDir: string;
   /**
+   * The netns already holds transparent interception (made ahead once the last create asked for
+   * it). Only a sandbox whose policy asks for it gets such a netns; any other gets a fresh one.
+   */
+  intercepting?: boolean;
+  /**
    * The user namespace that idmaps snapshot layers to this slot's uid, made ahead of time once this
    * backend has started a sandbox on a snapshot (its helper process costs milliseconds).
    */
@@ -89,7 +95,8 @@ const DEFAULT_LIMITS: Limits = LimitsSchema.parse({});
 export interface NamespacesOptions {
   /**
    * Sandboxes' host state prepared ahead of time (default 1): `create` then only applies the spec.
-   * Prepared slots hold a uid, an empty tmpfs, a netns and a cgroup; `close()` releases them.
+   * Prepared slots hold a uid, an empty tmpfs, a netns (with transparent egress interception when
+   * the last create asked for it) and a cgroup; `close()` releases them.
    */
   readonly warmPool?: number;
   readonly uidRange?: UidRange;
@@ -121,6 +128,8 @@ export class NamespacesBackend implements BackendV1 {
   private refillTimer: NodeJS.Immediate | undefined;
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
   private forksSeen = false;
+  /** Whether the last create asked for transparent egress: warm slots then prepare it. */
+  private interceptAhead = false;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
   protected readonly layerStore: LayerStore;
@@ -217,14 +226,16 @@ export class NamespacesBackend implements BackendV1 {
         ? `filter actions: ${readTrim('/proc/sys/kernel/seccomp/actions_avail')}`
         : 'kernel lacks seccomp filters',
     });
-    const nft = existsSync('/usr/sbin/nft') && existsSync('/usr/sbin/ip');
+    // Transparent interception is configured over netlink (no ip/nft binaries): it needs the
+    // kernel's netfilter (nf_tables with NAT); a kernel without it fails the create that asks for it.
+    const netfilter = existsSync('/proc/sys/net/netfilter');
     checks.push({
       name: 'egress',
-      ok: nft,
+      ok: netfilter,
       optional: true,
-      detail: nft
-        ? 'nftables + iproute2: transparent egress interception available'
-        : 'nftables/iproute2 missing: network policies need `transparent: false` (apt-get install nftables iproute2)',
+      detail: netfilter
+        ? 'netfilter in the kernel: transparent egress interception available (nf_tables over netlink)'
+        : 'no netfilter in this kernel: network policies need `transparent: false`',
     });
     const failed = checks.filter((c) => !c.ok && !c.optional);
     this.probed = failed.length
@@ -291,6 +302,7 @@ export class NamespacesBackend implements BackendV1 {
       while (this.pool.length < this.warmPool)
         this.pool.push(this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
       if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
+      if (this.interceptAhead) for (const slot of this.pool) prepareInterception(slot);
     } catch (e) {
       this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
     }
@@ -325,6 +337,17 @@ export class NamespacesBackend implements BackendV1 {
     const slot = this.pool.pop() ?? this.prepareSlot(want);
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
+    this.interceptAhead = spec.network?.transparent === true;
+    // A netns prepared for transparent egress is for a sandbox whose policy asks for it, no other.
+    if (slot.intercepting && !this.interceptAhead) {
+      try {
+        recreateNetns(slot.netnsFile);
+        slot.intercepting = false;
+      } catch (e) {
+        await slot.res.release().catch(() => {});
+        throw e;
+      }
+    }
     if (this.warmPool > 0 && this.refillTimer === undefined)
       this.refillTimer = setImmediate(() => this.refill());
     const { id, uid, dir, disk, res } = slot;
@@ -431,6 +454,9 @@ export class NamespacesBackend implements BackendV1 {
         store: this.layerStore,
         sources: [wsSource, homeSource],
         disk,
+        ...(slot.intercepting
+          ? { intercepting: { address: TRANSPARENT_ADDRESS, port: TRANSPARENT_PORT } }
+          : {}),
       });
     } catch (e) {
       discardLayerUserns(slot);
@@ -543,6 +569,13 @@ function checkMountSource(p: string, stateDir: string, i: number): string {
 
 function prepareLayerUserns(slot: Slot): void {
   slot.layerUserns ??= mappingUserns(LAYER_SELF_ID, LAYER_SELF_ID, slot.uid).catch(() => undefined);
+}
+
+/** Transparent interception in a warm slot's netns, ahead of a create asking for it. */
+function prepareInterception(slot: Slot): void {
+  if (slot.intercepting) return;
+  interceptTcpInNetns(slot.netnsFile, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
+  slot.intercepting = true;
 }
 
 function discardLayerUserns(slot: Slot): void {

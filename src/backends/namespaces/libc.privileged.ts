@@ -24,6 +24,11 @@ export interface Libc {
   setsockopt(fd: number, level: number, name: number, value: Buffer, len: number): number;
   /** `len` is a 4-byte buffer holding socklen_t in/out. */
   getsockopt(fd: number, level: number, name: number, value: Buffer, len: Buffer): number;
+  /** send(fd, buf, len, flags) / recv(fd, buf, len, flags): netlink requests to the kernel. */
+  send(fd: number, buf: Buffer, len: number, flags: number): number;
+  recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  /** poll(fds, nfds, timeoutMs): `fds` holds nfds `struct pollfd { int fd; short events, revents }`. */
+  poll(fds: Buffer, nfds: number, timeoutMs: number): number;
   /** open_tree(dfd, path, flags) */
   openTree(dfd: number, path: string, flags: number): number;
   /** mount_setattr(fd, path, flags, attr, size) */
@@ -97,6 +102,9 @@ export function libc(): Libc {
     listen: f('int listen(int fd, int backlog)'),
     setsockopt: f('int setsockopt(int fd, int level, int name, void *value, uint32_t len)'),
     getsockopt: f('int getsockopt(int fd, int level, int name, void *value, void *len)'),
+    send: f('long send(int fd, void *buf, size_t len, int flags)'),
+    recv: f('long recv(int fd, void *buf, size_t len, int flags)'),
+    poll: f('int poll(void *fds, unsigned long nfds, int timeout)'),
     openTree: (dfd, path, flags) => sysOpenTree(SYS_OPEN_TREE, dfd, path, flags),
     mountSetattr: (fd, path, flags, attr, size) => sysSetattr(SYS_MOUNT_SETATTR, fd, path, flags, attr, size),
     moveMount: (a, b, c, d, flags) => sysMove(SYS_MOVE_MOUNT, a, b, c, d, flags),

@@ -7,18 +7,21 @@
 // synchronous spawn (the child inherits the thread's namespace at fork), and switches back. Both are
 // synchronous, so no other JavaScript runs while the thread is switched; if switching back ever
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
-import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc, type Libc } from './libc.privileged.js';
+import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from './netlink.privileged.js';
 
 const CLONE_NEWNET = 0x40000000;
 const MS_BIND = 0x1000;
+const MNT_DETACH = 2;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SIOCGIFFLAGS = 0x8913;
 const SIOCSIFFLAGS = 0x8914;
 const IFF_UP = 0x1;
+/** `lo`'s interface index in every network namespace (the kernel's LOOPBACK_IFINDEX). */
+const LOOPBACK_IFINDEX = 1;
 
 let hostNetFd: number | undefined;
 let hostNetId: string | undefined;
@@ -66,6 +69,17 @@ export function createNetns(file: string): void {
   } finally {
     restoreOrAbort(c);
   }
+}
+
+/**
+ * Replace the netns bound at `file` with a fresh one holding only `lo` (the old one, and anything
+ * configured in it, dies with its last reference).
+ */
+export function recreateNetns(file: string): void {
+  const c = load();
+  if (c.umount2(file, MNT_DETACH) !== 0)
+    throw new AirlockError('INTERNAL', `umount netns ${file}: errno ${c.errno()}`);
+  createNetns(file);
 }
 
 /** Run `f` (synchronous: e.g. child_process.spawn) with this thread inside the netns at `file`. */
@@ -130,6 +144,24 @@ export function socketInNetns(file: string, kind: 'tcp' | 'udp', address: string
   });
 }
 
+const POLLIN = 0x1;
+
+/**
+ * Whether any of these sockets has something waiting to be picked up (a listening socket: a
+ * connection not yet accepted; a datagram socket: a datagram not yet read). Never blocks.
+ */
+export function anyReadable(fds: readonly number[]): boolean {
+  if (!fds.length) return false;
+  const c = libc();
+  const p = Buffer.alloc(8 * fds.length);
+  fds.forEach((fd, i) => {
+    p.writeInt32LE(fd, 8 * i);
+    p.writeInt16LE(POLLIN, 8 * i + 4);
+  });
+  // An error (never expected) counts as "something may be waiting": callers then wait, as before.
+  return c.poll(p, fds.length, 0) !== 0;
+}
+
 const SOL_IP = 0;
 const SO_ORIGINAL_DST = 80;
 
@@ -149,43 +181,34 @@ export function originalDestination(fd: number): { address: string; port: number
  * `address:port`. Nothing can leave anyway (the namespace has no other interface); this only makes
  * proxy-unaware clients reach Airlock's listener instead of failing. IPv6 keeps no route.
  * (REDIRECT to 127.0.0.1 is not used: replies un-NATed to a loopback destination are dropped.)
+ * Netlink requests from this process (netlink.privileged.ts), no ip(8)/nft(8) processes.
  */
 export function interceptTcpInNetns(file: string, address: string, port: number): void {
-  if (!existsSync(NFT) || !existsSync(IP)) {
-    throw new AirlockError(
-      'BACKEND_UNAVAILABLE',
-      'transparent egress needs nftables and iproute2 (apt-get install nftables iproute2), or set network.transparent: false',
-    );
-  }
-  const rules = [
-    'table ip airlock {',
-    '  chain out {',
-    '    type nat hook output priority -100; policy accept;',
-    '    ip daddr 127.0.0.0/8 return',
-    `    ip daddr ${address} return`,
-    `    meta l4proto tcp dnat to ${address}:${port}`,
-    '  }',
-    '}',
-    '',
-  ].join('\n');
-  // Two processes (ip in batch mode, then nft), not a shell running three: this is on create's path.
-  const run = (cmd: string, args: string[], input: string): ReturnType<typeof spawnSync> =>
-    spawnSync(cmd, args, { input, encoding: 'utf8', env: {}, timeout: 10_000 });
-  const r = withNetns(file, () => {
-    const ip = run(
-      IP,
-      ['-batch', '-'],
-      `addr add ${address}/32 dev lo\nroute add default dev lo src ${address}\n`,
-    );
-    return ip.status !== 0 ? ip : run(NFT, ['-f', '-'], rules);
+  const routes = routeMessages(LOOPBACK_IFINDEX, address);
+  const rules = nftMessages(address, port);
+  withNetns(file, () => {
+    const c = libc();
+    // The sockets belong to the namespace they are made in; the requests are answered in send().
+    const rt = netlinkSocket(c, 'route');
+    try {
+      netlinkRequest(c, rt, routes, 'transparent egress: address/route');
+    } finally {
+      c.close(rt);
+    }
+    let nf: number;
+    try {
+      nf = netlinkSocket(c, 'netfilter');
+      try {
+        netlinkRequest(c, nf, rules, 'transparent egress: nftables');
+      } finally {
+        c.close(nf);
+      }
+    } catch (e) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `transparent egress needs nf_tables with NAT in the kernel, or set network.transparent: false (${(e as Error).message})`,
+        { cause: e },
+      );
+    }
   });
-  if (r.status !== 0) {
-    throw new AirlockError(
-      'INTERNAL',
-      `could not set up transparent egress: ${(String(r.stderr ?? '') || String(r.error)).trim()}`,
-    );
-  }
 }
-
-const NFT = '/usr/sbin/nft';
-const IP = '/usr/sbin/ip';

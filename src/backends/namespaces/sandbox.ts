@@ -17,7 +17,13 @@ import type { CgroupHandle } from './cgroups.privileged.js';
 import type { CaptureSource } from './layer-capture.privileged.js';
 import type { CaptureRequest, LayerStore } from './layers.js';
 import { unmount } from './mount.privileged.js';
-import { interceptTcpInNetns, originalDestination, socketInNetns, withNetns } from './netns.privileged.js';
+import {
+  anyReadable,
+  interceptTcpInNetns,
+  originalDestination,
+  socketInNetns,
+  withNetns,
+} from './netns.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import type { StateDirs } from './state.js';
 
@@ -76,6 +82,8 @@ export interface NamespacesSandboxParts {
   readonly sources: readonly CaptureSource[];
   /** The sandbox's tmpfs disk. */
   readonly disk: string;
+  /** Transparent interception to this address:port is already set up in the netns (warm pool). */
+  readonly intercepting?: { readonly address: string; readonly port: number };
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -117,11 +125,20 @@ export class NamespacesSandbox implements BackendSandbox {
 
   readonly egress: EgressPlumbing = {
     listen: (kind, address, port) => socketInNetns(this.p.netnsFile, kind, address, port),
-    interceptTcp: (address, port) => interceptTcpInNetns(this.p.netnsFile, address, port),
+    interceptTcp: (address, port) => {
+      const ready = this.p.intercepting;
+      if (!ready) return interceptTcpInNetns(this.p.netnsFile, address, port);
+      if (ready.address !== address || ready.port !== port)
+        throw new AirlockError(
+          'INTERNAL',
+          `netns prepared for ${ready.address}:${ready.port}, not ${address}:${port}`,
+        );
+    },
     bindReadOnlyFiles: (files) => {
       this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
     },
     originalDestination: (fd) => originalDestination(fd),
+    waiting: (fds) => anyReadable(fds),
   };
 
   async counters(): Promise<LimitCounters> {

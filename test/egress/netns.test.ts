@@ -1,0 +1,200 @@
+// The egress bridge's namespace setup: transparent interception is written as netlink messages (no
+// ip/nft processes) and must equal what ip(8)/nft(8) make from the documented text; a sandbox only
+// gets what its own spec asks for (no policy: `lo` alone, no route, no nft table; proxy only: no
+// interception), whatever sandboxes came before it on the same warm pool; nothing is left behind.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Airlock, type Sandbox } from '../../src/index.js';
+import { createNetns, interceptTcpInNetns } from '../../src/backends/namespaces/netns.privileged.js';
+import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../src/egress/gateway.js';
+import { canRunNamespaces, NO_RESIDUE, residue, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
+import {
+  ALLOWED,
+  assertPrivateNetns,
+  guardedDialer,
+  startTestServers,
+  testResolver,
+  type TestServers,
+} from './net.js';
+
+assertPrivateNetns();
+
+const STATE_DIR = `${TEST_STATE_DIR}-egress-netns`;
+const ENETUNREACH = 101;
+const haveTools = ['/usr/sbin/nft', '/usr/sbin/ip', '/usr/bin/nsenter'].every((p) => existsSync(p));
+const CONNECT_PL = readFileSync(join(import.meta.dirname, '..', 'fixtures', 'connect.pl'), 'utf8');
+
+/** What `ip` and `nft` show inside the network namespace bound at `file` (or entered by `pre`). */
+function show(nsArgs: string[]): { rules: string; addrs: string; routes: string } {
+  const script = [
+    'nft list ruleset',
+    'echo ---',
+    'ip -4 -o addr show | sed "s/^[0-9]*: *//; s/ *valid_lft.*//"',
+    'echo ---',
+    'ip route show table all',
+  ].join('; ');
+  const r = spawnSync(nsArgs[0]!, [...nsArgs.slice(1), '/bin/sh', '-c', script], { encoding: 'utf8' });
+  expect(r.status, r.stderr).toBe(0);
+  const [rules, addrs, routes] = r.stdout.split('---\n');
+  return { rules: rules!, addrs: addrs!, routes: routes! };
+}
+
+const inNetns = (file: string): string[] => ['nsenter', `--net=${file}`];
+const netnsOf = (s: Sandbox): string => join(STATE_DIR, 'sandboxes', s.id, 'netns');
+
+async function connectInside(s: Sandbox, host: string, port: string): Promise<string> {
+  const r = await s.exec(['perl', '-', 'tcp', host, port], { stdin: CONNECT_PL, timeoutMs: 15_000 });
+  return r.stdout.trim();
+}
+
+describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
+  let servers: TestServers;
+  let airlock: Airlock;
+
+  beforeAll(async () => {
+    servers = await startTestServers();
+    airlock = new Airlock({
+      stateDir: STATE_DIR,
+      uidRange: TEST_UID_RANGE,
+      egress: { resolver: testResolver(), dialer: guardedDialer(), upstreamCa: [servers.ca.certPem] },
+      secretEnv: {},
+    });
+  });
+
+  afterAll(async () => {
+    await airlock?.close();
+    await servers?.close();
+  });
+
+  it.skipIf(!haveTools)(
+    'the netlink setup equals what ip and nft make from the documented commands',
+    async () => {
+      const reference = show([
+        'unshare',
+        '--net',
+        '--',
+        '/bin/sh',
+        '-c',
+        [
+          'ip link set lo up',
+          `ip addr add ${TRANSPARENT_ADDRESS}/32 dev lo`,
+          `ip route add default dev lo src ${TRANSPARENT_ADDRESS}`,
+          `printf '%s\\n' 'table ip airlock {' 'chain out {' 'type nat hook output priority -100; policy accept;' ` +
+            `'ip daddr 127.0.0.0/8 return' 'ip daddr ${TRANSPARENT_ADDRESS} return' ` +
+            `'meta l4proto tcp dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}' '}' '}' | nft -f -`,
+          'exec "$0" "$@"',
+        ].join(' && '),
+      ]);
+      expect(reference.rules).toContain(`dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`);
+      const dir = join(STATE_DIR, 'netns-check');
+      mkdirSync(dir, { recursive: true });
+      const file = join(dir, 'netns');
+      createNetns(file);
+      try {
+        interceptTcpInNetns(file, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
+        expect(show(inNetns(file))).toEqual(reference);
+        // Made twice in one namespace: refused by the kernel (an error, not a second set of rules).
+        expect(() => interceptTcpInNetns(file, TRANSPARENT_ADDRESS, TRANSPARENT_PORT)).toThrow(/refused/);
+      } finally {
+        await unmount(file);
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it('transparent sandboxes intercept; a proxy-only one and one without a policy made after them do not', async () => {
+    // Several transparent sandboxes in a row: the warm pool has seen nothing else when the next come.
+    for (let i = 0; i < 3; i++) {
+      const s = await airlock.create({ network: { allow: [ALLOWED.name] } });
+      try {
+        const r = await s.exec(`curl -sS -m 10 --noproxy '*' http://${ALLOWED.name}/from-${i}`);
+        expect(r.exitCode, r.stderr).toBe(0);
+        expect(JSON.parse(r.stdout)).toMatchObject({ url: `/from-${i}` });
+        if (haveTools) {
+          expect(show(inNetns(netnsOf(s))).rules).toContain('dnat to');
+          if (i > 0) {
+            // The warm slot refilled after a transparent create holds the interception already.
+            const prepared = readdirSync(join(STATE_DIR, 'sandboxes')).filter((d) => d !== s.id);
+            expect(prepared).toHaveLength(1);
+            expect(show(inNetns(join(STATE_DIR, 'sandboxes', prepared[0]!, 'netns'))).rules).toContain(
+              `dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`,
+            );
+          }
+        }
+      } finally {
+        await s.kill();
+      }
+    }
+    // Made from the prepared slot: its netns is replaced by a fresh one.
+    const proxyOnly = await airlock.create({ network: { allow: [ALLOWED.name], transparent: false } });
+    try {
+      expect(await connectInside(proxyOnly, ALLOWED.address, '80')).toMatch(
+        new RegExp(`^errno=${ENETUNREACH} `),
+      );
+      const viaProxy = await proxyOnly.exec(`curl -sS -m 10 http://${ALLOWED.name}/proxied`);
+      expect(viaProxy.exitCode, viaProxy.stderr).toBe(0);
+      if (haveTools) expect(show(inNetns(netnsOf(proxyOnly))).rules).toBe('');
+    } finally {
+      await proxyOnly.kill();
+    }
+    const again = await airlock.create({ network: { allow: [ALLOWED.name] } });
+    try {
+      await again.exec('true'); // the warm slot is refilled (and prepared) by now
+    } finally {
+      await again.kill();
+    }
+    // Also made from a prepared slot (after one more transparent sandbox): a fresh netns.
+    const bare = await airlock.create({});
+    try {
+      // No policy: only `lo`, no route — connections fail before any packet is made.
+      expect(await connectInside(bare, '1.1.1.1', '80')).toMatch(new RegExp(`^errno=${ENETUNREACH} `));
+      expect(await connectInside(bare, ALLOWED.address, '80')).toMatch(new RegExp(`^errno=${ENETUNREACH} `));
+      if (haveTools) {
+        const ns = show(inNetns(netnsOf(bare)));
+        expect(ns.rules).toBe('');
+        expect(ns.addrs).toContain('127.0.0.1/8');
+        expect(ns.addrs).not.toContain(TRANSPARENT_ADDRESS);
+        expect(ns.routes).not.toMatch(/default|10\.255/);
+      }
+    } finally {
+      await bare.kill();
+    }
+  });
+
+  it('an exec that connects and exits at once still reports the egress event its connection caused', async () => {
+    const s = await airlock.create({ network: { allow: [ALLOWED.name], transparent: false } });
+    try {
+      // Sends a request head and exits without waiting: the gateway may not have taken the
+      // connection yet when the exit is seen.
+      const quick = await s.exec([
+        'perl',
+        '-MIO::Socket::IP',
+        '-e',
+        'my $s = IO::Socket::IP->new(PeerHost => "127.0.0.1", PeerPort => 3128) or die $!; ' +
+          'print $s "GET http://denied.test/ HTTP/1.1\\r\\nHost: denied.test\\r\\n\\r\\n";',
+      ]);
+      expect(quick.exitCode, quick.stderr).toBe(0);
+      expect(quick.egress?.some((e) => e.host === 'denied.test' && e.decision === 'deny')).toBe(true);
+      const none = await s.exec('true');
+      expect(none.egress).toEqual([]);
+    } finally {
+      await s.kill();
+    }
+  });
+
+  it('close() leaves no netns bind mount, sandbox dir, cgroup, lease or process', async () => {
+    const s = await airlock.create({ network: { allow: [ALLOWED.name] } });
+    await s.kill();
+    await airlock.close(); // the warm pool's prepared slots go too
+    // A killed tree can stay visible for a moment as zombies; a real leak stays.
+    let r = residue(STATE_DIR);
+    for (let i = 0; i < 40 && JSON.stringify(r) !== JSON.stringify(NO_RESIDUE); i++) {
+      await new Promise((z) => setTimeout(z, 50));
+      r = residue(STATE_DIR);
+    }
+    expect(r).toEqual(NO_RESIDUE);
+  });
+});
