@@ -24,6 +24,7 @@ import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
 import { flushed, RELAY_FDS, SpliceRelay, type RelayedTunnel } from './relay.privileged.js';
+import { forwardPlain } from './plain-http.js';
 import { parseClientHello } from './sni.js';
 import {
   NOT_ALLOWED,
@@ -651,6 +652,42 @@ export class SandboxEgress {
     // The upstream connection lives exactly as long as this request.
     res.on('close', () => socket.destroy());
     socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
+    if (!lease && !tls) {
+      // Nothing to inspect in the response: its body skips Node's HTTP machinery (plain-http.ts).
+      return forwardPlain({
+        req,
+        res,
+        upstream: socket,
+        method: req.method ?? 'GET',
+        path,
+        headers: outHeaders,
+        hostKey,
+        idleMs: IDLE_TIMEOUT_MS,
+        relay: () => {
+          const relay = this.gw.relay;
+          return relay && !this.closed && this.fds() + RELAY_FDS <= MAX_SOCKETS_PER_SANDBOX
+            ? relay
+            : undefined;
+        },
+        track: (t) => {
+          this.relayed.add(t);
+          return () => this.relayed.delete(t);
+        },
+        fail: sendText,
+        report: (bytesUp, bytesDown) =>
+          this.emit({
+            protocol,
+            host: hostKey,
+            port,
+            address: vetted.address,
+            decision: 'allow',
+            reason: 'allowed by network.allow',
+            bytesUp,
+            bytesDown,
+            durationMs: Date.now() - started,
+          }),
+      });
+    }
     let bytesUp = 0;
     let bytesDown = 0;
     // Secrets configured with `body: true` are swapped in the body too: buffered (bounded) for that.
