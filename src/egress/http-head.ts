@@ -304,8 +304,7 @@ export function parseResponseHead(
   maxBytes: number = MAX_HEAD_BYTES,
 ): ResponseHeadResult {
   const limit = Math.min(buf.length, Math.max(0, maxBytes));
-  const nul = buf.indexOf(0);
-  if (nul >= 0 && nul < limit) return { kind: 'invalid', reason: 'NUL byte in the response head' };
+  // (NUL is looked for line by line: the bytes after the head are the body, where NUL is fine.)
   let line0: { version: 'HTTP/1.0' | 'HTTP/1.1'; status: number; reason: string } | undefined;
   const headers: Array<[string, string]> = [];
   let pos = 0;
@@ -316,6 +315,7 @@ export function parseResponseHead(
     const line = buf.toString('latin1', pos, end);
     pos = lf + 1;
     if (line.includes('\r')) return { kind: 'invalid', reason: 'bare CR in the response head' };
+    if (line.includes('\0')) return { kind: 'invalid', reason: 'NUL byte in the response head' };
     if (line0 === undefined) {
       const m = STATUS_LINE.exec(line);
       if (!m) return { kind: 'invalid', reason: 'malformed status line' };
@@ -334,6 +334,8 @@ export function parseResponseHead(
   if (cr >= 0 && cr + 1 < limit && buf[cr + 1] !== LF) {
     return { kind: 'invalid', reason: 'bare CR in the response head' };
   }
+  const nul = buf.indexOf(0, pos);
+  if (nul >= 0 && nul < limit) return { kind: 'invalid', reason: 'NUL byte in the response head' };
   if (buf.length >= maxBytes)
     return { kind: 'invalid', reason: `response head is larger than ${maxBytes} bytes` };
   return { kind: 'incomplete' };

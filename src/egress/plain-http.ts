@@ -66,9 +66,13 @@ export function forwardPlain(o: PlainForward): void {
     o.report(bytesUp, bytesDown);
   };
   let copying: RelayedTunnel | undefined;
+  let requestSent = false;
   res.on('error', () => {});
   res.on('close', () => {
     up.destroy();
+    // Answered before the request body was all here (an early 413, say): read the rest and drop it,
+    // so Node's server reaches the next request on this connection.
+    if (!requestSent) req.removeAllListeners('data').resume();
     if (copying)
       copying.close(); // its end reports
     else report();
@@ -83,7 +87,6 @@ export function forwardPlain(o: PlainForward): void {
     'Connection: close',
   ];
   up.write(`${head.join('\r\n')}\r\n\r\n`, 'latin1');
-  let requestSent = false;
   req.on('data', (d: Buffer) => {
     if (d.length === 0) return;
     bytesUp += d.length;
@@ -167,7 +170,10 @@ export function forwardPlain(o: PlainForward): void {
     const pump = (take: (d: Buffer) => void, onEnd?: () => void): void => {
       up.on('data', take);
       if (onEnd) up.once('end', onEnd);
-      up.once('close', () => ended || res.destroy());
+      const onClose = (): void => void (ended || res.destroy());
+      if (up.closed)
+        process.nextTick(onClose); // it went while the hand-off was tried
+      else up.once('close', onClose);
       up.resume();
     };
     const body = h.body;
