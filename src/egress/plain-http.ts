@@ -141,7 +141,12 @@ export function forwardPlain(o: PlainForward): void {
         h.status,
         h.reason,
         // Hop-by-hop: each upstream connection serves one request; the client's may live on.
-        h.headers.filter(([k]) => !HOP_BY_HOP.test(k)).flat() as unknown as Record<string, string>,
+        // A plain "chunked" is decoded here and framed again by Node, as the client's version allows.
+        h.headers
+          .filter(
+            ([k, v]) => !HOP_BY_HOP.test(k) && !(/^transfer-encoding$/i.test(k) && /^chunked$/i.test(v)),
+          )
+          .flat() as unknown as Record<string, string>,
       );
     } catch (e) {
       return failHead(`sent an invalid response head: ${(e as Error).message}`);

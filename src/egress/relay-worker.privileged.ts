@@ -220,14 +220,20 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
         d.inPipe = n;
         inFlight += n;
       } else {
-        if (!d.shut) {
-          d.shut = true;
-          // may fail if the peer is gone: the other direction will tell
-          if (!d.keep) c.shutdown(d.to, SHUT_WR);
-        }
+        shut(d);
         return;
       }
     }
+    // Out of steps just as the direction ended: pass the end on now. Nothing would wake this direction
+    // again (an ended, drained direction waits for no readiness), so it must not wait for a next turn.
+    if (d.eof && !d.prefix && d.inPipe === 0) shut(d);
+  };
+
+  const shut = (d: Dir): void => {
+    if (d.shut) return;
+    d.shut = true;
+    // may fail if the peer is gone: the other direction will tell
+    if (!d.keep) c.shutdown(d.to, SHUT_WR);
   };
 
   /** Register exactly the readiness each socket is waited for (none: not in the epoll set at all). */

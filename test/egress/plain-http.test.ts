@@ -14,7 +14,7 @@ import {
   type IncomingMessage,
   type Server as HttpServer,
 } from 'node:http';
-import { createServer, type Server, type Socket } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { libc } from '../../src/backends/namespaces/libc.privileged.js';
 import { silentLogger, type EgressPlumbing } from '../../src/core/backend.js';
@@ -306,6 +306,17 @@ function get(
   });
 }
 
+/** Send `text` on a new connection and read until the gateway closes it. */
+function rawExchange(port: number, text: string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const s = connect({ host: '127.0.0.1', port }, () => s.write(text, 'latin1'));
+    const parts: Buffer[] = [];
+    s.on('data', (d: Buffer) => parts.push(d));
+    s.on('error', reject);
+    s.on('close', () => resolve(Buffer.concat(parts)));
+  });
+}
+
 // ---- the cases -----------------------------------------------------------------------------------------
 
 let upstream: Awaited<ReturnType<typeof startUpstream>>;
@@ -444,6 +455,60 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
       await a.close();
     }
   });
+
+  it('an HTTP/1.0 client gets a chunked upstream body unchunked, ended by the close', async () => {
+    const a = attach();
+    try {
+      const size = 300_000;
+      const target = path === 'proxy' ? `http://${AUTHORITY}/chunked/${size}` : `/chunked/${size}`;
+      const port = path === 'proxy' ? a.proxyPort : a.transparentPort;
+      const reply = await rawExchange(port, `GET ${target} HTTP/1.0\r\nHost: ${AUTHORITY}\r\n\r\n`);
+      const end = reply.indexOf('\r\n\r\n');
+      const head = reply.subarray(0, end).toString('latin1');
+      expect(head).toMatch(/^HTTP\/1\.[01] 200 /);
+      expect(head).not.toMatch(/transfer-encoding/i);
+      const body = reply.subarray(end + 4);
+      expect(body.length).toBe(size);
+      expect(sha(body)).toBe(sha(BIG.subarray(0, size)));
+    } finally {
+      await a.close();
+    }
+  });
+
+  it.each([
+    ['zero-copy relay', true],
+    ['Node streams (zeroCopy: false)', false],
+  ])(
+    '%s: pipelined requests (large, small, large) are answered in order, each body intact',
+    async (_w, zeroCopy) => {
+      const a = attach(zeroCopy);
+      try {
+        const sizes = [3 * MiB + 1, 1000, 2 * MiB];
+        const port = path === 'proxy' ? a.proxyPort : a.transparentPort;
+        const text = sizes
+          .map((n, i) => {
+            const target = path === 'proxy' ? `http://${AUTHORITY}/len/${n}` : `/len/${n}`;
+            const last = i === sizes.length - 1 ? 'Connection: close\r\n' : '';
+            return `GET ${target} HTTP/1.1\r\nHost: ${AUTHORITY}\r\n${last}\r\n`;
+          })
+          .join('');
+        let reply = await rawExchange(port, text);
+        for (const n of sizes) {
+          const end = reply.indexOf('\r\n\r\n');
+          const head = reply.subarray(0, end).toString('latin1');
+          expect(head).toMatch(/^HTTP\/1\.1 200 /);
+          expect(head).toMatch(new RegExp(`\r\ncontent-length: ${n}(\r\n|$)`, 'i'));
+          expect(sha(reply.subarray(end + 4, end + 4 + n))).toBe(sha(BIG.subarray(0, n)));
+          reply = reply.subarray(end + 4 + n);
+        }
+        expect(reply.length).toBe(0);
+        await until(() => a.events.length >= 3);
+        expect(a.events.map((e) => e.bytesDown)).toEqual(sizes);
+      } finally {
+        await a.close();
+      }
+    },
+  );
 
   it('an upstream head with Content-Length and Transfer-Encoding is refused (502), not guessed at', async () => {
     const a = attach();
