@@ -159,7 +159,11 @@ export class SandboxEgress {
     http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
       this.guard(this.onConnect(req, sock, head), sock),
     );
-    const proxy = createServer((sock) => this.track(sock, () => this.onProxyConnection(sock, http)));
+    // noDelay: the http servers below never accept, so the option they set on accepted sockets (no
+    // Nagle: a response's last small write, e.g. the final chunk, must not wait for an ACK) is set here.
+    const proxy = createServer({ noDelay: true }, (sock) =>
+      this.track(sock, () => this.onProxyConnection(sock, http)),
+    );
     proxy.listen({ fd: o.plumbing.listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
     this.servers.push(proxy, http);
     // Requests inside intercepted TLS (hosts with a bound secret) are served here.
@@ -173,7 +177,9 @@ export class SandboxEgress {
     this.servers.push(this.transparentHttp);
     if (transparent) {
       o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
-      const t = createServer((sock) => this.track(sock, () => this.guard(this.onTransparent(sock), sock)));
+      const t = createServer({ noDelay: true }, (sock) =>
+        this.track(sock, () => this.guard(this.onTransparent(sock), sock)),
+      );
       t.listen({ fd: o.plumbing.listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
       this.servers.push(t);
     }
