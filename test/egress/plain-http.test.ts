@@ -540,7 +540,9 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
   it('the client aborting mid-body: the upstream connection is closed and no file descriptor is left', async () => {
     const a = attach();
     try {
-      await get(a, path, '/len/10'); // relay worker and listeners up before the fd baseline
+      // The relay worker (its thread starts its own event loop asynchronously) has carried a body and
+      // the listeners are up before the fd baseline.
+      expect(await get(a, path, `/len/${2 * MiB}`)).toMatchObject({ bytes: 2 * MiB, complete: true });
       await until(() => a.events.length > 0);
       const before = fdCount();
       const conns = upstream.conns.length;
