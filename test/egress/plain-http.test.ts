@@ -54,7 +54,7 @@ interface UpstreamConn {
  * One request per connection (the gateway sends Connection: close). By path:
  *   /len/N        Content-Length N (BIG[0..N])          /chunked/N   chunked, uneven chunk sizes, a trailer
  *   /close/N      no length: N bytes, then close         /204, /304   no body (304 with a Content-Length)
- *   /die/N        Content-Length 2N, N bytes, then a reset
+ *   /die/N        Content-Length 2N, N bytes, then a reset    /chunkdie/N  the same in a chunk of 2N
  *   /endless/N    Content-Length N, sent only as fast as the client reads (for aborts)
  *   /interim      "100 Continue" and "103 Early Hints" before a 200 "ok"
  *   /bad          Content-Length and Transfer-Encoding together
@@ -127,6 +127,9 @@ function serve(sock: Socket, method: string, path: string): void {
       return void sock.end(h(['304 Not Modified', 'Content-Length: 1234', 'ETag: "x"']));
     case 'die':
       sock.write(h(['200 OK', `Content-Length: ${2 * size}`]));
+      return void sock.write(body, () => setTimeout(() => sock.resetAndDestroy(), 50));
+    case 'chunkdie':
+      sock.write(h(['200 OK', 'Transfer-Encoding: chunked']) + `${(2 * size).toString(16)}\r\n`);
       return void sock.write(body, () => setTimeout(() => sock.resetAndDestroy(), 50));
     case 'endless': {
       sock.write(h(['200 OK', `Content-Length: ${size}`]));
@@ -520,22 +523,29 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
     }
   });
 
-  it('the upstream dying mid-body: the client sees a truncated response and a closed connection, no hang', async () => {
-    const a = attach();
-    try {
-      const size = 8 * MiB; // 16 MiB announced, 8 MiB sent, then a reset
-      const r = await get(a, path, `/die/${size}`);
-      expect(r.status).toBe(200);
-      expect(r.complete).toBe(false);
-      expect(r.bytes).toBeLessThanOrEqual(size);
-      expect(a.gw.relay?.size ?? 0).toBe(0);
-      await until(() => a.events.length > 0);
-      expect(a.events[0]).toMatchObject({ protocol, decision: 'allow' });
-      expect(a.events[0]!.bytesDown).toBe(r.bytes);
-    } finally {
-      await a.close();
-    }
-  });
+  it.each([
+    ['Content-Length, zero-copy relay', 'die', true],
+    ['Content-Length, Node streams', 'die', false],
+    ['chunked', 'chunkdie', true],
+  ])(
+    'the upstream dying mid-body (%s): the client sees a truncated response and a closed connection, no hang',
+    async (_w, kind, zeroCopy) => {
+      const a = attach(zeroCopy);
+      try {
+        const size = 8 * MiB; // 16 MiB announced (or a chunk of 16 MiB), 8 MiB sent, then a reset
+        const r = await get(a, path, `/${kind}/${size}`);
+        expect(r.status).toBe(200);
+        expect(r.complete).toBe(false);
+        expect(r.bytes).toBeLessThanOrEqual(size);
+        expect(a.gw.relay?.size ?? 0).toBe(0);
+        await until(() => a.events.length > 0);
+        expect(a.events[0]).toMatchObject({ protocol, decision: 'allow' });
+        expect(a.events[0]!.bytesDown).toBe(r.bytes);
+      } finally {
+        await a.close();
+      }
+    },
+  );
 
   it('the client aborting mid-body: the upstream connection is closed and no file descriptor is left', async () => {
     const a = attach();
