@@ -2,7 +2,8 @@
 //   Throughput: a 100 MB download from a test server on 203.0.113.10:80 (a separate Node process), read
 //   directly by this process (Node http.get) and by curl on the host, vs curl inside a sandbox through
 //   the proxy (HTTP_PROXY) and through the transparent path (--noproxy '*': nftables + DNS); both are
-//   plain HTTP, which the gateway parses request by request. The same download through a CONNECT
+//   plain HTTP, which the gateway vets request by request (response bodies of a sandbox without secrets
+//   are then moved by the splice relay, see src/egress/plain-http.ts). The same download through a CONNECT
 //   tunnel (curl --proxytunnel) and through SOCKS5 measures the tunnel relay (zero-copy splice(2) when
 //   nothing needs inspecting), which is what HTTPS and other TCP take.
 //   Latency: 200 sequential small requests by one python client (a new connection each), from inside a
@@ -35,6 +36,11 @@ export interface Throughput {
   readonly runs: number[];
   /** Median MiB/s. */
   readonly mibPerS: number;
+  /**
+   * Median CPU time of this process (every thread: the gateway and its relay worker, or the Node
+   * client for `direct`) per GiB moved, in ms. Less noisy than MiB/s on a shared machine.
+   */
+  readonly cpuMsPerGiB?: number;
 }
 
 export interface EgressReport {
@@ -125,7 +131,12 @@ function startServer(): Promise<ChildProcess> {
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const throughput = (label: string, runs: number[]): Throughput => ({ label, runs, mibPerS: median(runs) });
+const throughput = (label: string, runs: number[], cpu: number[]): Throughput => ({
+  label,
+  runs,
+  mibPerS: median(runs),
+  cpuMsPerGiB: median(cpu),
+});
 
 function nodeDownload(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -219,27 +230,43 @@ async function measure(log: (s: string) => void): Promise<EgressReport> {
   try {
     const s = await airlock.create({ network: { allow: [NAME] }, ttlMs: 1_800_000 });
     try {
-      const runs = async (label: string, f: () => Promise<number>): Promise<Throughput> => {
-        const xs: number[] = [];
-        await f(); // warm-up
-        for (let i = 0; i < DOWNLOAD_RUNS; i++) xs.push(await f());
-        log(`egress: ${label}: ${xs.map((x) => x.toFixed(0)).join(', ')} MiB/s`);
-        return throughput(label, xs);
-      };
-      const direct = await runs('direct (Node http.get on the host)', nodeDownload);
-      const hostCurl = await runs('curl on the host, direct', async () =>
-        parseCurl(
-          await hostRun(['sh', '-c', `curl -sS -o /dev/null ${CURL_FMT} http://${SERVER_ADDRESS}/big`]),
-        ),
-      );
-      const proxy = await runs('sandbox curl through the proxy', () => sandboxCurl(s, ''));
-      const transparent = await runs('sandbox curl, transparent path', () => sandboxCurl(s, "--noproxy '*'"));
-      const viaConnect = await runs('sandbox curl through a CONNECT tunnel', () =>
-        sandboxCurl(s, '--proxytunnel -x http://127.0.0.1:3128'),
-      );
-      const viaSocks5 = await runs('sandbox curl through SOCKS5', () =>
-        sandboxCurl(s, '--socks5-hostname 127.0.0.1:3128'),
-      );
+      // Every path once per round, rounds one after the other: a change in the machine's load (other
+      // work on the same cores) then hits every path alike instead of skewing the ratios.
+      const paths: Array<[string, () => Promise<number>]> = [
+        ['direct (Node http.get on the host)', nodeDownload],
+        [
+          'curl on the host, direct',
+          async () =>
+            parseCurl(
+              await hostRun(['sh', '-c', `curl -sS -o /dev/null ${CURL_FMT} http://${SERVER_ADDRESS}/big`]),
+            ),
+        ],
+        ['sandbox curl through the proxy', () => sandboxCurl(s, '')],
+        ['sandbox curl, transparent path', () => sandboxCurl(s, "--noproxy '*'")],
+        [
+          'sandbox curl through a CONNECT tunnel',
+          () => sandboxCurl(s, '--proxytunnel -x http://127.0.0.1:3128'),
+        ],
+        ['sandbox curl through SOCKS5', () => sandboxCurl(s, '--socks5-hostname 127.0.0.1:3128')],
+      ];
+      for (const [, f] of paths) await f(); // warm-up
+      const xs = paths.map(() => [] as number[]);
+      const cpu = paths.map(() => [] as number[]);
+      for (let i = 0; i < DOWNLOAD_RUNS; i++) {
+        for (const [j, [, f]] of paths.entries()) {
+          const c0 = process.cpuUsage();
+          xs[j]!.push(await f());
+          const c = process.cpuUsage(c0);
+          cpu[j]!.push((c.user + c.system) / 1000 / (DOWNLOAD_MIB / 1024));
+        }
+      }
+      const [direct, hostCurl, proxy, transparent, viaConnect, viaSocks5] = paths.map(([label], j) => {
+        log(
+          `egress: ${label}: ${xs[j]!.map((x) => x.toFixed(0)).join(', ')} MiB/s; ` +
+            `CPU of this process ${median(cpu[j]!).toFixed(0)} ms/GiB`,
+        );
+        return throughput(label, xs[j]!, cpu[j]!);
+      }) as [Throughput, Throughput, Throughput, Throughput, Throughput, Throughput];
 
       log(`egress: latency, ${REQUESTS} requests each`);
       const proxyLat = await sandboxLatency(s, '127.0.0.1', 3128, `http://${NAME}/small`);
@@ -298,17 +325,19 @@ const verdict = (ok: boolean): string => (ok ? 'meets target' : 'MISSES target')
 export function formatEgress(r: EgressReport): string {
   const base = r.direct.mibPerS;
   const row = (t: Throughput): string =>
-    `| ${t.label} | ${t.mibPerS.toFixed(0)} MiB/s | ${pct(t.mibPerS, base)} | ${pct(t.mibPerS, r.hostCurl.mibPerS)} |`;
+    `| ${t.label} | ${t.mibPerS.toFixed(0)} MiB/s | ${pct(t.mibPerS, base)} | ${pct(t.mibPerS, r.hostCurl.mibPerS)} | ${t.cpuMsPerGiB === undefined ? '–' : `${t.cpuMsPerGiB.toFixed(0)} ms`} |`;
   const l = r.latency;
   const lrow = (label: string, s: Summary): string =>
     `| ${label} | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.min)} |`;
   const addedHost = l.proxy.p50 - l.hostDirect.p50;
   const addedLocal = l.proxy.p50 - l.sandboxLocal.p50;
   return [
-    `Throughput: ${r.downloadMiB} MiB download, median of ${r.direct.runs.length} runs (after one warm-up).`,
+    `Throughput: ${r.downloadMiB} MiB download, median of ${r.direct.runs.length} runs (after one warm-up), ` +
+      'the paths taking turns run by run. CPU: of the Airlock process (gateway and relay worker; for the ' +
+      'direct row, the Node client itself) per GiB downloaded, median.',
     '',
-    '| path | throughput | vs Node direct | vs host curl |',
-    '|---|---|---|---|',
+    '| path | throughput | vs Node direct | vs host curl | CPU per GiB |',
+    '|---|---|---|---|---|',
     row(r.direct),
     row(r.hostCurl),
     row(r.proxy),
@@ -320,7 +349,8 @@ export function formatEgress(r: EgressReport): string {
       `transparent ${pct(r.transparent.mibPerS, base)} (${verdict(r.transparent.mibPerS >= 0.8 * base)}), ` +
       `CONNECT tunnel ${pct(r.connect.mibPerS, base)} (${verdict(r.connect.mibPerS >= 0.8 * base)}), ` +
       `SOCKS5 ${pct(r.socks5.mibPerS, base)} (${verdict(r.socks5.mibPerS >= 0.8 * base)}).`,
-    '(proxy and transparent are plain HTTP, parsed request by request; CONNECT and SOCKS5 are tunnels.)',
+    '(proxy and transparent are plain HTTP, vetted request by request, their Content-Length bodies moved by ' +
+      'the splice relay; CONNECT and SOCKS5 are tunnels.)',
     '',
     `Latency: ${l.requests} sequential GETs of 3 bytes, one python http.client, a new connection each.`,
     '',

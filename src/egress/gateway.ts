@@ -24,6 +24,7 @@ import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
 import { flushed, RELAY_FDS, SpliceRelay, type RelayedTunnel } from './relay.privileged.js';
+import { forwardPlain } from './plain-http.js';
 import { parseClientHello } from './sni.js';
 import {
   NOT_ALLOWED,
@@ -166,7 +167,11 @@ export class SandboxEgress {
     http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
       this.guard(this.onConnect(req, sock, head), sock),
     );
-    const proxy = createServer((sock) => this.track(sock, () => this.onProxyConnection(sock, http)));
+    // noDelay: the http servers below never accept, so the option they set on accepted sockets (no
+    // Nagle: a response's last small write, e.g. the final chunk, must not wait for an ACK) is set here.
+    const proxy = createServer({ noDelay: true }, (sock) =>
+      this.track(sock, () => this.onProxyConnection(sock, http)),
+    );
     proxy.listen({ fd: listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
     this.servers.push(proxy, http);
     // Requests inside intercepted TLS (hosts with a bound secret) are served here.
@@ -180,7 +185,9 @@ export class SandboxEgress {
     this.servers.push(this.transparentHttp);
     if (transparent) {
       o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
-      const t = createServer((sock) => this.track(sock, () => this.guard(this.onTransparent(sock), sock)));
+      const t = createServer({ noDelay: true }, (sock) =>
+        this.track(sock, () => this.guard(this.onTransparent(sock), sock)),
+      );
       t.listen({ fd: listen('tcp', TRANSPARENT_ADDRESS, TRANSPARENT_PORT) });
       this.servers.push(t);
     }
@@ -674,6 +681,42 @@ export class SandboxEgress {
     // The upstream connection lives exactly as long as this request.
     res.on('close', () => socket.destroy());
     socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
+    if (!lease && !tls) {
+      // Nothing to inspect in the response: its body skips Node's HTTP machinery (plain-http.ts).
+      return forwardPlain({
+        req,
+        res,
+        upstream: socket,
+        method: req.method ?? 'GET',
+        path,
+        headers: outHeaders,
+        hostKey,
+        idleMs: IDLE_TIMEOUT_MS,
+        relay: () => {
+          const relay = this.gw.relay;
+          return relay && !this.closed && this.fds() + RELAY_FDS <= MAX_SOCKETS_PER_SANDBOX
+            ? relay
+            : undefined;
+        },
+        track: (t) => {
+          this.relayed.add(t);
+          return () => this.relayed.delete(t);
+        },
+        fail: sendText,
+        report: (bytesUp, bytesDown) =>
+          this.emit({
+            protocol,
+            host: hostKey,
+            port,
+            address: vetted.address,
+            decision: 'allow',
+            reason: 'allowed by network.allow',
+            bytesUp,
+            bytesDown,
+            durationMs: Date.now() - started,
+          }),
+      });
+    }
     let bytesUp = 0;
     let bytesDown = 0;
     // Secrets configured with `body: true` are swapped in the body too: buffered (bounded) for that.

@@ -7,6 +7,9 @@
 // "down"), each: socket --splice--> pipe --splice--> socket, non-blocking, driven by level-triggered
 // epoll interest that is exactly what each direction waits for (a socket with nothing to wait for is
 // not in the epoll set, so a hung-up peer cannot make the loop spin).
+// A "copy" (op 'copy') is one direction only: exactly `bytes` bytes from one socket to the other (an
+// HTTP response body of known length), then the worker closes its own fds without shutting the
+// receiving socket down, so the connection it writes to lives on in Node (keep-alive).
 import type * as WorkerThreads from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 
@@ -74,6 +77,17 @@ export type Command =
       readonly downPrefix: Uint8Array;
       readonly idleMs: number;
     }
+  | {
+      readonly op: 'copy';
+      readonly id: number;
+      /** from (read), to (written, never shut down), pipe (read, write) */
+      readonly fds: readonly number[];
+      /** Written to `to` first (counted in bytesDown). */
+      readonly prefix: Uint8Array;
+      /** Then exactly this many bytes from `from`; EOF earlier is an error ('truncated'). */
+      readonly bytes: number;
+      readonly idleMs: number;
+    }
   | { readonly op: 'close'; readonly id: number };
 
 export interface EndMessage {
@@ -110,7 +124,9 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
     inPipe: number; // bytes spliced into the pipe, not yet out of it
     prefix: Buffer | undefined; // bytes Node had read before the hand-off, written first
     eof: boolean;
-    shut: boolean; // EOF passed on: shutdown(to, SHUT_WR) done
+    shut: boolean; // EOF passed on: shutdown(to, SHUT_WR) done (or, for a copy, the count reached)
+    limit: number; // bytes still to read from `from` (Infinity for tunnels)
+    readonly keep: boolean; // a copy: never shut `to` down; EOF before the limit is an error
     bytes: number; // delivered to `to`
   }
   interface Tunnel {
@@ -187,8 +203,10 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
         inFlight -= n;
         d.bytes += n;
         t.lastActive = Date.now();
+      } else if (!d.eof && d.limit === 0) {
+        d.eof = true; // a copy has read all it was asked for
       } else if (!d.eof) {
-        const len = inFlight < init.budgetBytes ? init.bigReadBytes : init.smallReadBytes;
+        const len = Math.min(d.limit, inFlight < init.budgetBytes ? init.bigReadBytes : init.smallReadBytes);
         const n = c.splice(d.from, null, d.pipeW, null, len, SPLICE_FLAGS);
         if (n < 0) {
           const e = c.errno();
@@ -196,17 +214,26 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
           if (e === EINTR) continue;
           throw new Error(errName(e));
         }
+        if (n === 0 && d.keep) throw new Error('truncated'); // the sender closed before the count
         if (n === 0) d.eof = true;
+        d.limit -= n;
         d.inPipe = n;
         inFlight += n;
       } else {
-        if (!d.shut) {
-          d.shut = true;
-          c.shutdown(d.to, SHUT_WR); // may fail if the peer is gone: the other direction will tell
-        }
+        shut(d);
         return;
       }
     }
+    // Out of steps just as the direction ended: pass the end on now. Nothing would wake this direction
+    // again (an ended, drained direction waits for no readiness), so it must not wait for a next turn.
+    if (d.eof && !d.prefix && d.inPipe === 0) shut(d);
+  };
+
+  const shut = (d: Dir): void => {
+    if (d.shut) return;
+    d.shut = true;
+    // may fail if the peer is gone: the other direction will tell
+    if (!d.keep) c.shutdown(d.to, SHUT_WR);
   };
 
   /** Register exactly the readiness each socket is waited for (none: not in the epoll set at all). */
@@ -242,8 +269,14 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
       if (t) finish(t, 'closed');
       return;
     }
-    const [a, b, upR, upW, downR, downW] = m.fds as [number, number, number, number, number, number];
-    const dir = (from: number, to: number, pipeR: number, pipeW: number, prefix: Uint8Array): Dir => ({
+    const dir = (
+      from: number,
+      to: number,
+      pipeR: number,
+      pipeW: number,
+      prefix: Uint8Array,
+      limit = Infinity,
+    ): Dir => ({
       from,
       to,
       pipeR,
@@ -252,20 +285,34 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
       prefix: toBuffer(prefix),
       eof: false,
       shut: false,
+      limit,
+      keep: limit !== Infinity,
       bytes: 0,
     });
+    let up: Dir;
+    let down: Dir;
+    if (m.op === 'copy') {
+      // "down" is the copy (from → to); "up" is a direction that has already ended.
+      const [from, to, pipeR, pipeW] = m.fds as [number, number, number, number];
+      down = dir(from, to, pipeR, pipeW, m.prefix, m.bytes);
+      up = { ...dir(to, from, -1, -1, new Uint8Array(0)), eof: true, shut: true };
+    } else {
+      const [a, b, upR, upW, downR, downW] = m.fds as [number, number, number, number, number, number];
+      up = dir(a, b, upR, upW, m.upPrefix);
+      down = dir(b, a, downR, downW, m.downPrefix);
+    }
     const t: Tunnel = {
       id: m.id,
       fds: m.fds,
-      up: dir(a, b, upR, upW, m.upPrefix),
-      down: dir(b, a, downR, downW, m.downPrefix),
+      up,
+      down,
       idleMs: m.idleMs,
       lastActive: Date.now(),
       mask: new Map(),
     };
     tunnels.set(t.id, t);
-    byFd.set(a, t);
-    byFd.set(b, t);
+    byFd.set(up.from, t);
+    byFd.set(down.from, t);
     service(t);
   };
 

@@ -18,6 +18,11 @@
 //   - Half-close: EOF from one side becomes shutdown(SHUT_WR) on the other (after the pipe drained);
 //     the other direction keeps flowing until it ends too.
 //   - If the worker ever dies, the main thread closes the fds of every tunnel it had not reported ended.
+//
+// copy() is the one-way variant for a plain-HTTP response body of known length: the upstream socket is
+// taken over as above, the client socket is only dup'd (Node keeps it: the connection lives on for the
+// next request), and the worker moves exactly the announced number of bytes, then closes its dups
+// without shutting the client's socket down. While a copy runs, Node must not write to the client.
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
@@ -156,12 +161,17 @@ export class SpliceRelay {
     const downPrefix = Buffer.concat(unread(upstream));
     client.destroy();
     upstream.destroy();
+    return this.register(live, fds, { op: 'add', id: 0, fds, upPrefix, downPrefix, idleMs: o.idleMs });
+  }
+
+  /** Hand `fds` (already made) to the worker with command `m` (its id is assigned here). */
+  private register(live: Live, fds: number[], m: Exclude<Command, { op: 'close' }>): RelayedTunnel {
     const id = this.nextId++;
     let resolve!: (r: RelayResult) => void;
     const done = new Promise<RelayResult>((r) => (resolve = r));
     this.pending.set(id, { live, fds, resolve });
     live.worker.ref(); // a live tunnel keeps the process alive, as its sockets did
-    this.send(live, { op: 'add', id, fds, upPrefix, downPrefix, idleMs: o.idleMs });
+    this.send(live, { ...m, id });
     return {
       done,
       close: () => {
@@ -177,6 +187,43 @@ export class SpliceRelay {
         }, CLOSE_TIMEOUT_MS).unref();
       },
     };
+  }
+
+  /**
+   * Move exactly `bytes` bytes from `from` to `to` (after `prefix` and what Node had read from `from`
+   * but nobody consumed, together at most `bytes`). `from` is taken over and destroyed; `to` stays
+   * Node's, which must not write to it until `done` settles. bytesDown counts what reached `to`; an
+   * `error` means fewer did ('truncated': `from` closed early). Undefined: nothing taken (use streams).
+   */
+  copy(
+    from: Socket,
+    to: Socket,
+    o: { prefix?: Buffer; bytes: number; idleMs: number },
+  ): RelayedTunnel | undefined {
+    const fa = handoffFd(from);
+    const fb = handoffFd(to);
+    if (fa === undefined || fb === undefined) return undefined;
+    const fds: number[] = [];
+    let live: Live;
+    try {
+      live = this.start();
+      fds.push(this.dup(fa), this.dup(fb), ...this.pipe());
+    } catch (e) {
+      for (const fd of fds) this.c.close(fd);
+      this.logger.warn({ err: (e as Error).message }, 'egress: zero-copy hand-off failed; using streams');
+      return undefined;
+    }
+    let prefix = Buffer.concat([o.prefix ?? Buffer.alloc(0), ...unread(from)]);
+    if (prefix.length > o.bytes) prefix = prefix.subarray(0, o.bytes); // beyond the body: not sent
+    from.destroy();
+    return this.register(live, fds, {
+      op: 'copy',
+      id: 0,
+      fds,
+      prefix,
+      bytes: o.bytes - prefix.length,
+      idleMs: o.idleMs,
+    });
   }
 
   /** End every tunnel (each `done` settles) and stop the worker. */
