@@ -49,7 +49,14 @@ export interface StreamableOptions {
   readonly retryIntervalMs?: number;
 }
 
-const DEFAULT_JSON_WINDOW_MS = 50;
+/**
+ * Long enough that a call which only waited in a queue (64 calls in flight on a loaded host spend
+ * ~100 ms in the gateway) still gets the cheap JSON answer: SSE answers cost both sides more CPU, so
+ * a short window tips a busy gateway into answering everything as SSE. Short enough that a really
+ * long call is soon resumable, and far below any client's header timeout (the SDK's request timeout
+ * is 60 s, undici's header timeout 300 s).
+ */
+const DEFAULT_JSON_WINDOW_MS = 1000;
 const DEFAULT_KEEP_ALIVE_MS = 15_000;
 const STANDALONE = '_GET_stream';
 const SSE_HEADERS = {

@@ -1,6 +1,6 @@
 // The gateway's own Streamable HTTP transport (src/mcp/streamable.ts) on the wire, with raw node:http
 // requests against a real gateway and the hostile fixture in a real sandbox: a quick call answered as
-// one JSON body, a slow one as an SSE stream with a priming event, the slow one resumed with
+// one JSON body, a slow one (over the 1 s JSON window) as an SSE stream with a priming event, the slow one resumed with
 // Last-Event-ID after its connection dropped, and the refusals the SDK's transport gives (same status
 // codes). Every answered call is audited once.
 import { request, type IncomingHttpHeaders, type IncomingMessage } from 'node:http';
@@ -139,7 +139,7 @@ if (!canRunNamespaces) {
       expect(quick.headers['mcp-session-id']).toBe(session['mcp-session-id']);
       expect(resultText(quick.body)).toBe('hi there');
 
-      const slow = await send(gw.port, 'POST', session, call('sleep', { ms: 400 }));
+      const slow = await send(gw.port, 'POST', session, call('sleep', { ms: 1500 }));
       expect(slow.status, slow.body).toBe(200);
       expect(slow.headers['content-type']).toBe('text/event-stream');
       const events = parseSse(slow.body);
@@ -148,7 +148,7 @@ if (!canRunNamespaces) {
       expect(events[0]?.data).toBe('');
       expect(events).toHaveLength(2);
       expect(events[1]!.id).toBeTruthy();
-      expect(resultText(events[1]!.data)).toBe('slept 400 ms');
+      expect(resultText(events[1]!.data)).toBe('slept 1500 ms');
 
       const audited = gw.events.filter((e) => e.kind === 'mcp' && e.method === 'tools/call');
       expect(audited.length - before).toBe(2);
@@ -156,7 +156,7 @@ if (!canRunNamespaces) {
 
     it('lets a client resume a slow call with Last-Event-ID after its connection dropped', async () => {
       const primed = new Promise<string>((resolve, reject) => {
-        void send(gw.port, 'POST', session, call('sleep', { ms: 800 }), (res) => {
+        void send(gw.port, 'POST', session, call('sleep', { ms: 2000 }), (res) => {
           expect(res.headers['content-type']).toBe('text/event-stream');
           let b = '';
           res.setEncoding('utf8');
@@ -175,7 +175,7 @@ if (!canRunNamespaces) {
       const resumed = await send(gw.port, 'GET', { ...session, 'last-event-id': lastEventId });
       expect(resumed.status, resumed.body).toBe(200);
       const events = parseSse(resumed.body).filter((e) => e.data);
-      expect(events.map((e) => resultText(e.data))).toEqual(['slept 800 ms']);
+      expect(events.map((e) => resultText(e.data))).toEqual(['slept 2000 ms']);
     }, 60_000);
 
     it('refuses what the SDK transport refuses, with the same status codes', async () => {
