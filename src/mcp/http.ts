@@ -207,6 +207,8 @@ export class HttpFront {
       const transport: NodeStreamableTransport = new NodeStreamableTransport({
         sessionIdGenerator: () => randomUUID(),
         eventStore: new MemoryEventStore(),
+        // A client whose SSE stream ends before the answer reconnects (Last-Event-ID) after 1 s.
+        retryIntervalMs: 1000,
         onsessioninitialized: (id) => {
           this.live.set(id, { transport, session, tenant, lastUsed: Date.now() });
         },

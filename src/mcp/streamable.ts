@@ -99,6 +99,9 @@ export class NodeStreamableTransport implements Transport {
   /** Streams whose client holds a Last-Event-ID cursor (an id-bearing event went out on them). */
   private readonly resumable = new Set<string>();
   private readonly jsonWindowMs: number;
+  /** The initialize request's id, and the protocol version the server answered it with. */
+  private initRequestId?: RequestId;
+  private negotiated?: string;
   private readonly keepAliveMs: number;
 
   constructor(private readonly opts: StreamableOptions) {
@@ -208,9 +211,14 @@ export class NodeStreamableTransport implements Transport {
     if (this.requestStream.has(id)) {
       return this.fail(res, 400, -32600, 'invalid request: this id is in use by a request in flight');
     }
+    // The protocol version decides whether the client can take a priming event (empty data; from
+    // 2025-11-25 on). The version the session negotiated counts, not a request header that says
+    // otherwise: the client committed to it at initialize.
+    if (isInit) this.initRequestId = id;
     const proto = isInit
       ? String((message.params as { protocolVersion?: unknown } | undefined)?.protocolVersion ?? '')
-      : String(req.headers['mcp-protocol-version'] ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION);
+      : (this.negotiated ??
+        String(req.headers['mcp-protocol-version'] ?? DEFAULT_NEGOTIATED_PROTOCOL_VERSION));
     const stream: Stream = { id: randomUUID(), res, mode: 'pending', proto };
     this.streams.set(stream.id, stream);
     this.requestStream.set(id, stream.id);
@@ -397,6 +405,11 @@ export class NodeStreamableTransport implements Transport {
       const s = this.streams.get(STANDALONE);
       if (s && (eventId === undefined || !s.replayed?.has(eventId))) this.writeEvent(s, message, eventId);
       return;
+    }
+    if (response && requestId === this.initRequestId && 'result' in message) {
+      const v = (message.result as { protocolVersion?: unknown }).protocolVersion;
+      if (typeof v === 'string') this.negotiated = v;
+      this.initRequestId = undefined; // the id may be reused by later requests
     }
     const streamId = this.requestStream.get(requestId);
     if (streamId === undefined)
