@@ -13,11 +13,12 @@
 //          Last-Event-ID (replayed from the event store).
 //   DELETE ends the session.
 // How a request is answered (the spec lets the server pick per request: the client accepts both):
-// the answer waits up to `jsonWindowMs` for the response. If the response comes first and nothing
+// a client whose Accept lists text/event-stream first gets an SSE stream at once; otherwise the
+// answer waits up to `jsonWindowMs` for the response. If the response comes first and nothing
 // else was sent for the request, it goes out as one application/json body. As soon as anything else
 // is sent for the request (progress, a log message, a sampling or elicitation request), or the window
 // passes, the answer turns into an SSE stream exactly like the SDK's: headers, a priming event with an
-// event id (protocol >= 2025-11-25: resumable from then on), every message stored in the event store
+// event id (when the session negotiated 2025-11-25 or later: resumable from then on), every message stored in the event store
 // before it is written, keep-alive comments. A request id is in flight from its POST until its
 // response is sent; a second request with the same id meanwhile is refused (it would take over the
 // first one's answer).
@@ -223,7 +224,10 @@ export class NodeStreamableTransport implements Transport {
     this.streams.set(stream.id, stream);
     this.requestStream.set(id, stream.id);
     res.once('close', () => this.gone(stream));
-    stream.timer = setTimeout(() => void this.toSse(stream), this.jsonWindowMs);
+    // A client that lists text/event-stream before application/json asks for SSE: it gets the stream
+    // (and its priming event) from the start, as from the SDK's transport.
+    if (accept.indexOf('text/event-stream') < accept.indexOf('application/json')) void this.toSse(stream);
+    else stream.timer = setTimeout(() => void this.toSse(stream), this.jsonWindowMs);
     const resumableByClient = this.opts.eventStore !== undefined && proto >= '2025-11-25';
     this.onmessage?.(message, {
       requestInfo,

@@ -130,7 +130,7 @@ if (!canRunNamespaces) {
       expect(await settledResidue()).toEqual(NO_RESIDUE);
     }, 60_000);
 
-    it('answers a quick call with one JSON body, a slow one with an SSE stream, and audits each once', async () => {
+    it('answers a quick call with one JSON body, a slow one (or one that asks) with an SSE stream, and audits each once', async () => {
       const before = gw.events.filter((e) => e.kind === 'mcp' && e.method === 'tools/call').length;
       const quick = await send(gw.port, 'POST', session, call('echo', { text: 'hi there' }));
       expect(quick.status, quick.body).toBe(200);
@@ -150,8 +150,20 @@ if (!canRunNamespaces) {
       expect(events[1]!.id).toBeTruthy();
       expect(resultText(events[1]!.data)).toBe('slept 1500 ms');
 
+      // A client that lists text/event-stream first gets a stream even for a quick call.
+      const asked = await send(
+        gw.port,
+        'POST',
+        { ...session, accept: 'text/event-stream, application/json' },
+        call('echo', { text: 'streamed' }),
+      );
+      expect(asked.headers['content-type']).toBe('text/event-stream');
+      const askedEvents = parseSse(asked.body);
+      expect(askedEvents[0]?.data).toBe('');
+      expect(resultText(askedEvents[1]!.data)).toBe('streamed');
+
       const audited = gw.events.filter((e) => e.kind === 'mcp' && e.method === 'tools/call');
-      expect(audited.length - before).toBe(2);
+      expect(audited.length - before).toBe(3);
     }, 60_000);
 
     it('lets a client resume a slow call with Last-Event-ID after its connection dropped', async () => {
