@@ -9,6 +9,11 @@
 //                no namespace. Client and gateway share this process's CPU and event loop.
 //   http-process the same HTTP gateway as its own process (`airlock gateway --config`), so the CPU
 //                columns separate the client's cost from the gateway's
+// and, to tell Airlock's cost from the protocol's, no Airlock at all: the SDK's Client +
+// StreamableHTTPClientTransport to the SDK's own StreamableHTTPServerTransport serving an `echo` tool
+// in the Server's handler (no sandbox, no stdio hop): in this process with SSE answers (the SDK
+// server's default) and with JSON answers (enableJsonResponse), and in a child process (JSON answers).
+// What the SDK client and server cost there is the floor of any Streamable HTTP path with that client.
 // Latency: SEQUENTIAL calls one at a time after WARMUP, p50/p99. Throughput: N calls kept in flight on
 // one session for DURATION_MS each, calls/s. CPU per call: CPU time (user + sys) each process used
 // during the throughput phases, divided by the calls made: where the time goes. Targets (issue):
@@ -81,6 +86,8 @@ export interface McpReport {
   readonly httpLean: PathReport;
   readonly httpProcess: PathReport;
   readonly httpProcessLean: PathReport;
+  /** No Airlock: SDK client to an SDK Streamable HTTP server (the protocol's own cost). */
+  readonly sdkOnly: PathReport[];
 }
 
 // ---- CPU accounting -------------------------------------------------------------------------------
@@ -334,6 +341,79 @@ async function httpClient(url: string, token: string): Promise<Client> {
   return client;
 }
 
+/**
+ * The SDK's own Streamable HTTP server (stateful sessions, like the gateway) serving `echo` from the
+ * low-level Server's tools/call handler. Runs in this process (`inline`) or as a child process (the
+ * same source through `node --input-type=module`); prints its URL.
+ */
+const sdkServerSource = (): string => `
+import { createServer } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { Server } from '${import.meta.resolve('@modelcontextprotocol/sdk/server/index.js')}';
+import { StreamableHTTPServerTransport } from '${import.meta.resolve('@modelcontextprotocol/sdk/server/streamableHttp.js')}';
+import { CallToolRequestSchema, ListToolsRequestSchema } from '${import.meta.resolve('@modelcontextprotocol/sdk/types.js')}';
+export async function serve(json) {
+  const sessions = new Map();
+  const http = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined;
+    const sid = req.headers['mcp-session-id'];
+    if (sid) return sessions.get(sid).handleRequest(req, res, body);
+    const t = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      enableJsonResponse: json,
+      onsessioninitialized: (id) => sessions.set(id, t),
+    });
+    const s = new Server({ name: 'sdk-only', version: '1' }, { capabilities: { tools: {} } });
+    s.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: [{ name: 'echo', inputSchema: { type: 'object', properties: { text: { type: 'string' } } } }],
+    }));
+    s.setRequestHandler(CallToolRequestSchema, async (r) => ({
+      content: [{ type: 'text', text: String(r.params.arguments?.text ?? '') }],
+    }));
+    await s.connect(t);
+    await t.handleRequest(req, res, body);
+  });
+  await new Promise((r) => http.listen(0, '127.0.0.1', r));
+  return { url: 'http://127.0.0.1:' + http.address().port + '/mcp', close: () => { http.closeAllConnections(); http.close(); } };
+}
+if (process.argv[2] === 'serve') serve(true).then((s) => process.stdout.write(s.url + '\\n'));
+`;
+
+/** The SDK-only server as a file (its imports are absolute file URLs into this repository's SDK). */
+function sdkServerFile(): string {
+  const dir = `${STATE_DIR}/sdk-only`;
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const file = `${dir}/server.mjs`;
+  writeFileSync(file, sdkServerSource(), { mode: 0o600 });
+  return file;
+}
+
+async function sdkServerInline(json: boolean): Promise<{ url: string; close(): void }> {
+  const mod = (await import(sdkServerFile())) as {
+    serve(json: boolean): Promise<{ url: string; close(): void }>;
+  };
+  return mod.serve(json);
+}
+
+async function sdkServerProcess(): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, [sdkServerFile(), 'serve'], {
+    cwd: ROOT,
+    env: baseEnv(),
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (t: string) => {
+      out += t;
+      if (out.includes('\n')) resolve(out.trim());
+    });
+    child.once('exit', (code) => reject(new Error(`SDK-only server exited ${code}`)));
+  });
+  return { child, url };
+}
+
 /** `airlock gateway --config` as a child process; resolves once it prints its URL. */
 async function startGatewayProcess(
   command: string[],
@@ -397,6 +477,49 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
   const direct = await withStdioClient(node!, fixtureArgs, baseEnv(), (c, pid) =>
     measure('direct stdio (baseline)', c, { server: () => processCpuMs(pid() ?? 0) }, log),
   );
+
+  log("mcp: SDK client to the SDK Streamable HTTP server (no Airlock): the protocol's own cost");
+  const sdkOnly: PathReport[] = [];
+  for (const json of [false, true]) {
+    const srv = await sdkServerInline(json);
+    try {
+      const c = await httpClient(srv.url, 'none');
+      try {
+        sdkOnly.push(
+          await measure(
+            `SDK only (no Airlock), in-process, ${json ? 'JSON' : 'SSE'} answers`,
+            c,
+            { server: () => 0 },
+            log,
+          ),
+        );
+      } finally {
+        await c.close();
+      }
+    } finally {
+      srv.close();
+    }
+  }
+  {
+    const srv = await sdkServerProcess();
+    try {
+      const c = await httpClient(srv.url, 'none');
+      try {
+        sdkOnly.push(
+          await measure(
+            'SDK only (no Airlock), own process, JSON answers',
+            c,
+            { gatewayPid: () => srv.child.pid, server: () => 0 },
+            log,
+          ),
+        );
+      } finally {
+        await c.close();
+      }
+    } finally {
+      await stopChild(srv.child);
+    }
+  }
 
   log('mcp: through `airlock mcp` (a child process; per-server boundary)');
   const viaCli = await withStdioClient(
@@ -481,6 +604,7 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
     httpLean,
     httpProcess,
     httpProcessLean,
+    sdkOnly,
   };
 }
 
@@ -493,7 +617,7 @@ const ms3 = (x: number | undefined): string => (x === undefined ? '—' : x.toFi
 
 export function formatMcp(r: McpReport): string {
   const base = r.direct;
-  const paths = [r.direct, r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean];
+  const paths = [r.direct, ...(r.sdkOnly ?? []), r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean];
   const seqRow = (p: PathReport): string => {
     const s = p.sequential;
     const b = base.sequential;
@@ -539,6 +663,31 @@ export function formatMcp(r: McpReport): string {
     ...paths.map(cpuRow),
     '',
   ];
+  const sdkIn = r.sdkOnly?.find((p) => p.label.includes('in-process, JSON'));
+  const sdkOwn = r.sdkOnly?.find((p) => p.label.includes('own process'));
+  if (sdkIn && sdkOwn) {
+    lines.push(
+      'What Airlock adds over the SDK alone (same SDK client, same JSON answers; the SDK-only server ' +
+        'answers from its handler, Airlock forwards to a sandboxed server over stdio):',
+      '',
+      '| path | vs | added p50 | calls/s @16 | calls/s @64 |',
+      '|---|---|---|---|---|',
+      ...(
+        [
+          [r.http, sdkIn],
+          [r.httpProcess, sdkOwn],
+        ] as const
+      ).map(
+        ([p, b]) =>
+          `| ${p.label} | ${b.label} | ${added(p.sequential.p50, b.sequential.p50)} | ` +
+          p.throughput
+            .map((t, k) => `${t.callsPerS.toFixed(0)} (${ratio(t.callsPerS, b.throughput[k]!.callsPerS)})`)
+            .join(' | ') +
+          ' |',
+      ),
+      '',
+    );
+  }
   for (const p of [r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean]) {
     const add = p.sequential.p50 - base.sequential.p50;
     const best = Math.max(...p.throughput.map((t) => t.callsPerS));

@@ -3,7 +3,10 @@
 // that resolves to 127.0.0.1 sends Host: evil.example), the Origin header when present, the bearer
 // token (one per tenant, compared in constant time), then the body through the canonical parser.
 // A session id belongs to the tenant that created it; another tenant's token gets "not found".
-import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+// Each session's requests then go to its NodeStreamableTransport (streamable.ts: the Streamable HTTP
+// rules themselves) and its McpSession (policy, guard, audit).
+import * as crypto from 'node:crypto';
+import { randomUUID, timingSafeEqual } from 'node:crypto';
 import {
   createServer,
   type IncomingMessage,
@@ -11,13 +14,13 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { EventStore } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { mcpEvent } from './audit.js';
 import { FRAME_LIMITS, jsonRpcErrorFor, parseMessage } from './frame.js';
 import type { GatewayCore } from './gateway.js';
 import type { McpSession } from './session.js';
+import { NodeStreamableTransport } from './streamable.js';
 
 export interface HttpFrontOptions {
   readonly host: string;
@@ -37,15 +40,19 @@ export interface HttpFrontOptions {
 }
 
 interface Live {
-  readonly transport: StreamableHTTPServerTransport;
+  readonly transport: NodeStreamableTransport;
   readonly session: McpSession;
   readonly tenant: string;
   lastUsed: number;
-  /** Ids of this session's requests whose HTTP answer is still open. */
-  readonly inflight: Set<string>;
 }
 
-const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
+/**
+ * SHA-256 of a token (compared in constant time). crypto.hash (Node >= 20.12, one call, no Hash
+ * object: a third of createHash's cost on every request) where @types/node does not declare it yet.
+ */
+const oneShot = (crypto as unknown as { hash?: (alg: string, data: string, enc: 'buffer') => Buffer }).hash;
+const digest = (s: string): Buffer =>
+  oneShot ? oneShot('sha256', s, 'buffer') : crypto.createHash('sha256').update(s).digest();
 
 export class HttpFront {
   private readonly http: HttpServer;
@@ -131,8 +138,8 @@ export class HttpFront {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
-      const url = new URL(req.url ?? '/', 'http://gateway');
-      if (url.pathname !== '/mcp') return this.reject(res, 404, 'not found: the MCP endpoint is /mcp');
+      if (req.url !== '/mcp' && new URL(req.url ?? '/', 'http://gateway').pathname !== '/mcp')
+        return this.reject(res, 404, 'not found: the MCP endpoint is /mcp');
       const host = (req.headers.host ?? '').toLowerCase();
       if (!this.allowedHosts.has(host)) {
         this.auditHttp(
@@ -188,15 +195,8 @@ export class HttpFront {
         if (!l || l.tenant !== tenant)
           return this.reject(res, 404, 'session not found; initialize a new session');
         l.lastUsed = Date.now();
-        if (body && 'method' in body && 'id' in body) {
-          // The SDK sends an answer to the open stream of the request with that id: a second request
-          // reusing an id in flight would take over the first one's stream and leave it unanswered.
-          const key = JSON.stringify(body.id);
-          if (l.inflight.has(key))
-            return this.reject(res, 400, 'invalid request: this id is in use by a request in flight');
-          l.inflight.add(key);
-          res.once('close', () => l.inflight.delete(key));
-        }
+        // The transport refuses a request whose id is still in flight in this session (it would take
+        // over the first one's answer).
         await l.transport.handleRequest(req, res, body);
         return;
       }
@@ -204,11 +204,13 @@ export class HttpFront {
       if (req.method !== 'POST' || !body || !isInitializeRequest(body)) {
         return this.reject(res, 400, 'bad request: no mcp-session-id; start with an initialize request');
       }
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      const transport: NodeStreamableTransport = new NodeStreamableTransport({
         sessionIdGenerator: () => randomUUID(),
         eventStore: new MemoryEventStore(),
+        // A client whose SSE stream ends before the answer reconnects (Last-Event-ID) after 1 s.
+        retryIntervalMs: 1000,
         onsessioninitialized: (id) => {
-          this.live.set(id, { transport, session, tenant, lastUsed: Date.now(), inflight: new Set() });
+          this.live.set(id, { transport, session, tenant, lastUsed: Date.now() });
         },
         onsessionclosed: (id) => {
           this.live.delete(id);
@@ -241,18 +243,25 @@ export class HttpFront {
   }
 }
 
-async function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
-  const chunks: Buffer[] = [];
-  let n = 0;
-  for await (const c of req) {
-    n += (c as Buffer).length;
-    if (n > max) {
-      req.resume();
-      return undefined;
-    }
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks);
+function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    const onData = (c: Buffer): void => {
+      n += c.length;
+      if (n > max) {
+        // Over the limit: stop holding it, drain the rest unread.
+        req.off('data', onData);
+        req.resume();
+        resolve(undefined);
+        return;
+      }
+      chunks.push(c);
+    };
+    req.on('data', onData);
+    req.once('end', () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once('error', reject);
+  });
 }
 
 /**

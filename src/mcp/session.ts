@@ -423,10 +423,10 @@ export class McpSession {
       throw this.deny('name_collision', reason);
     }
     const target = this.exposed.get(name);
-    const quarantinedIn = [...this.perServer.values()].find((p) =>
-      [...(p.last?.quarantined.keys() ?? [])].some((t) => this.exposedName(p.entry, t) === name),
-    );
     if (!target) {
+      const quarantinedIn = [...this.perServer.values()].find((p) =>
+        [...(p.last?.quarantined.keys() ?? [])].some((t) => this.exposedName(p.entry, t) === name),
+      );
       if (quarantinedIn) {
         const tool = [...quarantinedIn.last!.quarantined.keys()].find(
           (t) => this.exposedName(quarantinedIn.entry, t) === name,

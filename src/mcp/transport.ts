@@ -36,6 +36,7 @@ export class StreamTransport implements Transport {
   private readonly framer: LineFramer;
   private started = false;
   private closed = false;
+  private corked = false;
 
   constructor(
     private readonly input: Readable,
@@ -94,10 +95,22 @@ export class StreamTransport implements Transport {
     return new Promise((resolve) => {
       if (this.output.destroyed || this.output.writableEnded) return resolve();
       this.bytesOut += Buffer.byteLength(line);
+      // Lines written in the same turn of the event loop (many calls in flight) leave in one write
+      // and wake the peer once; the stream is uncorked right after the turn's I/O callbacks.
+      if (!this.corked) {
+        this.corked = true;
+        this.output.cork();
+        setImmediate(this.uncork);
+      }
       if (this.output.write(line)) resolve();
       else this.output.once('drain', resolve);
     });
   }
+
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.output.uncork();
+  };
 
   async close(): Promise<void> {
     if (this.closed) return;

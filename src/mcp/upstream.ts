@@ -94,6 +94,8 @@ export class Upstream {
     (p: { progress: number; total?: number; message?: string }) => void
   >();
   private progressSeq = 0;
+  /** When the sandbox's TTL was last restarted by a call (performance.now()). */
+  private ttlResetAt = -Infinity;
   private onNotification: ((n: Notification) => void) | undefined;
   /** Aborted (and replaced) when a message from the server was too large to read: see frameLost. */
   private lost = new AbortController();
@@ -319,7 +321,12 @@ export class Upstream {
     opts: RequestOptions,
     onProgress?: (p: { progress: number; total?: number; message?: string }) => void,
   ): Promise<CallToolResult> {
-    this.sandbox.setTimeout(DAY_MS); // an active server stays alive
+    // An active server stays alive: its TTL restarts (at most once a minute, not on every call).
+    const now = performance.now();
+    if (now - this.ttlResetAt > 60_000) {
+      this.ttlResetAt = now;
+      this.sandbox.setTimeout(DAY_MS);
+    }
     const token = onProgress ? `airlock-${++this.progressSeq}` : undefined;
     if (token) this.progress.set(token, onProgress!);
     try {
