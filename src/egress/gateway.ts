@@ -47,6 +47,8 @@ import {
 } from './vet.js';
 
 export const PROXY_ADDRESS = '127.0.0.1';
+/** The reason of every allow event. */
+const ALLOWED_REASON = 'allowed by network.allow';
 export const PROXY_PORT = 3128;
 export const TRANSPARENT_ADDRESS = '10.255.255.254';
 export const TRANSPARENT_PORT = 15001;
@@ -294,6 +296,30 @@ export class SandboxEgress {
     handle();
   }
 
+  /** The event of an allowed connection that has ended. */
+  private emitAllowed(
+    protocol: EgressProtocol,
+    host: string,
+    port: number,
+    address: string,
+    bytes: { bytesUp: number; bytesDown: number },
+    started: number,
+    extra: Partial<EgressEvent> = {},
+  ): void {
+    this.emit({
+      protocol,
+      host,
+      port,
+      address,
+      decision: 'allow',
+      reason: ALLOWED_REASON,
+      bytesUp: bytes.bytesUp,
+      bytesDown: bytes.bytesDown,
+      durationMs: Date.now() - started,
+      ...extra,
+    });
+  }
+
   private emit(e: Omit<EgressEvent, 'sandboxId' | 'time'>): void {
     try {
       this.o.onEvent({ sandboxId: this.o.sandboxId, time: new Date().toISOString(), ...e });
@@ -395,17 +421,7 @@ export class SandboxEgress {
     this.relayed.add(tunnel);
     const res = await tunnel.done;
     this.relayed.delete(tunnel);
-    this.emit({
-      protocol,
-      host: r.host,
-      port,
-      address: r.address,
-      decision: 'allow',
-      reason: 'allowed by network.allow',
-      bytesUp: res.bytesUp,
-      bytesDown: res.bytesDown,
-      durationMs: Date.now() - started,
-    });
+    this.emitAllowed(protocol, r.host, port, r.address, res, started);
   }
 
   /** The relay through Node streams (the only one when bytes must be inspected). */
@@ -467,7 +483,7 @@ export class SandboxEgress {
         port,
         address: r.address,
         decision: blocked ? 'deny' : 'allow',
-        reason: blocked?.reason ?? 'allowed by network.allow',
+        reason: blocked?.reason ?? ALLOWED_REASON,
         ...(blocked ? { code: blocked.alert, alert: blocked.alert } : {}),
         bytesUp,
         bytesDown,
@@ -704,17 +720,7 @@ export class SandboxEgress {
         },
         fail: sendText,
         report: (bytesUp, bytesDown) =>
-          this.emit({
-            protocol,
-            host: hostKey,
-            port,
-            address: vetted.address,
-            decision: 'allow',
-            reason: 'allowed by network.allow',
-            bytesUp,
-            bytesDown,
-            durationMs: Date.now() - started,
-          }),
+          this.emitAllowed(protocol, hostKey, port, vetted.address, { bytesUp, bytesDown }, started),
       });
     }
     let bytesUp = 0;
@@ -820,18 +826,15 @@ export class SandboxEgress {
     });
     const finish = (): void => {
       if (blocked) return; // the deny was reported when the body was cut
-      this.emit({
+      this.emitAllowed(
         protocol,
-        host: hostKey,
+        hostKey,
         port,
-        address: vetted.address,
-        decision: 'allow',
-        reason: 'allowed by network.allow',
-        bytesUp,
-        bytesDown,
-        durationMs: Date.now() - started,
-        ...(swapped.length ? { secretsSwapped: swapped } : {}),
-      });
+        vetted.address,
+        { bytesUp, bytesDown },
+        started,
+        swapped.length ? { secretsSwapped: swapped } : {},
+      );
     };
     res.on('close', finish);
     upstream.on('error', (e) => {

@@ -10,6 +10,7 @@ import { mkdtempSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { libc } from '../../src/backends/namespaces/libc.privileged.js';
 import { MitmCa } from '../../src/egress/mitm.js';
 import type { Dialer, Resolver } from '../../src/egress/vet.js';
 
@@ -143,4 +144,24 @@ export async function startTestServers(): Promise<TestServers> {
       await Promise.all(servers.map((s) => new Promise((r) => s.close(() => r(undefined)))));
     },
   };
+}
+
+/** A listening (tcp) or bound (udp) socket on 127.0.0.1:port, as the backend's plumbing makes them. */
+export function listenFd(kind: 'tcp' | 'udp', port: number): number {
+  const c = libc();
+  const fd = c.socket(2 /* AF_INET */, (kind === 'tcp' ? 1 : 2) | 0o4000 | 0o2000000, 0);
+  if (fd < 0) throw new Error(`socket: errno ${c.errno()}`);
+  const one = Buffer.alloc(4);
+  one.writeInt32LE(1);
+  c.setsockopt(fd, 1 /* SOL_SOCKET */, 2 /* SO_REUSEADDR */, one, 4);
+  const sa = Buffer.alloc(16);
+  sa.writeUInt16LE(2, 0);
+  sa.writeUInt16BE(port, 2);
+  sa.set([127, 0, 0, 1], 4);
+  if (c.bind(fd, sa, 16) !== 0 || (kind === 'tcp' && c.listen(fd, 1024) !== 0)) {
+    const e = c.errno();
+    c.close(fd);
+    throw new Error(`bind/listen 127.0.0.1:${port}: errno ${e}`);
+  }
+  return fd;
 }

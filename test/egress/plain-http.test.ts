@@ -16,7 +16,6 @@ import {
 } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { libc } from '../../src/backends/namespaces/libc.privileged.js';
 import { silentLogger, type EgressPlumbing } from '../../src/core/backend.js';
 import type { EgressEvent } from '../../src/egress/events.js';
 import { EgressGateway, type SandboxEgress } from '../../src/egress/gateway.js';
@@ -24,7 +23,7 @@ import { ChunkedDecoder, parseResponseHead } from '../../src/egress/http-head.js
 import { NetworkPolicySchema } from '../../src/policy/network.js';
 import { canRunNamespaces } from '../helpers.js';
 import { startEgressWorld, until, type EgressWorld } from './harness.js';
-import { ALLOWED, assertPrivateNetns, guardedDialer, SECRET_HOST, testResolver } from './net.js';
+import { ALLOWED, assertPrivateNetns, guardedDialer, listenFd, SECRET_HOST, testResolver } from './net.js';
 
 assertPrivateNetns();
 
@@ -157,25 +156,6 @@ function serve(sock: Socket, method: string, path: string): void {
 // ---- a gateway whose "sandbox" listeners are plain sockets in this namespace ---------------------
 
 let nextPort = 25000;
-
-function listenFd(kind: 'tcp' | 'udp', port: number): number {
-  const c = libc();
-  const fd = c.socket(2 /* AF_INET */, (kind === 'tcp' ? 1 : 2) | 0o4000 | 0o2000000, 0);
-  if (fd < 0) throw new Error(`socket: errno ${c.errno()}`);
-  const one = Buffer.alloc(4);
-  one.writeInt32LE(1);
-  c.setsockopt(fd, 1 /* SOL_SOCKET */, 2 /* SO_REUSEADDR */, one, 4);
-  const sa = Buffer.alloc(16);
-  sa.writeUInt16LE(2, 0);
-  sa.writeUInt16BE(port, 2);
-  sa.set([127, 0, 0, 1], 4);
-  if (c.bind(fd, sa, 16) !== 0 || (kind === 'tcp' && c.listen(fd, 1024) !== 0)) {
-    const e = c.errno();
-    c.close(fd);
-    throw new Error(`bind/listen 127.0.0.1:${port}: errno ${e}`);
-  }
-  return fd;
-}
 
 interface Attached {
   readonly gw: EgressGateway;
