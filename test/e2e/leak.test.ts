@@ -48,6 +48,23 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   }, 180_000);
 
+  it('kill() resolves with nothing of the sandbox running; close() waits for the deferred host teardown', async () => {
+    for (let i = 0; i < 5; i++) {
+      const sbx = await Sandbox.create(
+        i % 2 ? {} : { workspace: { mode: 'cow', hostDir: '/usr/share/doc' } },
+        { airlock },
+      );
+      await sbx.exec('sleep 100', { background: true });
+      await sbx.exec('true');
+      await sbx.kill();
+      // No polling: every process is gone the moment kill() resolves.
+      expect(residue().processes).toEqual([]);
+    }
+    await airlock.close();
+    // No polling either: close() resolved only after every teardown finished.
+    expect(residue()).toEqual(NO_RESIDUE);
+  });
+
   it('a crashed exec (bwrap setup failure) leaves nothing behind', async () => {
     const sbx = await Sandbox.create({}, { airlock });
     const r = await sbx.exec('true', { cwd: '/does/not/exist' });

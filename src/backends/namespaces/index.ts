@@ -119,6 +119,8 @@ export class NamespacesBackend implements BackendV1 {
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
   private refillTimer: NodeJS.Immediate | undefined;
+  /** Releases of killed sandboxes' host state still in progress (see NamespacesSandbox.destroy). */
+  private readonly teardowns = new Set<Promise<void>>();
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
   private forksSeen = false;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
@@ -143,9 +145,27 @@ export class NamespacesBackend implements BackendV1 {
     this.snapshots = {
       list: async () => store.list().filter((r) => r.backend === this.name),
       get: async (d) => mine(store.get(d)),
-      users: async (d) => store.users(d),
-      remove: (d) => store.remove(d, async () => void (await this.reapOrphans())),
+      // A killed sandbox lists its layers until its teardown has unmounted them.
+      users: async (d) => (await this.teardownsSettled(), store.users(d)),
+      remove: async (d) => {
+        await this.teardownsSettled();
+        await store.remove(d, async () => void (await this.reapOrphans()));
+      },
     };
+  }
+
+  private trackTeardown(release: Promise<void>): void {
+    const t: Promise<void> = release
+      .catch((e: unknown) => {
+        this.ctx.logger.warn({ err: (e as Error).message }, 'sandbox cleanup incomplete');
+      })
+      .finally(() => this.teardowns.delete(t));
+    this.teardowns.add(t);
+  }
+
+  /** Resolves once every teardown started so far (and any started meanwhile) has settled. */
+  private async teardownsSettled(): Promise<void> {
+    while (this.teardowns.size) await Promise.allSettled([...this.teardowns]);
   }
 
   /** Live sandboxes (of any process on this state dir) whose owner.json lists `digest`. */
@@ -431,6 +451,7 @@ export class NamespacesBackend implements BackendV1 {
         store: this.layerStore,
         sources: [wsSource, homeSource],
         disk,
+        teardown: (release) => this.trackTeardown(release),
       });
     } catch (e) {
       discardLayerUserns(slot);
@@ -439,13 +460,14 @@ export class NamespacesBackend implements BackendV1 {
     }
   }
 
-  /** Release the warm pool (prepared, never used slots). Creating again refills it. */
+  /** Release the warm pool (prepared, never used slots) and wait for killed sandboxes' teardowns. Creating again refills it. */
   async close(): Promise<void> {
     if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
     this.refillTimer = undefined;
     const slots = this.pool.splice(0);
     for (const s of slots) discardLayerUserns(s);
     await Promise.allSettled(slots.map((s) => s.res.release()));
+    await this.teardownsSettled();
   }
 
   async reapOrphans(): Promise<ReapReport> {

@@ -1,6 +1,7 @@
 // One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
 // its whole state (snapshot, pause, resume, destroy).
-import { readdirSync, rmSync, statfsSync } from 'node:fs';
+import { readdirSync, statfsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   BackendProcess,
@@ -51,7 +52,7 @@ export class HostResources {
     await step(() => unmount(join(this.dir, 'disk')));
     await step(() => unmount(join(this.dir, 'netns')));
     await step(() => unmount(join(this.dir, 'pts')));
-    await step(() => rmSync(this.dir, { recursive: true, force: true }));
+    await step(() => rm(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
       throw new AirlockError(
@@ -76,6 +77,11 @@ export interface NamespacesSandboxParts {
   readonly sources: readonly CaptureSource[];
   /** The sandbox's tmpfs disk. */
   readonly disk: string;
+  /**
+   * Takes the release of the host state once every process is gone (mounts, dirs, cgroup dirs, uid
+   * lease): the backend tracks it until it settles, so that close() waits for it.
+   */
+  readonly teardown: (release: Promise<void>) => void;
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -266,7 +272,12 @@ export class NamespacesSandbox implements BackendSandbox {
       // the cgroup while it is frozen, then thaw it, so they die without running another instruction.
       if (this.holds > 0) await this.p.res.cgroup?.killAll();
       await Promise.all([...this.procs].map((p) => p.exited));
-      await this.p.res.release();
+      // Nothing of the sandbox runs once its cgroup is empty (this also catches a process that was
+      // being started while the sandbox was killed). The rest of the host state (mounts, dirs, cgroup
+      // dirs, uid lease) is released after kill resolves, tracked by the backend: its close() waits
+      // for it, and if Airlock dies first the sandbox dir is an orphan the next reaper removes.
+      await this.p.res.cgroup?.killAll();
+      this.p.teardown(this.p.res.release());
     })();
     return this.destroyed;
   }
