@@ -43,7 +43,7 @@ import {
   listCgroups,
   type CgroupLayout,
 } from './cgroups.privileged.js';
-import { bindReadOnly, mappingUserns, mountIdmapped } from './idmap.privileged.js';
+import { bindReadOnly, mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
 import { LayerStore } from './layers.js';
 import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
@@ -79,6 +79,16 @@ interface Slot {
    * backend has started a sandbox on a snapshot (its helper process costs milliseconds).
    */
   layerUserns?: Promise<number | undefined>;
+  /**
+   * The user namespace that idmaps a workspace host dir's owner to this slot's uid, made ahead of
+   * time for the owner of the last host-dir workspace this backend mounted (same reason).
+   */
+  wsUserns?: { readonly owner: WsOwner; readonly fd: Promise<number | undefined> };
+}
+
+interface WsOwner {
+  readonly uid: number;
+  readonly gid: number;
 }
 
 /** Pseudo-terminals per sandbox (its own devpts instance). */
@@ -123,6 +133,8 @@ export class NamespacesBackend implements BackendV1 {
   private readonly teardowns = new Set<Promise<void>>();
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
   private forksSeen = false;
+  /** The owner of the last workspace host dir: warm slots prepare wsUserns for it. */
+  private wsOwner: WsOwner | undefined;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
   protected readonly layerStore: LayerStore;
@@ -311,6 +323,7 @@ export class NamespacesBackend implements BackendV1 {
       while (this.pool.length < this.warmPool)
         this.pool.push(this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
       if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
+      if (this.wsOwner) for (const slot of this.pool) prepareWsUserns(slot, this.wsOwner);
     } catch (e) {
       this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
     }
@@ -345,6 +358,7 @@ export class NamespacesBackend implements BackendV1 {
     const slot = this.pool.pop() ?? this.prepareSlot(want);
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
+    let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
     if (this.warmPool > 0 && this.refillTimer === undefined)
       this.refillTimer = setImmediate(() => this.refill());
     const { id, uid, dir, disk, res } = slot;
@@ -365,6 +379,10 @@ export class NamespacesBackend implements BackendV1 {
       }
       let workspaceDir: string;
       let wsSource: CaptureSource;
+      if (ws.mode === 'empty') {
+        discardUserns(wsUserns?.fd);
+        wsUserns = undefined;
+      }
       if (ws.mode === 'empty' && !layers.length) {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
         wsSource = { area: 'workspace', kind: 'full', dir: workspaceDir };
@@ -376,9 +394,19 @@ export class NamespacesBackend implements BackendV1 {
           const lower = join(dir, 'lower');
           mkdirSync(lower, { mode: 0o755 });
           const st = statSync(hostDir!);
+          const owner: WsOwner = { uid: st.uid, gid: st.gid };
+          this.wsOwner = owner;
+          // Made ahead of time for this very owner and uid, or else now.
+          const same = wsUserns && wsUserns.owner.uid === owner.uid && wsUserns.owner.gid === owner.gid;
+          if (!same) discardUserns(wsUserns?.fd);
+          const preparedFd = same ? wsUserns!.fd : undefined;
+          wsUserns = undefined; // mountIdmappedAll closes it
+          const prepared = await preparedFd;
           // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
           // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
-          const mapped = await mountIdmapped(hostDir!, lower, { uid: st.uid, gid: st.gid }, uid, true);
+          const mapped =
+            (await mountIdmappedAll([{ source: hostDir!, target: lower }], owner, uid, true, prepared)) ===
+            undefined;
           if (!mapped)
             this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
           lowers.push(mapped ? lower : hostDir!);
@@ -455,6 +483,7 @@ export class NamespacesBackend implements BackendV1 {
       });
     } catch (e) {
       discardLayerUserns(slot);
+      discardUserns(wsUserns?.fd);
       await res.release().catch(() => {});
       throw e;
     }
@@ -465,7 +494,10 @@ export class NamespacesBackend implements BackendV1 {
     if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
     this.refillTimer = undefined;
     const slots = this.pool.splice(0);
-    for (const s of slots) discardLayerUserns(s);
+    for (const s of slots) {
+      discardLayerUserns(s);
+      discardUserns(takeWsUserns(s)?.fd);
+    }
     await Promise.allSettled(slots.map((s) => s.res.release()));
     await this.teardownsSettled();
   }
@@ -568,8 +600,25 @@ function prepareLayerUserns(slot: Slot): void {
 }
 
 function discardLayerUserns(slot: Slot): void {
-  void slot.layerUserns?.then((fd) => fd !== undefined && closeSync(fd));
+  discardUserns(slot.layerUserns);
   slot.layerUserns = undefined;
+}
+
+function prepareWsUserns(slot: Slot, owner: WsOwner): void {
+  if (slot.wsUserns && (slot.wsUserns.owner.uid !== owner.uid || slot.wsUserns.owner.gid !== owner.gid)) {
+    discardUserns(takeWsUserns(slot)?.fd);
+  }
+  slot.wsUserns ??= { owner, fd: mappingUserns(owner.uid, owner.gid, slot.uid).catch(() => undefined) };
+}
+
+function takeWsUserns(slot: Slot): Slot['wsUserns'] {
+  const w = slot.wsUserns;
+  slot.wsUserns = undefined;
+  return w;
+}
+
+function discardUserns(fd: Promise<number | undefined> | undefined): void {
+  void fd?.then((n) => n !== undefined && closeSync(n));
 }
 
 function writeOwnerFile(dir: string, meta: OwnerFile): void {
