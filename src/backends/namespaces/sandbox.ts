@@ -17,7 +17,7 @@ import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import type { CgroupHandle } from './cgroups.privileged.js';
 import type { CaptureSource } from './layer-capture.privileged.js';
 import type { CaptureRequest, LayerStore } from './layers.js';
-import { unmount } from './mount.privileged.js';
+import { unmountAsync } from './mount.privileged.js';
 import { interceptTcpInNetns, originalDestination, socketInNetns, withNetns } from './netns.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import type { StateDirs } from './state.js';
@@ -42,16 +42,18 @@ export class HostResources {
     };
     // 1. processes (they pin the mounts), 2. mounts, innermost first (the overlays, then what they
     // lie on), 3. files, 4. uid lease.
+    // Unmounts run off the event loop (unmountAsync), one after the other in this order.
+    const names = readdirOr(this.dir);
+    const unmount = (name: string): Promise<void> =>
+      names.includes(name) ? step(() => unmountAsync(join(this.dir, name))) : Promise.resolve();
     await step(() => this.cgroup?.destroy());
-    await step(() => unmount(join(this.dir, 'ws')));
-    await step(() => unmount(join(this.dir, 'home')));
-    for (const name of readdirOr(this.dir)) {
-      if (/^(ro|layer)-\d+$/.test(name)) await step(() => unmount(join(this.dir, name)));
-    }
-    await step(() => unmount(join(this.dir, 'lower')));
-    await step(() => unmount(join(this.dir, 'disk')));
-    await step(() => unmount(join(this.dir, 'netns')));
-    await step(() => unmount(join(this.dir, 'pts')));
+    await unmount('ws');
+    await unmount('home');
+    for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
+    await unmount('lower');
+    await unmount('disk');
+    await unmount('netns');
+    await unmount('pts');
     await step(() => rm(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
