@@ -15,6 +15,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { mkdir as mkdirAsync, writeFile as writeFileAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   BackendContext,
@@ -129,6 +130,8 @@ export class NamespacesBackend implements BackendV1 {
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
   private refillTimer: NodeJS.Immediate | undefined;
+  /** The refill in progress (close() waits for it: it may be about to add a slot). */
+  private refilling: Promise<void> | undefined;
   /** Releases of killed sandboxes' host state still in progress (see NamespacesSandbox.destroy). */
   private readonly teardowns = new Set<Promise<void>>();
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
@@ -272,23 +275,29 @@ export class NamespacesBackend implements BackendV1 {
 
   /**
    * Host state for one sandbox that does not depend on its spec (uid lease, dirs, a tmpfs disk,
-   * netns, cgroup), made ahead of time so that `create` only applies the spec. Synchronous.
+   * netns, cgroup), made ahead of time so that `create` only applies the spec. The file operations
+   * on the state dir's (journaling) disk run off the event loop.
    */
-  private prepareSlot(limits: Limits): Slot {
+  private async prepareSlot(limits: Limits): Promise<Slot> {
     if (this.etcDir === undefined) {
       this.dirs.ensure();
       this.etcDir = ensureEtc(this.ctx.stateDir);
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
-    const uid = this.dirs.leaseUid(this.uidRange, id, owner);
+    const uid = await this.dirs.leaseUid(this.uidRange, id, owner);
     const dir = this.dirs.sandboxDir(id);
     const res = new HostResources(dir, uid, this.dirs);
     try {
-      mkdirSync(dir, { mode: 0o711 });
-      writeOwnerFile(dir, { id, uid, owner });
+      await mkdirAsync(dir, { mode: 0o711 });
+      // Written in place, not tmp + rename: the dir is new, and a reader that finds the file empty or
+      // partial treats the dir as one being created (see reapOrphans).
+      await writeFileAsync(join(dir, 'owner.json'), JSON.stringify({ id, uid, owner } satisfies OwnerFile), {
+        mode: 0o600,
+        flag: 'wx',
+      });
       const disk = join(dir, 'disk');
-      mkdirSync(disk, { mode: 0o700 });
+      await mkdirAsync(disk, { mode: 0o700 });
       mountTmpfs(disk, limits.diskBytes, uid, 0o700);
       const slot: Slot = {
         id,
@@ -305,7 +314,7 @@ export class NamespacesBackend implements BackendV1 {
         ptsDir: join(dir, 'pts'),
       };
       createNetns(slot.netnsFile);
-      mkdirSync(slot.ptsDir, { mode: 0o755 });
+      await mkdirAsync(slot.ptsDir, { mode: 0o755 });
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;
@@ -316,17 +325,24 @@ export class NamespacesBackend implements BackendV1 {
   }
 
   /** Keep `warmPool` slots ready. Runs from setImmediate right after a create, i.e. typically while
-   *  the caller's first command is starting in bwrap on another core. */
+   *  the caller's first command is starting in bwrap on another core. One refill at a time. */
   private refill(): void {
     this.refillTimer = undefined;
-    try {
-      while (this.pool.length < this.warmPool)
-        this.pool.push(this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
-      if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
-      if (this.wsOwner) for (const slot of this.pool) prepareWsUserns(slot, this.wsOwner);
-    } catch (e) {
-      this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
-    }
+    if (this.refilling) return; // its loop sees the slot just taken
+    const run = async (): Promise<void> => {
+      try {
+        while (this.pool.length < this.warmPool)
+          this.pool.push(await this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
+        if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
+        if (this.wsOwner) for (const slot of this.pool) prepareWsUserns(slot, this.wsOwner);
+      } catch (e) {
+        this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
+      }
+    };
+    const p: Promise<void> = run().finally(() => {
+      if (this.refilling === p) this.refilling = undefined;
+    });
+    this.refilling = p;
   }
 
   /**
@@ -355,7 +371,7 @@ export class NamespacesBackend implements BackendV1 {
     if (layers.length) this.layerStore.resolveChain(layers, ws, this.name);
 
     const want = this.hostLimits(spec.limits);
-    const slot = this.pool.pop() ?? this.prepareSlot(want);
+    const slot = this.pool.pop() ?? (await this.prepareSlot(want));
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
     let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
@@ -493,6 +509,7 @@ export class NamespacesBackend implements BackendV1 {
   async close(): Promise<void> {
     if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
     this.refillTimer = undefined;
+    while (this.refilling) await this.refilling;
     const slots = this.pool.splice(0);
     for (const s of slots) {
       discardLayerUserns(s);
@@ -543,7 +560,7 @@ export class NamespacesBackend implements BackendV1 {
         .destroy()
         .catch(() => {});
     }
-    for (const l of deadLeases) this.dirs.releaseUid(l.uid);
+    for (const l of deadLeases) await this.dirs.releaseUid(l.uid);
     // After the orphans' mounts are gone: interrupted captures and removals (never a whole layer).
     this.layerStore.reap();
     return { sandboxes: reaped };
