@@ -1,10 +1,12 @@
 // The sandbox contract against the namespaces tier (bubblewrap + cgroups + overlayfs + seccomp).
-import { chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Sandbox } from '../../src/index.js';
-import { canRunNamespaces, SKIP_REASON, testAirlock } from '../helpers.js';
+import { canRunNamespaces, SKIP_REASON, TEST_STATE_DIR, testAirlock } from '../helpers.js';
 import { sandboxContract } from './sandbox.contract.js';
 
 if (canRunNamespaces) {
@@ -15,7 +17,7 @@ if (canRunNamespaces) {
   });
 }
 
-describe.skipIf(!canRunNamespaces)(`namespaces: warm slots (${SKIP_REASON})`, () => {
+describe.skipIf(!canRunNamespaces)(`namespaces tier (${SKIP_REASON})`, () => {
   const airlock = testAirlock();
   const dirs: string[] = [];
   afterAll(async () => {
@@ -49,6 +51,36 @@ describe.skipIf(!canRunNamespaces)(`namespaces: warm slots (${SKIP_REASON})`, ()
       } finally {
         await sbx.kill();
       }
+    }
+  });
+
+  // Each exec's process is moved into the sandbox's cgroups (memory, pids, cpu, freezer) before
+  // bwrap starts; if that fails, the command must not run at all.
+  it('a command whose process cannot be put in its cgroup never runs', async () => {
+    const sbx = await Sandbox.create({}, { airlock });
+    try {
+      expect((await sbx.exec('echo first')).stdout).toBe('first\n'); // the cgroup files are in use
+      const name = `${createHash('sha256').update(TEST_STATE_DIR).digest('hex').slice(0, 8)}-${sbx.id}`;
+      // No process between execs, so it can be removed (v1's pids hierarchy, or the v2 cgroup) once
+      // the last exec's exited tasks are released.
+      const dir = [`/sys/fs/cgroup/pids/airlock/${name}`, `/sys/fs/cgroup/airlock/${name}`].find((d) =>
+        existsSync(d),
+      )!;
+      for (let i = 0; ; i++) {
+        try {
+          rmdirSync(dir);
+          break;
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== 'EBUSY' || i >= 200) throw e;
+          await sleep(10);
+        }
+      }
+      const marker = join(TEST_STATE_DIR, 'sandboxes', sbx.id, 'disk', 'tmp', 'ran');
+      const r = await sbx.exec('touch /tmp/ran');
+      expect(r.exitCode).not.toBe(0);
+      expect(existsSync(marker)).toBe(false);
+    } finally {
+      await sbx.kill();
     }
   });
 });

@@ -11,7 +11,7 @@
 //  4. Take a pidfd on the (still blocked) init, so kill() can never hit a recycled pid, and release
 //     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
 import { spawn, type ChildProcess } from 'node:child_process';
-import type { Readable, Writable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
@@ -35,7 +35,7 @@ export interface StartOptions {
   readonly seccomp: Buffer;
   readonly stdin: boolean;
   /** Place a process (the trampoline, before it runs anything) in the sandbox's cgroups. */
-  readonly enroll: (pid: number) => void;
+  readonly enroll: (pid: number) => Promise<void>;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
 }
@@ -89,14 +89,19 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
     };
   }
   try {
-    o.enroll(child.pid);
+    await o.enroll(child.pid);
   } catch (e) {
     child.kill('SIGKILL');
     gate.destroy();
     await exitedP;
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-      // The sandbox is being destroyed (its cgroup is gone): the command never ran.
-      return { stdout: child.stdout!, stderr: child.stderr!, stdin: null, exited: exitedP, kill };
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENODEV') {
+      // The sandbox is being destroyed (its cgroup is gone): the command never ran and printed
+      // nothing. Fresh empty streams: the trampoline's may already be destroyed (see childExited).
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      const none = (): Readable => Readable.from([]);
+      return { stdout: none(), stderr: none(), stdin: null, exited: exitedP, kill };
     }
     throw new AirlockError(
       'INTERNAL',

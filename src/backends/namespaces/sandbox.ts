@@ -115,7 +115,7 @@ export class NamespacesSandbox implements BackendSandbox {
       seccomp: this.p.seccomp,
       stdin: req.stdin,
       enterNetns: (f) => withNetns(this.p.netnsFile, f),
-      enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
+      enroll: (pid) => this.p.res.cgroup!.enroll(pid),
     });
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));
