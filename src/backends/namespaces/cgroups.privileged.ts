@@ -10,10 +10,10 @@ import {
   openSync,
   readFileSync,
   readdirSync,
-  rmdirSync,
   write,
   writeFileSync,
 } from 'node:fs';
+import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LimitCounters } from '../../core/backend.js';
@@ -106,7 +106,11 @@ export interface CgroupHandle {
   destroy(): Promise<void>;
 }
 
-export function createCgroup(layout: CgroupLayout, id: string, limits: Limits): CgroupHandle {
+/**
+ * Make a sandbox's cgroup(s) with its limits written. The mkdirs run off the event loop: they take
+ * the kernel's cgroup_mutex, which an enrolment waiting on the threadgroup lock may hold for a while.
+ */
+export async function createCgroup(layout: CgroupLayout, id: string, limits: Limits): Promise<CgroupHandle> {
   if (layout.version === 0)
     throw new AirlockError('BACKEND_UNAVAILABLE', `cgroups unavailable: ${layout.reason}`);
   return layout.version === 1 ? createV1(layout.mounts, id, limits) : createV2(layout.root, id, limits);
@@ -148,16 +152,23 @@ export function attachCgroup(layout: CgroupLayout, dirs: readonly string[]): Cgr
 
 // ---- v1 -------------------------------------------------------------------------------------------
 
-function createV1(mounts: Readonly<Record<string, string>>, id: string, limits: Limits): CgroupHandle {
+async function createV1(
+  mounts: Readonly<Record<string, string>>,
+  id: string,
+  limits: Limits,
+): Promise<CgroupHandle> {
   const dirs: string[] = [];
   for (const ctl of [...REQUIRED, 'freezer'] as const) {
     const mount = mounts[ctl];
     if (!mount) continue;
     const dir = join(mount, GROUP, id);
-    if (!dirs.includes(dir)) {
-      mkdirSync(dir, { recursive: true });
-      dirs.push(dir);
-    }
+    if (!dirs.includes(dir)) dirs.push(dir);
+  }
+  const made = await Promise.allSettled(dirs.map((d) => mkdir(d, { recursive: true })));
+  const failed = made.find((r) => r.status === 'rejected');
+  if (failed) {
+    await Promise.allSettled(dirs.filter((_, i) => made[i]!.status === 'fulfilled').map((d) => rmdir(d)));
+    throw (failed as PromiseRejectedResult).reason;
   }
   const h = v1Handle(mounts, dirs);
   h.setLimits(limits);
@@ -245,7 +256,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
 
 // ---- v2 -------------------------------------------------------------------------------------------
 
-function createV2(root: string, id: string, limits: Limits): CgroupHandle {
+async function createV2(root: string, id: string, limits: Limits): Promise<CgroupHandle> {
   const parent = join(root, GROUP);
   if (!existsSync(parent)) {
     mkdirSync(parent, { recursive: true });
@@ -257,7 +268,7 @@ function createV2(root: string, id: string, limits: Limits): CgroupHandle {
     if (want.length) writeFileSync(join(d, 'cgroup.subtree_control'), want.map((c) => `+${c}`).join(' '));
   }
   const dir = join(parent, id);
-  mkdirSync(dir);
+  await mkdir(dir);
   const h = v2Handle(dir);
   h.setLimits(limits);
   return h;
@@ -409,7 +420,7 @@ async function removeDirs(dirs: readonly string[]): Promise<void> {
   for (const d of dirs) {
     for (let attempt = 0; ; attempt++) {
       try {
-        rmdirSync(d);
+        await rmdir(d); // off the event loop, like mkdir (cgroup_mutex)
         break;
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;

@@ -316,7 +316,7 @@ export class NamespacesBackend implements BackendV1 {
       createNetns(slot.netnsFile);
       await mkdirAsync(slot.ptsDir, { mode: 0o755 });
       mountDevpts(slot.ptsDir, MAX_PTYS);
-      res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, limits);
+      res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;
     } catch (e) {
       void res.release().catch(() => {});
