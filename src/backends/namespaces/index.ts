@@ -319,7 +319,7 @@ export class NamespacesBackend implements BackendV1 {
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;
     } catch (e) {
-      void res.release().catch(() => {});
+      this.trackTeardown(res.release()); // close() waits for it like for a killed sandbox's
       throw e;
     }
   }
@@ -505,7 +505,10 @@ export class NamespacesBackend implements BackendV1 {
     }
   }
 
-  /** Release the warm pool (prepared, never used slots) and wait for killed sandboxes' teardowns. Creating again refills it. */
+  /**
+   * Release the warm pool (prepared, never used slots) and wait for killed sandboxes' teardowns.
+   * Creating again refills it.
+   */
   async close(): Promise<void> {
     if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
     this.refillTimer = undefined;
