@@ -92,6 +92,9 @@ interface WsOwner {
   readonly gid: number;
 }
 
+/** When the warm pool is refilled after a create if no process of the new sandbox has started. */
+const REFILL_FALLBACK_MS = 10;
+
 /** Pseudo-terminals per sandbox (its own devpts instance). */
 const MAX_PTYS = 64;
 
@@ -129,7 +132,8 @@ export class NamespacesBackend implements BackendV1 {
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
-  private refillTimer: NodeJS.Immediate | undefined;
+  /** A refill due: started when a sandbox's process has started, or REFILL_FALLBACK_MS after create. */
+  private refillTimer: NodeJS.Timeout | undefined;
   /** The refill in progress (close() waits for it: it may be about to add a slot). */
   private refilling: Promise<void> | undefined;
   /** Releases of killed sandboxes' host state still in progress (see NamespacesSandbox.destroy). */
@@ -324,8 +328,18 @@ export class NamespacesBackend implements BackendV1 {
     }
   }
 
-  /** Keep `warmPool` slots ready. Runs from setImmediate right after a create, i.e. typically while
-   *  the caller's first command is starting in bwrap on another core. One refill at a time. */
+  /** A sandbox's process has started: run a due refill now, while that command runs on another core. */
+  private processStarted(): void {
+    if (this.refillTimer === undefined) return;
+    clearTimeout(this.refillTimer);
+    this.refill();
+  }
+
+  /**
+   * Keep `warmPool` slots ready. Runs once the new sandbox's first process has started (not while
+   * it is starting: the event loop's turns then are on that command's critical path), or shortly
+   * after create if none starts. One refill at a time.
+   */
   private refill(): void {
     this.refillTimer = undefined;
     if (this.refilling) return; // its loop sees the slot just taken
@@ -376,7 +390,7 @@ export class NamespacesBackend implements BackendV1 {
     else discardLayerUserns(slot);
     let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
     if (this.warmPool > 0 && this.refillTimer === undefined)
-      this.refillTimer = setImmediate(() => this.refill());
+      this.refillTimer = setTimeout(() => this.refill(), REFILL_FALLBACK_MS);
     const { id, uid, dir, disk, res } = slot;
     try {
       if (slot.diskBytes !== spec.limits.diskBytes) resizeTmpfs(disk, spec.limits.diskBytes);
@@ -496,6 +510,7 @@ export class NamespacesBackend implements BackendV1 {
         sources: [wsSource, homeSource],
         disk,
         teardown: (release) => this.trackTeardown(release),
+        processStarted: () => this.processStarted(),
       });
     } catch (e) {
       discardLayerUserns(slot);
@@ -510,7 +525,7 @@ export class NamespacesBackend implements BackendV1 {
    * Creating again refills it.
    */
   async close(): Promise<void> {
-    if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
+    clearTimeout(this.refillTimer);
     this.refillTimer = undefined;
     while (this.refilling) await this.refilling;
     const slots = this.pool.splice(0);

@@ -84,6 +84,8 @@ export interface NamespacesSandboxParts {
    * lease): the backend tracks it until it settles, so that close() waits for it.
    */
   readonly teardown: (release: Promise<void>) => void;
+  /** Told each time a process of the sandbox has started (the backend then refills its warm pool). */
+  readonly processStarted?: () => void;
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -120,6 +122,7 @@ export class NamespacesSandbox implements BackendSandbox {
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));
     if (this.destroyed) p.kill();
+    this.p.processStarted?.();
     return p;
   }
 
