@@ -71,6 +71,15 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
       // No polling: every process is dead the moment kill() resolves.
       expect(alive(residue().processes)).toEqual([]);
     }
+    // An exec still starting (its cgroup enrolment in flight) when kill() is called.
+    for (let i = 0; i < 10; i++) {
+      const sbx = await Sandbox.create({}, { airlock });
+      const run = sbx.exec('sleep 100').catch(() => undefined);
+      if (i % 2) await sleep(i); // at different points of the start
+      await sbx.kill();
+      expect(alive(residue().processes)).toEqual([]);
+      await run;
+    }
     await airlock.close();
     // No polling either: close() resolved only after every teardown finished.
     const r = residue();

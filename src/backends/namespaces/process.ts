@@ -36,6 +36,8 @@ export interface StartOptions {
   readonly stdin: boolean;
   /** Place a process (the trampoline, before it runs anything) in the sandbox's cgroups. */
   readonly enroll: (pid: number) => Promise<void>;
+  /** True once the sandbox is being destroyed: the gate then never opens. */
+  readonly cancelled?: () => boolean;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
 }
@@ -88,21 +90,24 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       kill,
     };
   }
-  try {
-    await o.enroll(child.pid);
-  } catch (e) {
+  // The command never runs (it printed nothing): the trampoline dies at its gate. Fresh empty
+  // streams, since the trampoline's may already be destroyed (see childExited).
+  const neverRan = async (): Promise<BackendProcess> => {
     child.kill('SIGKILL');
     gate.destroy();
     await exitedP;
+    child.stdout?.destroy();
+    child.stderr?.destroy();
+    const none = (): Readable => Readable.from([]);
+    return { stdout: none(), stderr: none(), stdin: null, exited: exitedP, kill };
+  };
+  try {
+    await o.enroll(child.pid);
+  } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENODEV') {
-      // The sandbox is being destroyed (its cgroup is gone): the command never ran and printed
-      // nothing. Fresh empty streams: the trampoline's may already be destroyed (see childExited).
-      child.stdout?.destroy();
-      child.stderr?.destroy();
-      const none = (): Readable => Readable.from([]);
-      return { stdout: none(), stderr: none(), stdin: null, exited: exitedP, kill };
-    }
+    // The sandbox is being destroyed (its cgroup is gone).
+    if (code === 'ENOENT' || code === 'ENODEV') return neverRan();
+    await neverRan();
     throw new AirlockError(
       'INTERNAL',
       `could not place sandbox process in its cgroup: ${(e as Error).message}`,
@@ -111,6 +116,9 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       },
     );
   }
+  // Killed while the enrolment was in flight: its final cgroup sweep may already be done, so the
+  // gate must stay shut (kill() promises that nothing of the sandbox runs once it resolves).
+  if (o.cancelled?.()) return neverRan();
   pipes.args.end(Buffer.from(o.options.map((s) => `${s}\0`).join('')));
   pipes.seccomp.end(o.seccomp);
   gate.end('go\n');

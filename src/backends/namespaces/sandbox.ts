@@ -93,6 +93,8 @@ export class NamespacesSandbox implements BackendSandbox {
   readonly hostUid: number;
   protected layout: BwrapLayout;
   protected readonly procs = new Set<BackendProcess>();
+  /** Cgroup enrolments in flight: processes about to start (or, if destroyed meanwhile, not to). */
+  private readonly enrolling = new Set<Promise<void>>();
   private readonly captures = new Set<Promise<unknown>>();
   protected destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
@@ -117,7 +119,14 @@ export class NamespacesSandbox implements BackendSandbox {
       seccomp: this.p.seccomp,
       stdin: req.stdin,
       enterNetns: (f) => withNetns(this.p.netnsFile, f),
-      enroll: (pid) => this.p.res.cgroup!.enroll(pid),
+      enroll: (pid) => {
+        const e = this.p.res.cgroup!.enroll(pid);
+        this.enrolling.add(e);
+        const done = (): boolean => this.enrolling.delete(e);
+        e.then(done, done);
+        return e;
+      },
+      cancelled: () => this.destroyed !== undefined,
     });
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));
@@ -272,6 +281,9 @@ export class NamespacesSandbox implements BackendSandbox {
       // thaw happens before the cgroup is removed.
       await Promise.allSettled([...this.captures]);
       await this.freezeQueue;
+      // A process whose enrolment is in flight either starts inside the cgroup before the sweep
+      // below or sees `destroyed` and never starts (process.ts): wait until it has done either.
+      await Promise.allSettled([...this.enrolling]);
       for (const p of this.procs) p.kill();
       // Frozen (paused) processes do not act on SIGKILL until thawed (cgroup v1): kill everything in
       // the cgroup while it is frozen, then thaw it, so they die without running another instruction.
