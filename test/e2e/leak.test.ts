@@ -48,6 +48,44 @@ describe.skipIf(!canRunNamespaces)(`leaks (${SKIP_REASON})`, () => {
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   }, 180_000);
 
+  it('kill() resolves with nothing of the sandbox running; close() waits for the deferred host teardown', async () => {
+    // A zombie runs nothing; bwrap's pid-1 can be one briefly (its monitor exits without reaping it
+    // and the host's init reaps it), which residue() counts: look only at processes that are alive.
+    const alive = (pids: number[]): number[] =>
+      pids.filter((p) => {
+        try {
+          const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+          return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+        } catch {
+          return false; // gone
+        }
+      });
+    for (let i = 0; i < 5; i++) {
+      const sbx = await Sandbox.create(
+        i % 2 ? {} : { workspace: { mode: 'cow', hostDir: '/usr/share/doc' } },
+        { airlock },
+      );
+      await sbx.exec('sleep 100', { background: true });
+      await sbx.exec('true');
+      await sbx.kill();
+      // No polling: every process is dead the moment kill() resolves.
+      expect(alive(residue().processes)).toEqual([]);
+    }
+    // An exec still starting (its cgroup enrolment in flight) when kill() is called.
+    for (let i = 0; i < 10; i++) {
+      const sbx = await Sandbox.create({}, { airlock });
+      const run = sbx.exec('sleep 100').catch(() => undefined);
+      if (i % 2) await sleep(i); // at different points of the start
+      await sbx.kill();
+      expect(alive(residue().processes)).toEqual([]);
+      await run;
+    }
+    await airlock.close();
+    // No polling either: close() resolved only after every teardown finished.
+    const r = residue();
+    expect({ ...r, processes: alive(r.processes) }).toEqual(NO_RESIDUE);
+  });
+
   it('a crashed exec (bwrap setup failure) leaves nothing behind', async () => {
     const sbx = await Sandbox.create({}, { airlock });
     const r = await sbx.exec('true', { cwd: '/does/not/exist' });

@@ -2,7 +2,18 @@
 // cgroup v1 (one hierarchy per controller, as on this Debian host) and v2 (unified) are both
 // supported; the layout is detected at runtime from /proc/self/mountinfo. Writes are direct fs
 // syscalls (~0.4 ms for a whole sandbox), never spawned shell commands.
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  write,
+  writeFileSync,
+} from 'node:fs';
+import { mkdir, rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LimitCounters } from '../../core/backend.js';
@@ -64,6 +75,14 @@ export interface CgroupHandle {
   readonly dirs: readonly string[];
   /** Move a process (and, from then on, all its future children) into the sandbox's cgroups. */
   addProcess(pid: number): void;
+  /**
+   * addProcess off the event loop; resolves once the process is in every one of the cgroups. A
+   * cgroup.procs write takes the kernel's global threadgroup lock, whose write side waits for
+   * forks and exits host-wide to drain and, after a quiet spell, for an RCU grace period: on a busy
+   * host that is milliseconds, which must not stall Airlock's event loop. The cgroup.procs files
+   * are opened once per sandbox and written from libuv's thread pool.
+   */
+  enroll(pid: number): Promise<void>;
   counters(): LimitCounters;
   /**
    * Tasks the pids controller still charges to the cgroup: live ones, and dead ones the kernel has
@@ -87,7 +106,11 @@ export interface CgroupHandle {
   destroy(): Promise<void>;
 }
 
-export function createCgroup(layout: CgroupLayout, id: string, limits: Limits): CgroupHandle {
+/**
+ * Make a sandbox's cgroup(s) with its limits written. The mkdirs run off the event loop: they take
+ * the kernel's cgroup_mutex, which an enrolment waiting on the threadgroup lock may hold for a while.
+ */
+export async function createCgroup(layout: CgroupLayout, id: string, limits: Limits): Promise<CgroupHandle> {
   if (layout.version === 0)
     throw new AirlockError('BACKEND_UNAVAILABLE', `cgroups unavailable: ${layout.reason}`);
   return layout.version === 1 ? createV1(layout.mounts, id, limits) : createV2(layout.root, id, limits);
@@ -129,16 +152,23 @@ export function attachCgroup(layout: CgroupLayout, dirs: readonly string[]): Cgr
 
 // ---- v1 -------------------------------------------------------------------------------------------
 
-function createV1(mounts: Readonly<Record<string, string>>, id: string, limits: Limits): CgroupHandle {
+async function createV1(
+  mounts: Readonly<Record<string, string>>,
+  id: string,
+  limits: Limits,
+): Promise<CgroupHandle> {
   const dirs: string[] = [];
   for (const ctl of [...REQUIRED, 'freezer'] as const) {
     const mount = mounts[ctl];
     if (!mount) continue;
     const dir = join(mount, GROUP, id);
-    if (!dirs.includes(dir)) {
-      mkdirSync(dir, { recursive: true });
-      dirs.push(dir);
-    }
+    if (!dirs.includes(dir)) dirs.push(dir);
+  }
+  const made = await Promise.allSettled(dirs.map((d) => mkdir(d, { recursive: true })));
+  const failed = made.find((r) => r.status === 'rejected');
+  if (failed) {
+    await Promise.allSettled(dirs.filter((_, i) => made[i]!.status === 'fulfilled').map((d) => rmdir(d)));
+    throw (failed as PromiseRejectedResult).reason;
   }
   const h = v1Handle(mounts, dirs);
   h.setLimits(limits);
@@ -155,6 +185,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
   const freezerDir = under('freezer');
   const cpuDir = under('cpu');
   const freezerState = freezerDir ? join(freezerDir, 'freezer.state') : undefined;
+  const procs = procsWriter(dirs);
   const handle: CgroupHandle = {
     dirs,
     canFreeze: freezerState !== undefined,
@@ -174,6 +205,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
     addProcess(pid) {
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
     },
+    enroll: (pid) => procs.enroll(pid),
     setLimits(limits) {
       // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
       // v1 requires limit <= memsw at every step: raise memsw first, lower it last.
@@ -214,6 +246,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
       }
     },
     async destroy() {
+      await procs.close();
       await handle.killAll();
       await removeDirs(dirs);
     },
@@ -223,7 +256,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
 
 // ---- v2 -------------------------------------------------------------------------------------------
 
-function createV2(root: string, id: string, limits: Limits): CgroupHandle {
+async function createV2(root: string, id: string, limits: Limits): Promise<CgroupHandle> {
   const parent = join(root, GROUP);
   if (!existsSync(parent)) {
     mkdirSync(parent, { recursive: true });
@@ -235,7 +268,7 @@ function createV2(root: string, id: string, limits: Limits): CgroupHandle {
     if (want.length) writeFileSync(join(d, 'cgroup.subtree_control'), want.map((c) => `+${c}`).join(' '));
   }
   const dir = join(parent, id);
-  mkdirSync(dir);
+  await mkdir(dir);
   const h = v2Handle(dir);
   h.setLimits(limits);
   return h;
@@ -244,6 +277,7 @@ function createV2(root: string, id: string, limits: Limits): CgroupHandle {
 function v2Handle(dir: string): CgroupHandle {
   const freezeFile = join(dir, 'cgroup.freeze');
   const canFreeze = existsSync(freezeFile);
+  const procs = procsWriter([dir]);
   const handle: CgroupHandle = {
     dirs: [dir],
     canFreeze,
@@ -263,6 +297,7 @@ function v2Handle(dir: string): CgroupHandle {
     addProcess(pid) {
       writeFileSync(join(dir, 'cgroup.procs'), String(pid));
     },
+    enroll: (pid) => procs.enroll(pid),
     setLimits(limits) {
       writeFileSync(join(dir, 'memory.max'), String(limits.memoryBytes));
       if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
@@ -288,6 +323,7 @@ function v2Handle(dir: string): CgroupHandle {
       }
     },
     async destroy() {
+      await procs.close();
       await handle.killAll();
       await removeDirs([dir]);
     },
@@ -325,6 +361,41 @@ function cpuQuotaUs(limits: Limits): number {
   return Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US));
 }
 
+/**
+ * Writes pids to the cgroup.procs files of `dirs` (opened on first use) from the thread pool.
+ * close() waits for writes in flight before it closes the fds: a queued write must never find its fd
+ * number reused by another file.
+ */
+function procsWriter(dirs: readonly string[]): {
+  enroll(pid: number): Promise<void>;
+  close(): Promise<void>;
+} {
+  let fds: number[] | undefined;
+  let closed = false;
+  const inFlight = new Set<Promise<unknown>>();
+  return {
+    async enroll(pid) {
+      if (closed) throw Object.assign(new Error('cgroup removed'), { code: 'ENOENT' });
+      fds ??= dirs.map((d) => openSync(join(d, 'cgroup.procs'), constants.O_WRONLY));
+      const buf = Buffer.from(String(pid));
+      const all = Promise.allSettled(
+        fds.map((fd) => new Promise<void>((res, rej) => write(fd, buf, (err) => (err ? rej(err) : res())))),
+      );
+      inFlight.add(all);
+      const results = await all;
+      inFlight.delete(all);
+      const failed = results.find((r) => r.status === 'rejected');
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+    },
+    async close() {
+      closed = true;
+      await Promise.all([...inFlight]);
+      for (const fd of fds ?? []) closeSync(fd);
+      fds = undefined;
+    },
+  };
+}
+
 function readPids(dir: string): number[] {
   return readOr(join(dir, 'cgroup.procs'), '').split('\n').filter(Boolean).map(Number);
 }
@@ -349,7 +420,7 @@ async function removeDirs(dirs: readonly string[]): Promise<void> {
   for (const d of dirs) {
     for (let attempt = 0; ; attempt++) {
       try {
-        rmdirSync(d);
+        await rmdir(d); // off the event loop, like mkdir (cgroup_mutex)
         break;
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;

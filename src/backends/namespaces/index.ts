@@ -15,6 +15,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { mkdir as mkdirAsync, writeFile as writeFileAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   BackendContext,
@@ -43,7 +44,7 @@ import {
   listCgroups,
   type CgroupLayout,
 } from './cgroups.privileged.js';
-import { bindReadOnly, mappingUserns, mountIdmapped } from './idmap.privileged.js';
+import { bindReadOnly, mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
 import { LayerStore } from './layers.js';
 import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
@@ -85,7 +86,20 @@ interface Slot {
    * backend has started a sandbox on a snapshot (its helper process costs milliseconds).
    */
   layerUserns?: Promise<number | undefined>;
+  /**
+   * The user namespace that idmaps a workspace host dir's owner to this slot's uid, made ahead of
+   * time for the owner of the last host-dir workspace this backend mounted (same reason).
+   */
+  wsUserns?: { readonly owner: WsOwner; readonly fd: Promise<number | undefined> };
 }
+
+interface WsOwner {
+  readonly uid: number;
+  readonly gid: number;
+}
+
+/** When the warm pool is refilled after a create if no process of the new sandbox has started. */
+const REFILL_FALLBACK_MS = 10;
 
 /** Pseudo-terminals per sandbox (its own devpts instance). */
 const MAX_PTYS = 64;
@@ -125,11 +139,18 @@ export class NamespacesBackend implements BackendV1 {
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
-  private refillTimer: NodeJS.Immediate | undefined;
+  /** A refill due: started when a sandbox's process has started, or REFILL_FALLBACK_MS after create. */
+  private refillTimer: NodeJS.Timeout | undefined;
+  /** The refill in progress (close() waits for it: it may be about to add a slot). */
+  private refilling: Promise<void> | undefined;
+  /** Releases of killed sandboxes' host state still in progress (see NamespacesSandbox.destroy). */
+  private readonly teardowns = new Set<Promise<void>>();
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
   private forksSeen = false;
   /** Whether the last create asked for transparent egress: warm slots then prepare it. */
   private interceptAhead = false;
+  /** The owner of the last workspace host dir: warm slots prepare wsUserns for it. */
+  private wsOwner: WsOwner | undefined;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
   protected readonly layerStore: LayerStore;
@@ -152,9 +173,27 @@ export class NamespacesBackend implements BackendV1 {
     this.snapshots = {
       list: async () => store.list().filter((r) => r.backend === this.name),
       get: async (d) => mine(store.get(d)),
-      users: async (d) => store.users(d),
-      remove: (d) => store.remove(d, async () => void (await this.reapOrphans())),
+      // A killed sandbox lists its layers until its teardown has unmounted them.
+      users: async (d) => (await this.teardownsSettled(), store.users(d)),
+      remove: async (d) => {
+        await this.teardownsSettled();
+        await store.remove(d, async () => void (await this.reapOrphans()));
+      },
     };
+  }
+
+  private trackTeardown(release: Promise<void>): void {
+    const t: Promise<void> = release
+      .catch((e: unknown) => {
+        this.ctx.logger.warn({ err: (e as Error).message }, 'sandbox cleanup incomplete');
+      })
+      .finally(() => this.teardowns.delete(t));
+    this.teardowns.add(t);
+  }
+
+  /** Resolves once every teardown started so far (and any started meanwhile) has settled. */
+  private async teardownsSettled(): Promise<void> {
+    while (this.teardowns.size) await Promise.allSettled([...this.teardowns]);
   }
 
   /** Live sandboxes (of any process on this state dir) whose owner.json lists `digest`. */
@@ -251,23 +290,29 @@ export class NamespacesBackend implements BackendV1 {
 
   /**
    * Host state for one sandbox that does not depend on its spec (uid lease, dirs, a tmpfs disk,
-   * netns, cgroup), made ahead of time so that `create` only applies the spec. Synchronous.
+   * netns, cgroup), made ahead of time so that `create` only applies the spec. The file operations
+   * on the state dir's (journaling) disk run off the event loop.
    */
-  private prepareSlot(limits: Limits): Slot {
+  private async prepareSlot(limits: Limits): Promise<Slot> {
     if (this.etcDir === undefined) {
       this.dirs.ensure();
       this.etcDir = ensureEtc(this.ctx.stateDir);
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
-    const uid = this.dirs.leaseUid(this.uidRange, id, owner);
+    const uid = await this.dirs.leaseUid(this.uidRange, id, owner);
     const dir = this.dirs.sandboxDir(id);
     const res = new HostResources(dir, uid, this.dirs);
     try {
-      mkdirSync(dir, { mode: 0o711 });
-      writeOwnerFile(dir, { id, uid, owner });
+      await mkdirAsync(dir, { mode: 0o711 });
+      // Written in place, not tmp + rename: the dir is new, and a reader that finds the file empty or
+      // partial treats the dir as one being created (see reapOrphans).
+      await writeFileAsync(join(dir, 'owner.json'), JSON.stringify({ id, uid, owner } satisfies OwnerFile), {
+        mode: 0o600,
+        flag: 'wx',
+      });
       const disk = join(dir, 'disk');
-      mkdirSync(disk, { mode: 0o700 });
+      await mkdirAsync(disk, { mode: 0o700 });
       mountTmpfs(disk, limits.diskBytes, uid, 0o700);
       const slot: Slot = {
         id,
@@ -284,28 +329,46 @@ export class NamespacesBackend implements BackendV1 {
         ptsDir: join(dir, 'pts'),
       };
       createNetns(slot.netnsFile);
-      mkdirSync(slot.ptsDir, { mode: 0o755 });
+      await mkdirAsync(slot.ptsDir, { mode: 0o755 });
       mountDevpts(slot.ptsDir, MAX_PTYS);
-      res.cgroup = createCgroup(this.layout(), this.cgPrefix + id, limits);
+      res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;
     } catch (e) {
-      void res.release().catch(() => {});
+      this.trackTeardown(res.release()); // close() waits for it like for a killed sandbox's
       throw e;
     }
   }
 
-  /** Keep `warmPool` slots ready. Runs from setImmediate right after a create, i.e. typically while
-   *  the caller's first command is starting in bwrap on another core. */
+  /** A sandbox's process has started: run a due refill now, while that command runs on another core. */
+  private processStarted(): void {
+    if (this.refillTimer === undefined) return;
+    clearTimeout(this.refillTimer);
+    this.refill();
+  }
+
+  /**
+   * Keep `warmPool` slots ready. Runs once the new sandbox's first process has started (not while
+   * it is starting: the event loop's turns then are on that command's critical path), or shortly
+   * after create if none starts. One refill at a time.
+   */
   private refill(): void {
     this.refillTimer = undefined;
-    try {
-      while (this.pool.length < this.warmPool)
-        this.pool.push(this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
-      if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
-      if (this.interceptAhead) for (const slot of this.pool) prepareInterception(slot);
-    } catch (e) {
-      this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
-    }
+    if (this.refilling) return; // its loop sees the slot just taken
+    const run = async (): Promise<void> => {
+      try {
+        while (this.pool.length < this.warmPool)
+          this.pool.push(await this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
+        if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
+        if (this.wsOwner) for (const slot of this.pool) prepareWsUserns(slot, this.wsOwner);
+        if (this.interceptAhead) for (const slot of this.pool) prepareInterception(slot);
+      } catch (e) {
+        this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
+      }
+    };
+    const p: Promise<void> = run().finally(() => {
+      if (this.refilling === p) this.refilling = undefined;
+    });
+    this.refilling = p;
   }
 
   /**
@@ -334,9 +397,10 @@ export class NamespacesBackend implements BackendV1 {
     if (layers.length) this.layerStore.resolveChain(layers, ws, this.name);
 
     const want = this.hostLimits(spec.limits);
-    const slot = this.pool.pop() ?? this.prepareSlot(want);
+    const slot = this.pool.pop() ?? (await this.prepareSlot(want));
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
+    let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
     this.interceptAhead = spec.network?.transparent === true;
     // A netns prepared for transparent egress is for a sandbox whose policy asks for it, no other.
     if (slot.intercepting && !this.interceptAhead) {
@@ -344,12 +408,14 @@ export class NamespacesBackend implements BackendV1 {
         recreateNetns(slot.netnsFile);
         slot.intercepting = false;
       } catch (e) {
+        discardLayerUserns(slot);
+        discardUserns(wsUserns?.fd);
         await slot.res.release().catch(() => {});
         throw e;
       }
     }
     if (this.warmPool > 0 && this.refillTimer === undefined)
-      this.refillTimer = setImmediate(() => this.refill());
+      this.refillTimer = setTimeout(() => this.refill(), REFILL_FALLBACK_MS);
     const { id, uid, dir, disk, res } = slot;
     try {
       if (slot.diskBytes !== spec.limits.diskBytes) resizeTmpfs(disk, spec.limits.diskBytes);
@@ -368,6 +434,10 @@ export class NamespacesBackend implements BackendV1 {
       }
       let workspaceDir: string;
       let wsSource: CaptureSource;
+      if (ws.mode === 'empty') {
+        discardUserns(wsUserns?.fd);
+        wsUserns = undefined;
+      }
       if (ws.mode === 'empty' && !layers.length) {
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
         wsSource = { area: 'workspace', kind: 'full', dir: workspaceDir };
@@ -379,9 +449,19 @@ export class NamespacesBackend implements BackendV1 {
           const lower = join(dir, 'lower');
           mkdirSync(lower, { mode: 0o755 });
           const st = statSync(hostDir!);
+          const owner: WsOwner = { uid: st.uid, gid: st.gid };
+          this.wsOwner = owner;
+          // Made ahead of time for this very owner and uid, or else now.
+          const same = wsUserns && wsUserns.owner.uid === owner.uid && wsUserns.owner.gid === owner.gid;
+          if (!same) discardUserns(wsUserns?.fd);
+          const preparedFd = same ? wsUserns!.fd : undefined;
+          wsUserns = undefined; // mountIdmappedAll closes it
+          const prepared = await preparedFd;
           // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
           // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
-          const mapped = await mountIdmapped(hostDir!, lower, { uid: st.uid, gid: st.gid }, uid, true);
+          const mapped =
+            (await mountIdmappedAll([{ source: hostDir!, target: lower }], owner, uid, true, prepared)) ===
+            undefined;
           if (!mapped)
             this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
           lowers.push(mapped ? lower : hostDir!);
@@ -457,21 +537,32 @@ export class NamespacesBackend implements BackendV1 {
         ...(slot.intercepting
           ? { intercepting: { address: TRANSPARENT_ADDRESS, port: TRANSPARENT_PORT } }
           : {}),
+        teardown: (release) => this.trackTeardown(release),
+        processStarted: () => this.processStarted(),
       });
     } catch (e) {
       discardLayerUserns(slot);
+      discardUserns(wsUserns?.fd);
       await res.release().catch(() => {});
       throw e;
     }
   }
 
-  /** Release the warm pool (prepared, never used slots). Creating again refills it. */
+  /**
+   * Release the warm pool (prepared, never used slots) and wait for killed sandboxes' teardowns.
+   * Creating again refills it.
+   */
   async close(): Promise<void> {
-    if (this.refillTimer !== undefined) clearImmediate(this.refillTimer);
+    clearTimeout(this.refillTimer);
     this.refillTimer = undefined;
+    while (this.refilling) await this.refilling;
     const slots = this.pool.splice(0);
-    for (const s of slots) discardLayerUserns(s);
+    for (const s of slots) {
+      discardLayerUserns(s);
+      discardUserns(takeWsUserns(s)?.fd);
+    }
     await Promise.allSettled(slots.map((s) => s.res.release()));
+    await this.teardownsSettled();
   }
 
   async reapOrphans(): Promise<ReapReport> {
@@ -515,7 +606,7 @@ export class NamespacesBackend implements BackendV1 {
         .destroy()
         .catch(() => {});
     }
-    for (const l of deadLeases) this.dirs.releaseUid(l.uid);
+    for (const l of deadLeases) await this.dirs.releaseUid(l.uid);
     // After the orphans' mounts are gone: interrupted captures and removals (never a whole layer).
     this.layerStore.reap();
     return { sandboxes: reaped };
@@ -579,8 +670,25 @@ function prepareInterception(slot: Slot): void {
 }
 
 function discardLayerUserns(slot: Slot): void {
-  void slot.layerUserns?.then((fd) => fd !== undefined && closeSync(fd));
+  discardUserns(slot.layerUserns);
   slot.layerUserns = undefined;
+}
+
+function prepareWsUserns(slot: Slot, owner: WsOwner): void {
+  if (slot.wsUserns && (slot.wsUserns.owner.uid !== owner.uid || slot.wsUserns.owner.gid !== owner.gid)) {
+    discardUserns(takeWsUserns(slot)?.fd);
+  }
+  slot.wsUserns ??= { owner, fd: mappingUserns(owner.uid, owner.gid, slot.uid).catch(() => undefined) };
+}
+
+function takeWsUserns(slot: Slot): Slot['wsUserns'] {
+  const w = slot.wsUserns;
+  slot.wsUserns = undefined;
+  return w;
+}
+
+function discardUserns(fd: Promise<number | undefined> | undefined): void {
+  void fd?.then((n) => n !== undefined && closeSync(n));
 }
 
 function writeOwnerFile(dir: string, meta: OwnerFile): void {

@@ -14,6 +14,8 @@ export interface Libc {
     data: string | null,
   ): number;
   umount2(target: string, flags: number): number;
+  /** umount2 on a worker thread (errno is not available: callers retry synchronously on failure). */
+  umount2Async(target: string, flags: number): Promise<number>;
   unshare(flags: number): number;
   setns(fd: number, nstype: number): number;
   socket(domain: number, type: number, proto: number): number;
@@ -69,6 +71,11 @@ export function libc(): Libc {
   };
   const lib = koffi.load('libc.so.6');
   const f = <T>(sig: string): T => lib.func(sig) as unknown as T;
+  const umount2 = f<
+    ((target: string, flags: number) => number) & {
+      async(target: string, flags: number, cb: (err: unknown, r: number) => void): void;
+    }
+  >('int umount2(const char *target, int flags)');
   // syscall(2) is variadic: one prototype per call shape.
   const sysOpenTree = f<(nr: number, dfd: number, path: string, flags: number) => number>(
     'long syscall(long nr, int dfd, const char *path, unsigned int flags)',
@@ -92,7 +99,11 @@ export function libc(): Libc {
     mount: f(
       'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
     ),
-    umount2: f('int umount2(const char *target, int flags)'),
+    umount2: umount2,
+    umount2Async: (target, flags) =>
+      new Promise<number>((resolve, reject) =>
+        umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+      ),
     unshare: f('int unshare(int flags)'),
     setns: f('int setns(int fd, int nstype)'),
     socket: f('int socket(int domain, int type, int protocol)'),

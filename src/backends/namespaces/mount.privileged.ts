@@ -91,3 +91,13 @@ export function unmount(target: string): boolean {
   if (e === EINVAL || e === ENOENT) return false;
   return fail(`umount ${target}`, e);
 }
+
+/**
+ * unmount() off the event loop: a lazy umount can wait for an RCU grace period (milliseconds on a
+ * busy host) while it holds the calling thread. Same result as unmount().
+ */
+export async function unmountAsync(target: string): Promise<boolean> {
+  if ((await libc().umount2Async(target, MNT_DETACH | UMOUNT_NOFOLLOW)) === 0) return true;
+  // errno belongs to the worker thread: ask again here (nothing mounted: EINVAL/ENOENT, at once).
+  return unmount(target);
+}

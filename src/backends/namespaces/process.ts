@@ -11,7 +11,7 @@
 //  4. Take a pidfd on the (still blocked) init, so kill() can never hit a recycled pid, and release
 //     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
 import { spawn, type ChildProcess } from 'node:child_process';
-import type { Readable, Writable } from 'node:stream';
+import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
@@ -35,7 +35,9 @@ export interface StartOptions {
   readonly seccomp: Buffer;
   readonly stdin: boolean;
   /** Place a process (the trampoline, before it runs anything) in the sandbox's cgroups. */
-  readonly enroll: (pid: number) => void;
+  readonly enroll: (pid: number) => Promise<void>;
+  /** True once the sandbox is being destroyed: the gate then never opens. */
+  readonly cancelled?: () => boolean;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
 }
@@ -88,16 +90,24 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       kill,
     };
   }
-  try {
-    o.enroll(child.pid);
-  } catch (e) {
+  // The command never runs (it printed nothing): the trampoline dies at its gate. Fresh empty
+  // streams, since the trampoline's may already be destroyed (see childExited).
+  const neverRan = async (): Promise<BackendProcess> => {
     child.kill('SIGKILL');
     gate.destroy();
     await exitedP;
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-      // The sandbox is being destroyed (its cgroup is gone): the command never ran.
-      return { stdout: child.stdout!, stderr: child.stderr!, stdin: null, exited: exitedP, kill };
-    }
+    child.stdout?.destroy();
+    child.stderr?.destroy();
+    const none = (): Readable => Readable.from([]);
+    return { stdout: none(), stderr: none(), stdin: null, exited: exitedP, kill };
+  };
+  try {
+    await o.enroll(child.pid);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    // The sandbox is being destroyed (its cgroup is gone).
+    if (code === 'ENOENT' || code === 'ENODEV') return neverRan();
+    await neverRan();
     throw new AirlockError(
       'INTERNAL',
       `could not place sandbox process in its cgroup: ${(e as Error).message}`,
@@ -106,6 +116,9 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
       },
     );
   }
+  // Killed while the enrolment was in flight: its final cgroup sweep may already be done, so the
+  // gate must stay shut (kill() promises that nothing of the sandbox runs once it resolves).
+  if (o.cancelled?.()) return neverRan();
   pipes.args.end(Buffer.from(o.options.map((s) => `${s}\0`).join('')));
   pipes.seccomp.end(o.seccomp);
   gate.end('go\n');

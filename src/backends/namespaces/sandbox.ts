@@ -1,6 +1,7 @@
 // One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
 // its whole state (snapshot, pause, resume, destroy).
-import { readdirSync, rmSync, statfsSync } from 'node:fs';
+import { readdirSync, statfsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   BackendProcess,
@@ -16,7 +17,7 @@ import { bwrapOptions, type BwrapLayout } from './bwrap.js';
 import type { CgroupHandle } from './cgroups.privileged.js';
 import type { CaptureSource } from './layer-capture.privileged.js';
 import type { CaptureRequest, LayerStore } from './layers.js';
-import { unmount } from './mount.privileged.js';
+import { unmountAsync } from './mount.privileged.js';
 import {
   anyReadable,
   interceptTcpInNetns,
@@ -47,17 +48,19 @@ export class HostResources {
     };
     // 1. processes (they pin the mounts), 2. mounts, innermost first (the overlays, then what they
     // lie on), 3. files, 4. uid lease.
+    // Unmounts run off the event loop (unmountAsync), one after the other in this order.
+    const names = readdirOr(this.dir);
+    const unmount = (name: string): Promise<void> =>
+      names.includes(name) ? step(() => unmountAsync(join(this.dir, name))) : Promise.resolve();
     await step(() => this.cgroup?.destroy());
-    await step(() => unmount(join(this.dir, 'ws')));
-    await step(() => unmount(join(this.dir, 'home')));
-    for (const name of readdirOr(this.dir)) {
-      if (/^(ro|layer)-\d+$/.test(name)) await step(() => unmount(join(this.dir, name)));
-    }
-    await step(() => unmount(join(this.dir, 'lower')));
-    await step(() => unmount(join(this.dir, 'disk')));
-    await step(() => unmount(join(this.dir, 'netns')));
-    await step(() => unmount(join(this.dir, 'pts')));
-    await step(() => rmSync(this.dir, { recursive: true, force: true }));
+    await unmount('ws');
+    await unmount('home');
+    for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
+    await unmount('lower');
+    await unmount('disk');
+    await unmount('netns');
+    await unmount('pts');
+    await step(() => rm(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
       throw new AirlockError(
@@ -84,6 +87,13 @@ export interface NamespacesSandboxParts {
   readonly disk: string;
   /** Transparent interception to this address:port is already set up in the netns (warm pool). */
   readonly intercepting?: { readonly address: string; readonly port: number };
+  /**
+   * Takes the release of the host state once every process is gone (mounts, dirs, cgroup dirs, uid
+   * lease): the backend tracks it until it settles, so that close() waits for it.
+   */
+  readonly teardown: (release: Promise<void>) => void;
+  /** Told each time a process of the sandbox has started (the backend then refills its warm pool). */
+  readonly processStarted?: () => void;
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -91,6 +101,8 @@ export class NamespacesSandbox implements BackendSandbox {
   readonly hostUid: number;
   protected layout: BwrapLayout;
   protected readonly procs = new Set<BackendProcess>();
+  /** Cgroup enrolments in flight: processes about to start (or, if destroyed meanwhile, not to). */
+  private readonly enrolling = new Set<Promise<void>>();
   private readonly captures = new Set<Promise<unknown>>();
   protected destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
@@ -115,11 +127,19 @@ export class NamespacesSandbox implements BackendSandbox {
       seccomp: this.p.seccomp,
       stdin: req.stdin,
       enterNetns: (f) => withNetns(this.p.netnsFile, f),
-      enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
+      enroll: (pid) => {
+        const e = this.p.res.cgroup!.enroll(pid);
+        this.enrolling.add(e);
+        const done = (): boolean => this.enrolling.delete(e);
+        e.then(done, done);
+        return e;
+      },
+      cancelled: () => this.destroyed !== undefined,
     });
     this.procs.add(p);
     void p.exited.then(() => this.procs.delete(p));
     if (this.destroyed) p.kill();
+    this.p.processStarted?.();
     return p;
   }
 
@@ -278,12 +298,20 @@ export class NamespacesSandbox implements BackendSandbox {
       // thaw happens before the cgroup is removed.
       await Promise.allSettled([...this.captures]);
       await this.freezeQueue;
+      // A process whose enrolment is in flight either starts inside the cgroup before the sweep
+      // below or sees `destroyed` and never starts (process.ts): wait until it has done either.
+      await Promise.allSettled([...this.enrolling]);
       for (const p of this.procs) p.kill();
       // Frozen (paused) processes do not act on SIGKILL until thawed (cgroup v1): kill everything in
       // the cgroup while it is frozen, then thaw it, so they die without running another instruction.
       if (this.holds > 0) await this.p.res.cgroup?.killAll();
       await Promise.all([...this.procs].map((p) => p.exited));
-      await this.p.res.release();
+      // Nothing of the sandbox runs once its cgroup is empty (this also catches a process that was
+      // being started while the sandbox was killed). The rest of the host state (mounts, dirs, cgroup
+      // dirs, uid lease) is released after kill resolves, tracked by the backend: its close() waits
+      // for it, and if Airlock dies first the sandbox dir is an orphan the next reaper removes.
+      await this.p.res.cgroup?.killAll();
+      this.p.teardown(this.p.res.release());
     })();
     return this.destroyed;
   }

@@ -1,16 +1,8 @@
 // Host-side bookkeeping for the namespaces tier: where each sandbox's files live, which host uid it
 // holds, and which process owns it (so a restarted Airlock can reap what a killed one left behind).
 // Leases are files created with O_EXCL, so concurrent Airlock processes never hand out one uid twice.
-import {
-  chmodSync,
-  closeSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  writeSync,
-} from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 
@@ -79,21 +71,27 @@ export class StateDirs {
     return join(this.sandboxes, id);
   }
 
-  /** Take the first free uid in the range; the lease file records the sandbox id and owner. */
-  leaseUid(range: UidRange, sandboxId: string, owner: Owner): number {
+  /**
+   * Take the first free uid in the range; the lease file records the sandbox id and owner. The file
+   * operations run off the event loop (the lease dir may be on a journaling disk).
+   */
+  async leaseUid(range: UidRange, sandboxId: string, owner: Owner): Promise<number> {
     // Start at a pseudo-random offset so concurrent processes rarely race on the same file.
     const start = Math.floor(Math.random() * range.count);
     for (let i = 0; i < range.count; i++) {
       const uid = range.first + ((start + i) % range.count);
-      let fd: number;
+      let fh: Awaited<ReturnType<typeof open>>;
       try {
-        fd = openSync(join(this.leases, String(uid)), 'wx', 0o600);
+        fh = await open(join(this.leases, String(uid)), 'wx', 0o600);
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
         throw e;
       }
-      writeSync(fd, JSON.stringify({ sandboxId, stateDir: this.root, ...owner }));
-      closeSync(fd);
+      try {
+        await fh.write(JSON.stringify({ sandboxId, stateDir: this.root, ...owner }));
+      } finally {
+        await fh.close();
+      }
       return uid;
     }
     throw new AirlockError(
@@ -102,8 +100,8 @@ export class StateDirs {
     );
   }
 
-  releaseUid(uid: number): void {
-    rmSync(join(this.leases, String(uid)), { force: true });
+  releaseUid(uid: number): Promise<void> {
+    return rm(join(this.leases, String(uid)), { force: true });
   }
 
   /** Leases taken by runtimes on this state dir (others belong to other state dirs' reapers). */
