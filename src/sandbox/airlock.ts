@@ -53,6 +53,11 @@ export interface AirlockOptions {
   readonly uidRange?: UidRange;
   /** Sandboxes prepared ahead of time so `create` is cheap (default 1; 0 for one-shot tools). */
   readonly warmPool?: number;
+  /**
+   * Turn on the kernel's cgroup `favordynmods` mode (default true; host-wide, Linux ≥ 6.1): without it
+   * each exec's cgroup enrolment can wait milliseconds for an RCU grace period. See docs/threat-model.md.
+   */
+  readonly favorCgroupMigration?: boolean;
   /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
   /** All spill files of one sandbox together are cut at this size (default 2 GiB). */
@@ -106,6 +111,7 @@ export class Airlock {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
       ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
+      ...(opts.favorCgroupMigration !== undefined ? { favorCgroupMigration: opts.favorCgroupMigration } : {}),
     };
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);

@@ -41,6 +41,7 @@ import {
   attachCgroup,
   createCgroup,
   detectCgroups,
+  favorDynmods,
   listCgroups,
   type CgroupLayout,
 } from './cgroups.privileged.js';
@@ -117,6 +118,11 @@ export interface NamespacesOptions {
   /** Host-wide uid lease dir (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
   readonly bwrapPath?: string;
+  /**
+   * Turn on the kernel's cgroup `favordynmods` mode if it is off (default true): each exec's cgroup
+   * enrolment then never waits for an RCU grace period (milliseconds). Host-wide; see favorDynmods.
+   */
+  readonly favorCgroupMigration?: boolean;
 }
 
 interface OwnerFile {
@@ -139,6 +145,7 @@ export class NamespacesBackend implements BackendV1 {
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
   private readonly warmPool: number;
+  private readonly favorCgroupMigration: boolean;
   /** A refill due: started when a sandbox's process has started, or REFILL_FALLBACK_MS after create. */
   private refillTimer: NodeJS.Timeout | undefined;
   /** The refill in progress (close() waits for it: it may be about to add a slot). */
@@ -164,6 +171,7 @@ export class NamespacesBackend implements BackendV1 {
     this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
     this.warmPool = opts.warmPool ?? 1;
+    this.favorCgroupMigration = opts.favorCgroupMigration ?? true;
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
     const store = new LayerStore(ctx.stateDir, (d) => this.liveUsers(d));
     this.layerStore = store;
@@ -248,6 +256,10 @@ export class NamespacesBackend implements BackendV1 {
             ? `cgroup v2 at ${layout.root}`
             : layout.reason,
     });
+    if (isRoot && layout.version !== 0 && this.favorCgroupMigration) {
+      const f = favorDynmods();
+      checks.push({ name: 'cgroup-migration', ok: f.on, optional: true, detail: f.detail });
+    }
     const overlayOk =
       /\toverlay$/m.test(readTrim('/proc/filesystems') ?? '') || existsSync('/sys/module/overlay');
     checks.push({
