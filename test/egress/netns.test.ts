@@ -8,7 +8,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
 import { createNetns, interceptTcpInNetns } from '../../src/backends/namespaces/netns.privileged.js';
-import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../src/egress/gateway.js';
 import { canRunNamespaces, NO_RESIDUE, residue, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import {
@@ -92,16 +91,22 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       const dir = join(STATE_DIR, 'netns-check');
       mkdirSync(dir, { recursive: true });
       const file = join(dir, 'netns');
-      createNetns(file);
+      const ns = createNetns(file);
       try {
-        interceptTcpInNetns(file, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
+        interceptTcpInNetns(ns, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
         expect(show(inNetns(file))).toEqual(reference);
         // Made twice in one namespace: refused by the kernel (an error, not a second set of rules).
-        expect(() => interceptTcpInNetns(file, TRANSPARENT_ADDRESS, TRANSPARENT_PORT)).toThrow(/refused/);
+        expect(() => interceptTcpInNetns(ns, TRANSPARENT_ADDRESS, TRANSPARENT_PORT)).toThrow(/refused/);
       } finally {
-        await unmount(file);
-        rmSync(dir, { recursive: true, force: true });
+        ns.close();
       }
+      // Released: the inspection link is gone, and the handle refuses every use (its fd number may
+      // belong to something else by now).
+      expect(existsSync(file)).toBe(false);
+      expect(() => interceptTcpInNetns(ns, TRANSPARENT_ADDRESS, TRANSPARENT_PORT)).toThrow(
+        /already released/,
+      );
+      rmSync(dir, { recursive: true, force: true });
     },
   );
 

@@ -121,7 +121,7 @@ export class GvisorSandbox extends NamespacesSandbox {
       args: [...this.runscArgs(), ...sub, '--bundle', bundle, cid],
       stdin,
       enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
-      enterNetns: (f) => withNetns(this.p.netnsFile, f),
+      enterNetns: (f) => withNetns(this.p.netns, f),
     });
     const exited = p.exited.then((x) => {
       this.running--;

@@ -50,7 +50,7 @@ import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js
 import { LayerStore } from './layers.js';
 import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../egress/gateway.js';
-import { createNetns, interceptTcpInNetns, recreateNetns } from './netns.privileged.js';
+import { createNetns, interceptTcpInNetns, recreateNetns, type NetnsHandle } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
@@ -75,7 +75,8 @@ interface Slot {
   readonly tmpDir: string;
   readonly homeDir: string;
   readonly shmDir: string;
-  readonly netnsFile: string;
+  /** The sandbox's network namespace (replaced once if a prepared interception is not wanted). */
+  netns: NetnsHandle;
   readonly ptsDir: string;
   /**
    * The netns already holds transparent interception (made ahead once the last create asked for
@@ -337,10 +338,9 @@ export class NamespacesBackend implements BackendV1 {
         tmpDir: mkOwned(join(disk, 'tmp'), uid, 0o1777),
         homeDir: mkOwned(join(disk, 'home'), uid, 0o700),
         shmDir: mkOwned(join(disk, 'shm'), uid, 0o1777),
-        netnsFile: join(dir, 'netns'),
+        netns: (res.netns = createNetns(join(dir, 'netns'))),
         ptsDir: join(dir, 'pts'),
       };
-      createNetns(slot.netnsFile);
       await mkdirAsync(slot.ptsDir, { mode: 0o755 });
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
@@ -417,7 +417,7 @@ export class NamespacesBackend implements BackendV1 {
     // A netns prepared for transparent egress is for a sandbox whose policy asks for it, no other.
     if (slot.intercepting && !this.interceptAhead) {
       try {
-        recreateNetns(slot.netnsFile);
+        slot.netns = slot.res.netns = recreateNetns(slot.netns);
         slot.intercepting = false;
       } catch (e) {
         discardLayerUserns(slot);
@@ -541,7 +541,7 @@ export class NamespacesBackend implements BackendV1 {
         res,
         bwrapPath: this.bwrapPath,
         seccomp: this.seccomp,
-        netnsFile: slot.netnsFile,
+        netns: slot.netns,
         spec,
         store: this.layerStore,
         sources: [wsSource, homeSource],
@@ -677,7 +677,7 @@ function prepareLayerUserns(slot: Slot): void {
 /** Transparent interception in a warm slot's netns, ahead of a create asking for it. */
 function prepareInterception(slot: Slot): void {
   if (slot.intercepting) return;
-  interceptTcpInNetns(slot.netnsFile, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
+  interceptTcpInNetns(slot.netns, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
   slot.intercepting = true;
 }
 

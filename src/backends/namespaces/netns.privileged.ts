@@ -2,19 +2,18 @@
 // server started in one exec is reachable on localhost from the next), containing only `lo`.
 //
 // The namespace is made on Node's main thread: unshare(CLONE_NEWNET) moves only the calling thread,
-// we bring `lo` up, bind-mount /proc/thread-self/ns/net to a file (which keeps the namespace alive),
-// and setns() back. To start a process inside it, `withNetns` switches the main thread in, runs a
+// we bring `lo` up, open /proc/thread-self/ns/net (the fd keeps the namespace alive: no mount, so the
+// host mount table, which every bwrap copies and parses, does not grow with each sandbox; and the
+// namespace dies with Airlock), and setns() back. To start a process inside it, `withNetns` switches the main thread in, runs a
 // synchronous spawn (the child inherits the thread's namespace at fork), and switches back. Both are
 // synchronous, so no other JavaScript runs while the thread is switched; if switching back ever
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
-import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readlinkSync, rmSync, symlinkSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc, type Libc } from './libc.privileged.js';
 import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from './netlink.privileged.js';
 
 const CLONE_NEWNET = 0x40000000;
-const MS_BIND = 0x1000;
-const MNT_DETACH = 2;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SIOCGIFFLAGS = 0x8913;
@@ -43,12 +42,44 @@ function restoreOrAbort(c: Libc): void {
   }
 }
 
-/** Create a persistent netns with only `lo` (up) and bind it at `file` (an existing empty file). */
-export function createNetns(file: string): void {
+/**
+ * A sandbox's network namespace, held by an fd of this process. Once closed it refuses every use:
+ * the fd number may by then belong to another file, or to another sandbox's namespace.
+ */
+export class NetnsHandle {
+  #fd: number;
+  constructor(
+    fd: number,
+    /** Where a symlink to the fd (/proc/<pid>/fd/<n>) is kept for inspection (nsenter --net=…). */
+    readonly link: string | undefined,
+  ) {
+    this.#fd = fd;
+  }
+  get fd(): number {
+    if (this.#fd < 0) throw new AirlockError('INTERNAL', 'network namespace already released');
+    return this.#fd;
+  }
+  get closed(): boolean {
+    return this.#fd < 0;
+  }
+  /** Drop this process's reference (the namespace dies with its last process or reference). */
+  close(): void {
+    if (this.#fd < 0) return;
+    closeSync(this.#fd);
+    this.#fd = -1;
+    if (this.link !== undefined) rmSync(this.link, { force: true });
+  }
+}
+
+/**
+ * Create a netns with only `lo` (up), held by the returned handle. `link`, if given, becomes a symlink
+ * to the fd for inspection only: Airlock itself never opens it.
+ */
+export function createNetns(link?: string): NetnsHandle {
   const c = load();
-  writeFileSync(file, '', { mode: 0o600 });
   if (c.unshare(CLONE_NEWNET) !== 0)
     throw new AirlockError('INTERNAL', `unshare(CLONE_NEWNET) failed: errno ${c.errno()}`);
+  let fd: number;
   try {
     const s = c.socket(AF_INET, SOCK_DGRAM, 0);
     if (s < 0) throw new AirlockError('INTERNAL', `socket failed: errno ${c.errno()}`);
@@ -63,39 +94,40 @@ export function createNetns(file: string): void {
     } finally {
       c.close(s);
     }
-    if (c.mount('/proc/thread-self/ns/net', file, null, MS_BIND, null) !== 0) {
-      throw new AirlockError('INTERNAL', `bind netns: errno ${c.errno()}`);
-    }
+    fd = openSync('/proc/thread-self/ns/net', 'r'); // O_CLOEXEC (libuv): never inherited
   } finally {
     restoreOrAbort(c);
   }
+  if (link !== undefined) {
+    try {
+      rmSync(link, { force: true });
+      symlinkSync(`/proc/${process.pid}/fd/${fd}`, link);
+    } catch (e) {
+      closeSync(fd);
+      throw e;
+    }
+  }
+  return new NetnsHandle(fd, link);
 }
 
 /**
- * Replace the netns bound at `file` with a fresh one holding only `lo` (the old one, and anything
- * configured in it, dies with its last reference).
+ * A fresh netns holding only `lo` in place of `old` (which is released: it, and anything configured
+ * in it, dies with its last reference).
  */
-export function recreateNetns(file: string): void {
-  const c = load();
-  if (c.umount2(file, MNT_DETACH) !== 0)
-    throw new AirlockError('INTERNAL', `umount netns ${file}: errno ${c.errno()}`);
-  createNetns(file);
+export function recreateNetns(old: NetnsHandle): NetnsHandle {
+  old.close();
+  return createNetns(old.link);
 }
 
-/** Run `f` (synchronous: e.g. child_process.spawn) with this thread inside the netns at `file`. */
-export function withNetns<T>(file: string, f: () => T): T {
+/** Run `f` (synchronous: e.g. child_process.spawn) with this thread inside the netns `ns`. */
+export function withNetns<T>(ns: NetnsHandle, f: () => T): T {
   const c = load();
-  const fd = openSync(file, 'r');
+  if (c.setns(ns.fd, CLONE_NEWNET) !== 0)
+    throw new AirlockError('INTERNAL', `setns(netns) failed: errno ${c.errno()}`);
   try {
-    if (c.setns(fd, CLONE_NEWNET) !== 0)
-      throw new AirlockError('INTERNAL', `setns(${file}) failed: errno ${c.errno()}`);
-    try {
-      return f();
-    } finally {
-      restoreOrAbort(c);
-    }
+    return f();
   } finally {
-    closeSync(fd);
+    restoreOrAbort(c);
   }
 }
 
@@ -106,16 +138,16 @@ const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
 
 /**
- * A socket bound to `address`:`port` (IPv4) INSIDE the netns at `file`, owned by this (Airlock)
+ * A socket bound to `address`:`port` (IPv4) INSIDE the netns `ns`, owned by this (Airlock)
  * process: sandboxed code can connect to it but can neither kill nor replace it. TCP sockets are
  * listening. Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`.
  */
-export function socketInNetns(file: string, kind: 'tcp' | 'udp', address: string, port: number): number {
+export function socketInNetns(ns: NetnsHandle, kind: 'tcp' | 'udp', address: string, port: number): number {
   const octets = address.split('.').map(Number);
   if (octets.length !== 4 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255)) {
     throw new AirlockError('INTERNAL', `socketInNetns: "${address}" is not an IPv4 address`);
   }
-  return withNetns(file, () => {
+  return withNetns(ns, () => {
     const c = libc();
     const fd = c.socket(
       AF_INET,
@@ -176,17 +208,17 @@ export function originalDestination(fd: number): { address: string; port: number
 }
 
 /**
- * Transparent interception: inside the netns at `file`, give `lo` the address `address`, route
+ * Transparent interception: inside the netns `ns`, give `lo` the address `address`, route
  * everything (IPv4) to `lo`, and DNAT every outbound TCP connection that is not to a local address to
  * `address:port`. Nothing can leave anyway (the namespace has no other interface); this only makes
  * proxy-unaware clients reach Airlock's listener instead of failing. IPv6 keeps no route.
  * (REDIRECT to 127.0.0.1 is not used: replies un-NATed to a loopback destination are dropped.)
  * Netlink requests from this process (netlink.privileged.ts), no ip(8)/nft(8) processes.
  */
-export function interceptTcpInNetns(file: string, address: string, port: number): void {
+export function interceptTcpInNetns(ns: NetnsHandle, address: string, port: number): void {
   const routes = routeMessages(LOOPBACK_IFINDEX, address);
   const rules = nftMessages(address, port);
-  withNetns(file, () => {
+  withNetns(ns, () => {
     const c = libc();
     // The sockets belong to the namespace they are made in; the requests are answered in send().
     const rt = netlinkSocket(c, 'route');

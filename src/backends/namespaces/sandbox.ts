@@ -24,6 +24,7 @@ import {
   originalDestination,
   socketInNetns,
   withNetns,
+  type NetnsHandle,
 } from './netns.privileged.js';
 import { startSandboxedProcess } from './process.js';
 import type { StateDirs } from './state.js';
@@ -31,6 +32,8 @@ import type { StateDirs } from './state.js';
 /** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
 export class HostResources {
   cgroup: CgroupHandle | undefined;
+  /** The sandbox's network namespace (held by an fd of this process; none for a reaped orphan). */
+  netns: NetnsHandle | undefined;
   constructor(
     readonly dir: string,
     readonly uid: number | undefined,
@@ -58,7 +61,8 @@ export class HostResources {
     for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
     await unmount('lower');
     await unmount('disk');
-    await unmount('netns');
+    await step(() => this.netns?.close());
+    await unmount('netns'); // a bind-mounted netns of an older Airlock (nothing for a symlink)
     await unmount('pts');
     await step(() => rm(this.dir, { recursive: true, force: true }));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
@@ -78,7 +82,7 @@ export interface NamespacesSandboxParts {
   readonly res: HostResources;
   readonly bwrapPath: string;
   readonly seccomp: Buffer;
-  readonly netnsFile: string;
+  readonly netns: NetnsHandle;
   readonly spec: SandboxSpec;
   readonly store: LayerStore;
   /** What a snapshot copies: the workspace and home trees (plain dirs or overlay upper dirs). */
@@ -126,7 +130,7 @@ export class NamespacesSandbox implements BackendSandbox {
       argv: req.argv,
       seccomp: this.p.seccomp,
       stdin: req.stdin,
-      enterNetns: (f) => withNetns(this.p.netnsFile, f),
+      enterNetns: (f) => withNetns(this.p.netns, f),
       enroll: (pid) => {
         const e = this.p.res.cgroup!.enroll(pid);
         this.enrolling.add(e);
@@ -144,10 +148,10 @@ export class NamespacesSandbox implements BackendSandbox {
   }
 
   readonly egress: EgressPlumbing = {
-    listen: (kind, address, port) => socketInNetns(this.p.netnsFile, kind, address, port),
+    listen: (kind, address, port) => socketInNetns(this.p.netns, kind, address, port),
     interceptTcp: (address, port) => {
       const ready = this.p.intercepting;
-      if (!ready) return interceptTcpInNetns(this.p.netnsFile, address, port);
+      if (!ready) return interceptTcpInNetns(this.p.netns, address, port);
       if (ready.address !== address || ready.port !== port)
         throw new AirlockError(
           'INTERNAL',
