@@ -70,6 +70,11 @@ for (const backend of TIERS) {
       const pidsDir = sandboxCgroupDir('pids', sbx.id);
       expect(pidsDir).toBeDefined();
       const current = join(pidsDir!, 'pids.current');
+      // How often the cgroup refused a task (pids.events `max`): proof, unlike a sampled peak that a
+      // loaded host may miss, that the loop reached the limit.
+      const limitHits = (): number =>
+        Number(/^max (\d+)$/m.exec(readFileSync(join(pidsDir!, 'pids.events'), 'utf8'))?.[1] ?? 0);
+      const hitsBefore = limitHits();
       const host = sampler(() => readNumber(current), 2);
       const hostLimit = sampler(() => readNumber(join(pidsDir!, 'pids.max')), 2);
       const loop = "sh -c 'for i in $(seq 200); do sleep 5 & done; wait'";
@@ -80,20 +85,27 @@ for (const backend of TIERS) {
       });
       const hostPeak = host.stop();
       const hostMax = hostLimit.stop();
-      expect(r.killedBy).toBe('pids');
+      const hostHit = limitHits() > hitsBefore;
       expect(r.exitCode).not.toBe(0);
-      // gVisor kills the whole exec when it cannot get a host task: no shell lives to say why.
-      if (!gvisor) expect(r.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
       expect(r.durationMs).toBeLessThan(10_000);
       if (gvisor) {
+        // Two limits hold a gVisor sandbox at limits.pids: the sentry's RLIMIT_NPROC (= limits.pids)
+        // on its own tasks, and the host pids cgroup (limits.pids plus gVisor's allowance) on the host
+        // tasks that carry them. Which trips first depends on how many host threads the sentry has
+        // made by then (host load). The cgroup: gVisor kills the whole exec, no shell lives to say why,
+        // and Airlock reports killedBy 'pids'. RLIMIT_NPROC: the fork fails with EAGAIN inside and the
+        // shell says so (Airlock cannot see that limit from the host).
+        if (hostHit) expect(r.killedBy).toBe('pids');
+        else expect(r.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
         const inside = insideCounts(await sbx.files.read('/tmp/counts'));
         expect(inside.peak).toBeLessThanOrEqual(32);
-        expect(inside.peak).toBeGreaterThan(8); // the loop did get going
         expect(hostPeak).toBeLessThanOrEqual(hostMax);
         expect(hostMax).toBeLessThanOrEqual(32 + GVISOR_EXEC_OVERHEAD.pids * 2);
       } else {
+        expect(r.killedBy).toBe('pids');
+        expect(r.stderr).toMatch(/Cannot fork|Resource temporarily unavailable/);
+        expect(hostHit).toBe(true); // the loop reached the limit
         expect(hostPeak).toBeLessThanOrEqual(32);
-        expect(hostPeak).toBeGreaterThan(8); // the loop did get going
       }
       expect(
         await settle(
