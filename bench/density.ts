@@ -340,5 +340,12 @@ export async function densityBench(ctx: BenchContext): Promise<DensityReport> {
     await Promise.all(handles.map((h) => h.kill().catch(() => {})));
     await airlock.killAll();
     await airlock.close();
+    // Killing everything at once must leave nothing mounted (a leak here once left 745 disks).
+    const left = readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .filter((l) => (l.split(' ')[4] ?? '').startsWith(`${BENCH_STATE_DIR}/`)).length;
+    ctx.log(
+      `P5: after kill and close: ${left} mount(s) left under ${BENCH_STATE_DIR}${left ? ' — LEAK' : ''}`,
+    );
   }
 }

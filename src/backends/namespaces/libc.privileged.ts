@@ -101,8 +101,11 @@ export function libc(): Libc {
     ),
     umount2: umount2,
     umount2Async: (target, flags) =>
-      new Promise<number>((resolve, reject) =>
-        umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+      withAsyncSlot(
+        () =>
+          new Promise<number>((resolve, reject) =>
+            umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+          ),
       ),
     unshare: f('int unshare(int flags)'),
     setns: f('int setns(int fd, int nstype)'),
@@ -128,4 +131,25 @@ export function libc(): Libc {
     errno: () => koffi.errno(),
   };
   return bound;
+}
+
+/**
+ * koffi queues at most `max_async_calls` (256) asynchronous calls per process and throws beyond that:
+ * 1,000 sandboxes killed at once each unmounting their disk would hit it (and leave mounts behind).
+ * Ours wait for one of ASYNC_LIMIT slots instead; a finishing call hands its slot to the next waiter.
+ */
+const ASYNC_LIMIT = 32;
+let asyncInFlight = 0;
+const asyncWaiting: Array<() => void> = [];
+
+async function withAsyncSlot<T>(run: () => Promise<T>): Promise<T> {
+  if (asyncInFlight >= ASYNC_LIMIT) await new Promise<void>((r) => asyncWaiting.push(r));
+  else asyncInFlight++;
+  try {
+    return await run();
+  } finally {
+    const next = asyncWaiting.shift();
+    if (next) next();
+    else asyncInFlight--;
+  }
 }

@@ -97,7 +97,10 @@ export function unmount(target: string): boolean {
  * busy host) while it holds the calling thread. Same result as unmount().
  */
 export async function unmountAsync(target: string): Promise<boolean> {
-  if ((await libc().umount2Async(target, MNT_DETACH | UMOUNT_NOFOLLOW)) === 0) return true;
+  const r = await libc()
+    .umount2Async(target, MNT_DETACH | UMOUNT_NOFOLLOW)
+    .catch(() => -1); // the async call itself failed: do it here (below)
+  if (r === 0) return true;
   // errno belongs to the worker thread: ask again here (nothing mounted: EINVAL/ENOENT, at once).
   return unmount(target);
 }
