@@ -6,7 +6,7 @@
 // close-delimited, interim responses, a death mid-body) is exactly what each case says. The last cases
 // run real sandboxes: curl on both paths, and the sentinel swap of a sandbox with secrets.
 import { createHash } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import {
   Agent,
   createServer as createHttpServer,
@@ -32,7 +32,19 @@ const PORT = 7200;
 const SINK_PORT = 7201;
 const MiB = 1024 * 1024;
 const AUTHORITY = `${ALLOWED.name}:${PORT}`;
-const fdCount = (): number => readdirSync('/proc/self/fd').length;
+/**
+ * Open sockets, pipes and epoll/event fds of this process: what a tunnel or the relay worker uses. Files
+ * and namespace fds are left out: sandboxes of other tests in this process open and close those (their
+ * cgroup.procs files, their netns) on their own schedule, e.g. when a deferred teardown finishes.
+ */
+const fdCount = (): number =>
+  readdirSync('/proc/self/fd').filter((fd) => {
+    try {
+      return /^(socket|pipe|anon_inode):/.test(readlinkSync(`/proc/self/fd/${fd}`));
+    } catch {
+      return false; // closed meanwhile (or the readdir's own fd)
+    }
+  }).length;
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
 /** Deterministic content: byte i of every body is BIG[i]. */

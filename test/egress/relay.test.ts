@@ -6,7 +6,7 @@
 // attachment (lease end) while a tunnel is live, resets, idle tunnels, and /proc/self/fd before/after.
 // The last case kills a real sandbox that holds a tunnel open.
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger, type EgressPlumbing } from '../../src/core/backend.js';
@@ -23,7 +23,19 @@ assertPrivateNetns();
 const TARGET_PORT = 7100;
 const BANNER_PORT = 7101;
 const MiB = 1024 * 1024;
-const fdCount = (): number => readdirSync('/proc/self/fd').length;
+/**
+ * Open sockets, pipes and epoll/event fds of this process: what a tunnel or the relay worker uses. Files
+ * and namespace fds are left out: sandboxes of other tests in this process open and close those (their
+ * cgroup.procs files, their netns) on their own schedule, e.g. when a deferred teardown finishes.
+ */
+const fdCount = (): number =>
+  readdirSync('/proc/self/fd').filter((fd) => {
+    try {
+      return /^(socket|pipe|anon_inode):/.test(readlinkSync(`/proc/self/fd/${fd}`));
+    } catch {
+      return false; // closed meanwhile (or the readdir's own fd)
+    }
+  }).length;
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
