@@ -11,6 +11,8 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { libc } from '../../src/backends/namespaces/libc.privileged.js';
+import { silentLogger } from '../../src/core/backend.js';
+import { EgressGateway } from '../../src/egress/gateway.js';
 import { MitmCa } from '../../src/egress/mitm.js';
 import type { Dialer, Resolver } from '../../src/egress/vet.js';
 
@@ -164,4 +166,39 @@ export function listenFd(kind: 'tcp' | 'udp', port: number): number {
     throw new Error(`bind/listen 127.0.0.1:${port}: errno ${e}`);
   }
   return fd;
+}
+
+/** A gateway for gateway-level tests: the test resolver and guarded dialer, no TLS interception. */
+export function testGateway(zeroCopy = true): EgressGateway {
+  return new EgressGateway({
+    resolver: testResolver(),
+    dialer: guardedDialer(),
+    ca: () => {
+      throw new Error('no interception in these tests');
+    },
+    zeroCopy,
+    logger: silentLogger,
+  });
+}
+
+/** Listen on address:port; close() destroys the connections it has seen, then closes the server. */
+export function listenClosable<T extends object>(
+  server: Server,
+  sockets: Set<Socket>,
+  port: number,
+  address: string,
+  extra: T,
+): Promise<T & { close(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, address, () =>
+      resolve({
+        ...extra,
+        close: async () => {
+          for (const s of sockets) s.destroy();
+          await new Promise((r) => server.close(r));
+        },
+      }),
+    );
+  });
 }

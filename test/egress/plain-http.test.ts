@@ -16,14 +16,14 @@ import {
 } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { silentLogger, type EgressPlumbing } from '../../src/core/backend.js';
+import { type EgressPlumbing } from '../../src/core/backend.js';
 import type { EgressEvent } from '../../src/egress/events.js';
 import { EgressGateway, type SandboxEgress } from '../../src/egress/gateway.js';
 import { ChunkedDecoder, parseResponseHead } from '../../src/egress/http-head.js';
 import { NetworkPolicySchema } from '../../src/policy/network.js';
 import { canRunNamespaces } from '../helpers.js';
 import { startEgressWorld, until, type EgressWorld } from './harness.js';
-import { ALLOWED, assertPrivateNetns, guardedDialer, listenFd, SECRET_HOST, testResolver } from './net.js';
+import { ALLOWED, assertPrivateNetns, listenClosable, listenFd, testGateway, SECRET_HOST } from './net.js';
 
 assertPrivateNetns();
 
@@ -93,18 +93,7 @@ function startUpstream(): Promise<{ conns: UpstreamConn[]; close(): Promise<void
     };
     sock.on('data', onData);
   });
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(PORT, ALLOWED.address, () =>
-      resolve({
-        conns,
-        close: async () => {
-          for (const s of sockets) s.destroy();
-          await new Promise((r) => server.close(r));
-        },
-      }),
-    );
-  });
+  return listenClosable(server, sockets, PORT, ALLOWED.address, { conns });
 }
 
 function serve(sock: Socket, method: string, path: string): void {
@@ -181,15 +170,7 @@ interface Attached {
 }
 
 function attach(zeroCopy = true, port = PORT): Attached {
-  const gw = new EgressGateway({
-    resolver: testResolver(),
-    dialer: guardedDialer(),
-    ca: () => {
-      throw new Error('no interception in these tests');
-    },
-    zeroCopy,
-    logger: silentLogger,
-  });
+  const gw = testGateway(zeroCopy);
   const proxyPort = nextPort++;
   const transparentPort = nextPort++;
   const dnsPort = nextPort++;

@@ -16,7 +16,7 @@ import { SpliceRelay } from '../../src/egress/relay.privileged.js';
 import { NetworkPolicySchema } from '../../src/policy/network.js';
 import { canRunNamespaces } from '../helpers.js';
 import { startEgressWorld, until, type EgressWorld } from './harness.js';
-import { ALLOWED, assertPrivateNetns, guardedDialer, listenFd, testResolver } from './net.js';
+import { ALLOWED, assertPrivateNetns, listenClosable, listenFd, testGateway } from './net.js';
 
 assertPrivateNetns();
 
@@ -120,18 +120,7 @@ function startTarget(): Promise<{ conns: TargetConn[]; close(): Promise<void> }>
     };
     sock.on('data', onHead);
   });
-  return new Promise((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(TARGET_PORT, ALLOWED.address, () =>
-      resolve({
-        conns,
-        close: async () => {
-          for (const s of sockets) s.destroy();
-          await new Promise((r) => server.close(r));
-        },
-      }),
-    );
-  });
+  return listenClosable(server, sockets, TARGET_PORT, ALLOWED.address, { conns });
 }
 
 // ---- a gateway whose "sandbox" listeners are plain sockets in this namespace -----------------------
@@ -146,15 +135,7 @@ interface Attached {
 }
 
 function newGateway(zeroCopy = true): EgressGateway {
-  return new EgressGateway({
-    resolver: testResolver(),
-    dialer: guardedDialer(),
-    ca: () => {
-      throw new Error('no interception in these tests');
-    },
-    zeroCopy,
-    logger: silentLogger,
-  });
+  return testGateway(zeroCopy);
 }
 
 function attach(gw: EgressGateway, allow: string[] = [`${ALLOWED.name}:${TARGET_PORT}`]): Attached {

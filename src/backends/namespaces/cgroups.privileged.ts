@@ -436,7 +436,7 @@ async function removeDirs(dirs: readonly string[]): Promise<void> {
 }
 
 /** Where the controller-less hierarchy that asks for fast migrations is mounted (host-wide). */
-export const FAVOR_DYNMODS_MOUNT = '/run/airlock/cgroup-favordynmods';
+const FAVOR_DYNMODS_MOUNT = '/run/airlock/cgroup-favordynmods';
 const FAVOR_DYNMODS_NAME = 'airlock-favordynmods';
 
 /**

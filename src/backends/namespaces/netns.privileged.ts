@@ -59,9 +59,6 @@ export class NetnsHandle {
     if (this.#fd < 0) throw new AirlockError('INTERNAL', 'network namespace already released');
     return this.#fd;
   }
-  get closed(): boolean {
-    return this.#fd < 0;
-  }
   /** Drop this process's reference (the namespace dies with its last process or reference). */
   close(): void {
     if (this.#fd < 0) return;
