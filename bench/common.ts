@@ -2,6 +2,7 @@
 // and from any real Airlock on the host), the run's mode, and small process helpers.
 import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
+import { spawnDirect } from '../src/backends/namespaces/spawn.privileged.js';
 import type { UidRange } from '../src/backends/namespaces/state.js';
 
 /**
@@ -96,3 +97,37 @@ export function pidsOfUids(first: number, count: number): number[] {
 }
 
 export const sleepMs = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Run a command to completion the way Airlock starts bwrap (posix_spawn: this Node process is not
+ * forked), so a baseline pays the same process-creation cost as Airlock. `uid` runs it as that uid
+ * and gid with no groups; `seccomp` is fed on fd 3. Rejects on a non-zero exit.
+ */
+export async function runDirect(
+  cmd: string,
+  args: readonly string[],
+  opts: { uid?: number; seccomp?: Buffer } = {},
+): Promise<void> {
+  const child = spawnDirect(
+    cmd,
+    [cmd, ...args],
+    [],
+    opts.seccomp ? ['null', 'write', 'write', 'feed'] : ['null', 'write', 'write'],
+    opts.uid !== undefined ? { uid: opts.uid, gid: opts.uid } : undefined,
+  );
+  if (opts.seccomp) child.feed(3, opts.seccomp);
+  let err = '';
+  const out = child.pipes[1]!;
+  const errPipe = child.pipes[2]!;
+  out.resume();
+  errPipe.setEncoding('utf8').on('data', (t: string) => (err = (err + t).slice(-2000)));
+  await Promise.all([out, errPipe].map((s) => new Promise((r) => s.once('close', r))));
+  for (let i = 0; ; i++) {
+    const x = child.reap();
+    if (x) {
+      if (x.exitCode === 0) return;
+      throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
+    }
+    await new Promise((r) => (i < 20 ? setImmediate(r) : setTimeout(r, 1)));
+  }
+}

@@ -183,7 +183,9 @@ function p1(
     intro:
       `${r.airlock.n} runs each after 10 warm-up runs. Baselines: plain spawn of \`true\`; raw bwrap with the issue's ` +
       'minimal isolation flags (all namespaces, uid switch, read-only /usr, /proc, /dev, tmpfs /tmp, the same ' +
-      "seccomp program); raw bwrap with exactly Airlock's flags and mounts but none of its host work.",
+      "seccomp program); raw bwrap with exactly Airlock's flags and mounts but none of its host work. Each is " +
+      'started the way Airlock starts bwrap (posix_spawn, as the sandbox uid: the bench process is not forked); ' +
+      "raw bwrap through Node's child_process.spawn (which forks the Node process) is shown beside them.",
     rows: [
       row('plain spawn of `true`, p50', ms(r.spawnTrue.p50), vs(r.spawnTrue.p50)),
       row('raw bwrap, minimal flags, p50 (baseline)', ms(raw.p50), '1.00×'),
@@ -191,6 +193,11 @@ function p1(
         "raw bwrap, Airlock's flags and mounts, p50",
         ms(r.rawBwrapSameLayout.p50),
         vs(r.rawBwrapSameLayout.p50),
+      ),
+      row(
+        "raw bwrap, minimal flags, through Node's child_process.spawn (forks the bench process), p50",
+        ms(r.rawBwrapForked.p50),
+        vs(r.rawBwrapForked.p50),
       ),
       row(
         'Airlock, p50',

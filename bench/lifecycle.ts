@@ -7,6 +7,8 @@
 // adding each one: an egress bridge (a network policy: proxy + DNS listeners in the sandbox's netns,
 // nftables interception) and an overlay workspace (`cow` over a host dir). Each is run as a block of
 // creates of one shape, so the warm pool is prepared for that shape (as for a steady workload).
+// Every baseline is started the way Airlock starts bwrap (posix_spawn: the bench process is not
+// forked); raw bwrap through Node's child_process.spawn, which forks, is shown beside them.
 import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -16,10 +18,15 @@ import { defaultEnv } from '../src/core/env.js';
 import { ensureEtc } from '../src/backends/namespaces/rootfs.js';
 import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
 import type { SandboxSpecInput } from '../src/index.js';
-import { BENCH_STATE_DIR, BENCH_UID_RANGE, RAW_SAME_LAYOUT_UID, RAW_UID } from './common.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE, RAW_SAME_LAYOUT_UID, RAW_UID, runDirect } from './common.js';
 import { fmt, sample, summarize, type Summary } from './stats.js';
 
-function run(cmd: string, args: string[], opts: { uid?: number; seccomp?: Buffer } = {}): Promise<void> {
+/** Node's child_process.spawn (which forks this process): the way a Node program usually runs bwrap. */
+function runForked(
+  cmd: string,
+  args: string[],
+  opts: { uid?: number; seccomp?: Buffer } = {},
+): Promise<void> {
   return new Promise((resolve, reject) => {
     const c = spawn(cmd, args, {
       env: {},
@@ -68,13 +75,16 @@ export const RAW_BWRAP = [
   '/usr/bin/true',
 ];
 
-/** One raw bwrap sandbox running `true` (the issue's minimal flags + the same seccomp program). */
+/**
+ * One raw bwrap sandbox running `true` (the issue's minimal flags + the same seccomp program), started
+ * with posix_spawn as Airlock starts its own.
+ */
 export function rawBwrapOnce(seccomp: Buffer): Promise<void> {
-  return run('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp });
+  return runDirect('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp });
 }
 
 /** Airlock's exact bwrap flags and mounts, over static dirs, with a per-run netns (no persistent one). */
-function sameLayoutArgs(root: string, uid: number): string[] {
+export function sameLayoutArgs(root: string, uid: number): string[] {
   const d = (name: string): string => {
     const p = join(root, name);
     mkdirSync(p, { recursive: true });
@@ -97,7 +107,7 @@ function sameLayoutArgs(root: string, uid: number): string[] {
   // Same flags; only the fd plumbing differs (seccomp on fd 3, no info/block handshake).
   const out: string[] = [];
   for (let i = 0; i < opts.length; i++) {
-    if (opts[i] === '--info-fd' || opts[i] === '--block-fd') i++;
+    if (opts[i] === '--json-status-fd' || opts[i] === '--block-fd') i++;
     else if (opts[i] === '--seccomp') {
       out.push('--seccomp', '3');
       i++;
@@ -110,6 +120,8 @@ export interface LifecycleReport {
   readonly spawnTrue: Summary;
   readonly rawBwrap: Summary;
   readonly rawBwrapSameLayout: Summary;
+  /** Raw bwrap (minimal flags) through Node's child_process.spawn, which forks this process. */
+  readonly rawBwrapForked: Summary;
   readonly airlock: Summary;
   readonly parts: Parts;
   readonly airlockNoWarmPool: Summary;
@@ -138,14 +150,16 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   await airlock.reapOrphans();
 
   log(`P1: spawn true ×${runs}`);
-  const spawnS = await sample(runs, () => run('/usr/bin/true', []));
+  const spawnS = await sample(runs, () => runDirect('/usr/bin/true', []));
   log(`P1: raw bwrap ×${runs}`);
-  const rawS = await sample(runs, () => run('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }));
+  const rawS = await sample(runs, () => rawBwrapOnce(seccomp));
   log(`P1: raw bwrap, Airlock's layout ×${runs}`);
   const sameArgs = sameLayoutArgs(`${BENCH_STATE_DIR}-raw`, RAW_SAME_LAYOUT_UID);
   const sameS = await sample(runs, () =>
-    run('/usr/bin/bwrap', sameArgs, { uid: RAW_SAME_LAYOUT_UID, seccomp }),
+    runDirect('/usr/bin/bwrap', sameArgs, { uid: RAW_SAME_LAYOUT_UID, seccomp }),
   );
+  log(`P1: raw bwrap through Node's child_process.spawn ×${runs}`);
+  const forkedS = await sample(runs, () => runForked('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }));
   log(`P1: airlock create→exec true→kill ×${runs}`);
   const warm = await airlockRuns(airlock, runs);
   log(`P1: airlock without warm pool ×${runs}`);
@@ -174,6 +188,7 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     spawnTrue: summarize(spawnS),
     rawBwrap,
     rawBwrapSameLayout,
+    rawBwrapForked: summarize(forkedS),
     airlock: warm.total,
     parts: warm.parts,
     airlockNoWarmPool: cold.total,

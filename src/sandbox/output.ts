@@ -51,6 +51,9 @@ export class OutputCapture {
       source.on('error', () => resolve());
       source.on('close', () => resolve());
       source.on('end', () => resolve());
+      // A pipe that reached EOF before anyone listened (a process killed while it was starting)
+      // has already emitted 'end' and 'close', with nothing left unread.
+      if (source.readableEnded || source.destroyed) resolve();
     });
   }
 

@@ -154,6 +154,8 @@ for (const backend of TIERS) {
         expect(text).not.toContain(CANARY);
         expect(text).not.toContain('AIRLOCK_ESCAPE_CANARY');
       }
+      // bwrap's own malloc setting is not the command's (pid 1 is bwrap itself, whose environ shows it).
+      for (const text of [env, self]) expect(text).not.toContain('GLIBC_TUNABLES');
     });
 
     (backend === 'namespaces' ? it.skipIf(!canRun) : it.skip)(
@@ -176,6 +178,14 @@ for (const backend of TIERS) {
           for (const p of procs) {
             expect(p.argv.join(' ')).not.toContain(secret);
             expect(readProcFile(p.pid, 'environ') ?? '').not.toContain(CANARY);
+          }
+          // bwrap itself gets one fixed variable and nothing else of Airlock's environment (glibc
+          // splits the tunables string in place, so it reads as several NUL-separated pieces).
+          for (const p of chain.slice(1)) {
+            const pieces = (readProcFile(p.pid, 'environ') ?? '').split('\0').filter(Boolean);
+            expect(pieces[0]).toMatch(/^GLIBC_TUNABLES=glibc\.malloc\./);
+            for (const piece of pieces)
+              expect(piece).toMatch(/^(GLIBC_TUNABLES=)?glibc\.malloc\.[a-z_]+=\d+$/);
           }
         } finally {
           await h.kill();

@@ -80,6 +80,16 @@ describe('OutputCapture below the limit', () => {
     expect(await run.capture.finish()).toEqual({ text: '', truncated: false, totalBytes: 0 });
     expect(run.texts).toEqual([]);
   });
+
+  it('finishes on a stream that ended and closed before it was attached (no hang)', async () => {
+    // A pipe whose process was killed while starting reaches EOF before anyone listens.
+    const src = new Readable({ read: () => src.push(null) });
+    src.resume();
+    await new Promise((r) => src.once('close', r));
+    expect(src.readableEnded && src.destroyed).toBe(true);
+    const r = await start(src).capture.finish();
+    expect(r).toEqual({ text: '', truncated: false, totalBytes: 0 });
+  });
 });
 
 describe('OutputCapture above the limit', () => {

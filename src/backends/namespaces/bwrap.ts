@@ -89,6 +89,13 @@ export function bwrapOptions(
   a.push('--chdir', cwd);
   a.push('--clearenv');
   for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);
-  a.push('--seccomp', String(FD.seccomp), '--info-fd', String(FD.info), '--block-fd', String(FD.block));
+  a.push(
+    '--seccomp',
+    String(FD.seccomp),
+    '--json-status-fd',
+    String(FD.info),
+    '--block-fd',
+    String(FD.block),
+  );
   return a;
 }

@@ -4,10 +4,10 @@
 // shift ownership in the *view* only: nothing on disk changes, and the mapping covers exactly one
 // uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
 // Snapshot layers are shown to their forks the same way (layer owner 0 → the fork's host uid).
-import { spawn } from 'node:child_process';
 import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
+import { killAndReap, spawnDirect } from './spawn.privileged.js';
 
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = 0o2000000;
@@ -25,23 +25,24 @@ const MOUNT_ATTR_IDMAP = 0x100000;
  */
 export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
   // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
-  const child = spawn('/usr/bin/unshare', ['--user', '/usr/bin/sleep', '60'], { stdio: 'ignore', env: {} });
+  // Started with posix_spawn (spawn.privileged.ts): forking Airlock would block it for milliseconds.
+  const child = spawnDirect(
+    '/usr/bin/unshare',
+    ['/usr/bin/unshare', '--user', '/usr/bin/sleep', '60'],
+    [],
+    ['null', 'null', 'null'],
+  );
   try {
-    await new Promise<void>((resolve, reject) => {
-      child.once('spawn', resolve);
-      child.once('error', reject);
-    });
-    const pid = child.pid!;
+    const pid = child.pid;
     // Wait until the helper is inside its new user namespace (unshare execs sleep afterwards).
-    for (let i = 0; i < 200; i++) {
-      if (readlinkSync(`/proc/${pid}/ns/user`) !== readlinkSync('/proc/self/ns/user')) break;
-      await new Promise((r) => setTimeout(r, 1));
-    }
+    const own = readlinkSync('/proc/self/ns/user');
+    for (let i = 0; i < 250 && readlinkSync(`/proc/${pid}/ns/user`) === own; i++)
+      await new Promise((r) => (i < 50 ? setImmediate(r) : setTimeout(r, 1)));
     writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
     writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
     return openSync(`/proc/${pid}/ns/user`, 'r');
   } finally {
-    child.kill('SIGKILL');
+    void killAndReap(child);
   }
 }
 

@@ -49,6 +49,47 @@ export interface Libc {
   lsetxattr(path: Buffer, name: string, value: Buffer, size: number, flags: number): number;
   /** mknod(path, mode, dev): FIFOs and overlayfs whiteouts (char 0/0) in snapshot layers. */
   mknod(path: Buffer, mode: number, dev: number): number;
+  /** pipe2(fds, flags): `fds` is an 8-byte buffer receiving the read and write ends. */
+  pipe2(fds: Buffer, flags: number): number;
+  /** fcntl(fd, cmd, arg) with an int argument (F_DUPFD_CLOEXEC and the like). */
+  fcntl(fd: number, cmd: number, arg: number): number;
+  /** waitid(idtype, id, info, options): `info` is a 128-byte siginfo_t. */
+  waitid(idtype: number, id: number, info: Buffer, options: number): number;
+  /** posix_spawn(pid, path, file_actions, attr, argv, envp); returns an errno (0: started). */
+  posixSpawn(
+    pid: number[],
+    path: string,
+    fileActions: Buffer,
+    attr: Buffer,
+    argv: Array<string | null>,
+    envp: Array<string | null>,
+  ): number;
+  spawnFileActionsInit(fa: Buffer): number;
+  spawnFileActionsDestroy(fa: Buffer): number;
+  spawnFileActionsAddDup2(fa: Buffer, fd: number, newFd: number): number;
+  spawnFileActionsAddOpen(fa: Buffer, fd: number, path: string, flags: number, mode: number): number;
+  spawnFileActionsAddChdir(fa: Buffer, path: string): number;
+  spawnAttrInit(attr: Buffer): number;
+  spawnAttrSetFlags(attr: Buffer, flags: number): number;
+  spawnAttrSetSigDefault(attr: Buffer, set: Buffer): number;
+  spawnAttrSetSigMask(attr: Buffer, set: Buffer): number;
+  sigfillset(set: Buffer): number;
+  sigemptyset(set: Buffer): number;
+  /**
+   * The raw setresuid/setresgid/setgroups system calls: unlike glibc's wrappers (which apply the
+   * change to every thread of the process), these change only the calling thread's credentials.
+   */
+  threadSetresuid(r: number, e: number, s: number): number;
+  threadSetresgid(r: number, e: number, s: number): number;
+  threadSetgroups(n: number, list: Buffer | null): number;
+  /** getgroups(size, list): the calling thread's supplementary groups (Node's own adds the egid). */
+  getgroups(size: number, list: Buffer | null): number;
+  /** prlimit(pid, resource, new, old): `limits` is a 16-byte struct rlimit (soft, hard). */
+  prlimit(pid: number, resource: number, limits: Buffer | null, old: Buffer | null): number;
+  /** prctl(option, arg2, 0, 0, 0) */
+  prctl(option: number, arg2: number): number;
+  /** prctl(option, &out): PR_GET_PDEATHSIG and the like; -1 on failure. */
+  prctlGetInt(option: number): number;
   errno(): number;
 }
 
@@ -59,6 +100,9 @@ const SYS_MOUNT_SETATTR = 442;
 const SYS_PIDFD_SEND_SIGNAL = 424;
 const SYS_PIDFD_OPEN = 434;
 const SYS_CLOSE_RANGE = 436;
+const SYS_SETGROUPS = 116;
+const SYS_SETRESUID = 117;
+const SYS_SETRESGID = 119;
 const CLOSE_RANGE_CLOEXEC = 1 << 2;
 
 let bound: Libc | undefined;
@@ -95,6 +139,16 @@ export function libc(): Libc {
   const sysSig = f<(nr: number, fd: number, sig: number, info: null, flags: number) => number>(
     'long syscall(long nr, int fd, int sig, void *info, unsigned int flags)',
   );
+  const sysGroups = f<(nr: number, n: number, list: Buffer | null) => number>(
+    'long syscall(long nr, int n, void *list)',
+  );
+  // prctl(2) is variadic too: one shape for integer arguments, one for an int written back.
+  const prctl5 = f<(o: number, a: number, b: number, c: number, d: number) => number>(
+    'int prctl(int option, unsigned long a2, unsigned long a3, unsigned long a4, unsigned long a5)',
+  );
+  const prctlOut = f<(o: number, out: number[], b: number, c: number, d: number) => number>(
+    'int prctl(int option, _Out_ int *a2, unsigned long a3, unsigned long a4, unsigned long a5)',
+  );
   bound = {
     mount: f(
       'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
@@ -128,6 +182,35 @@ export function libc(): Libc {
     lgetxattr: f('long lgetxattr(void *path, const char *name, void *value, size_t size)'),
     lsetxattr: f('int lsetxattr(void *path, const char *name, void *value, size_t size, int flags)'),
     mknod: f('int mknod(void *path, uint32_t mode, uint64_t dev)'),
+    pipe2: f('int pipe2(void *fds, int flags)'),
+    fcntl: f('int fcntl(int fd, int cmd, int arg)'),
+    waitid: f('int waitid(int idtype, int id, void *info, int options)'),
+    posixSpawn: f(
+      'int posix_spawn(_Out_ int *pid, const char *path, void *fa, void *attr, const char **argv, const char **envp)',
+    ),
+    spawnFileActionsInit: f('int posix_spawn_file_actions_init(void *fa)'),
+    spawnFileActionsDestroy: f('int posix_spawn_file_actions_destroy(void *fa)'),
+    spawnFileActionsAddDup2: f('int posix_spawn_file_actions_adddup2(void *fa, int fd, int newfd)'),
+    spawnFileActionsAddOpen: f(
+      'int posix_spawn_file_actions_addopen(void *fa, int fd, const char *path, int flags, uint32_t mode)',
+    ),
+    spawnFileActionsAddChdir: f('int posix_spawn_file_actions_addchdir_np(void *fa, const char *path)'),
+    spawnAttrInit: f('int posix_spawnattr_init(void *attr)'),
+    spawnAttrSetFlags: f('int posix_spawnattr_setflags(void *attr, short flags)'),
+    spawnAttrSetSigDefault: f('int posix_spawnattr_setsigdefault(void *attr, void *set)'),
+    spawnAttrSetSigMask: f('int posix_spawnattr_setsigmask(void *attr, void *set)'),
+    sigfillset: f('int sigfillset(void *set)'),
+    sigemptyset: f('int sigemptyset(void *set)'),
+    threadSetresuid: (r, e, su) => sys3u(SYS_SETRESUID, r, e, su),
+    threadSetresgid: (r, e, sg) => sys3u(SYS_SETRESGID, r, e, sg),
+    threadSetgroups: (n, list) => sysGroups(SYS_SETGROUPS, n, list),
+    getgroups: f('int getgroups(int size, void *list)'),
+    prlimit: f('int prlimit(int pid, int resource, void *limits, void *old)'),
+    prctl: (option, arg2) => prctl5(option, arg2, 0, 0, 0),
+    prctlGetInt: (option) => {
+      const out = [0];
+      return prctlOut(option, out, 0, 0, 0) === 0 ? out[0]! : -1;
+    },
     errno: () => koffi.errno(),
   };
   return bound;
