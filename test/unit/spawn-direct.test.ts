@@ -107,6 +107,20 @@ describe.skipIf(!canRunNamespaces)(`spawnDirect (${SKIP_REASON})`, () => {
     expect(await exitOf(child)).toEqual({ exitCode: 0, signal: null });
   });
 
+  it('many fds: each of 37 feeds arrives on its own fd', async () => {
+    const n = 40;
+    const child = spawnDirect(
+      '/bin/sh',
+      ['/bin/sh', '-c', `i=3; while [ $i -lt ${n} ]; do cat /proc/self/fd/$i; i=$((i+1)); done`],
+      [],
+      ['null', 'write', 'write', ...Array<'feed'>(n - 3).fill('feed')],
+    );
+    const out = readAll(child.pipes[1]!);
+    for (let i = 3; i < n; i++) child.feed(i, Buffer.from(`${i};`));
+    expect(await out).toBe(Array.from({ length: n - 3 }, (_, k) => `${k + 3};`).join(''));
+    expect(await exitOf(child)).toEqual({ exitCode: 0, signal: null });
+  });
+
   it("a program that cannot be exec'd throws ENOENT and leaves no fd open", () => {
     const fds = ownFds();
     expect(() => spawnDirect('/nonexistent/prog', ['prog'], [], ['read', 'write', 'write', 'feed'])).toThrow(

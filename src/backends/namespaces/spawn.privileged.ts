@@ -67,7 +67,7 @@ export interface DirectChild {
 }
 
 const O_CLOEXEC = 0o2000000;
-const O_RDONLY = 0;
+const O_RDWR = 2;
 const F_DUPFD_CLOEXEC = 1030;
 const F_SETPIPE_SZ = 1031;
 const RLIMIT_NOFILE = 7;
@@ -89,11 +89,6 @@ const WEXITED = 4;
 const WNOHANG = 1;
 const CLD_EXITED = 1;
 const SIGKILL = 9;
-/**
- * Our ends and the child's ends of the pipes are moved to fds >= this before the spawn, so no
- * dup2 onto 0..n-1 can overwrite a pipe end a later dup2 still needs.
- */
-const FD_FLOOR = 64;
 
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
   Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
@@ -132,10 +127,10 @@ function errnoError(call: string, errno: number): NodeJS.ErrnoException {
   return e;
 }
 
-/** A close-on-exec fd >= FD_FLOOR for `fd` (closed). */
-function lift(fd: number): number {
+/** A close-on-exec copy of `fd` numbered `floor` or above (`fd` is closed). */
+function lift(fd: number, floor: number): number {
   const c = libc();
-  const high = c.fcntl(fd, F_DUPFD_CLOEXEC, FD_FLOOR);
+  const high = c.fcntl(fd, F_DUPFD_CLOEXEC, floor);
   const err = c.errno();
   closeSync(fd);
   if (high < 0) throw errnoError('fcntl(F_DUPFD_CLOEXEC)', err);
@@ -177,21 +172,20 @@ export function spawnDirect(
       ours.push(mine);
       theirs.push(child);
     }
+    // The child's dup2(theirs[i], i) calls must not overwrite an fd a later one still reads from
+    // (nor be a no-op that keeps close-on-exec): move any child end below fds.length above it.
     for (let i = 0; i < fds.length; i++) {
-      for (const list of [ours, theirs]) {
-        if (list[i]! >= 0 && list[i]! < FD_FLOOR) {
-          const old = list[i]!;
-          list[i] = lift(old);
-          opened[opened.indexOf(old)] = list[i]!;
-        }
-      }
+      const old = theirs[i]!;
+      if (old < 0 || old >= fds.length) continue;
+      theirs[i] = lift(old, fds.length);
+      opened[opened.indexOf(old)] = theirs[i]!;
     }
     if (c.spawnFileActionsInit(fa) !== 0) throw new Error('posix_spawn_file_actions_init failed');
     faReady = true;
     for (let i = 0; i < fds.length; i++) {
       const rc =
         theirs[i]! < 0
-          ? c.spawnFileActionsAddOpen(fa, i, '/dev/null', O_RDONLY, 0)
+          ? c.spawnFileActionsAddOpen(fa, i, '/dev/null', O_RDWR, 0)
           : c.spawnFileActionsAddDup2(fa, theirs[i]!, i);
       if (rc !== 0) throw errnoError('posix_spawn_file_actions', rc);
     }
