@@ -5,8 +5,9 @@
 // Airlock's host work (no cgroup, tmpfs disk, netns, uid lease, output capture). Airlock's own time is
 // also split into its parts (create, exec, kill), and the cost of the optional parts is measured by
 // adding each one: an egress bridge (a network policy: proxy + DNS listeners in the sandbox's netns,
-// nftables interception) and an overlay workspace (`cow` over a host dir). Each is run as a block of
-// creates of one shape, so the warm pool is prepared for that shape (as for a steady workload).
+// nftables interception) and an overlay workspace (`cow` over a host dir). Each is run in blocks of
+// creates of one shape, so the warm pool is prepared for that shape (as for a steady workload), and
+// the blocks of every configuration, baselines included, take turns in five rounds.
 // Every baseline is started the way Airlock starts bwrap (posix_spawn: the bench process is not
 // forked); raw bwrap through Node's child_process.spawn, which forks, is shown beside them.
 import { spawn } from 'node:child_process';
@@ -149,38 +150,67 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   const airlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE });
   await airlock.reapOrphans();
 
-  log(`P1: spawn true ×${runs}`);
-  const spawnS = await sample(runs, () => runDirect('/usr/bin/true', []));
-  log(`P1: raw bwrap ×${runs}`);
-  const rawS = await sample(runs, () => rawBwrapOnce(seccomp));
-  log(`P1: raw bwrap, Airlock's layout ×${runs}`);
   const sameArgs = sameLayoutArgs(`${BENCH_STATE_DIR}-raw`, RAW_SAME_LAYOUT_UID);
-  const sameS = await sample(runs, () =>
-    runDirect('/usr/bin/bwrap', sameArgs, { uid: RAW_SAME_LAYOUT_UID, seccomp }),
-  );
-  log(`P1: raw bwrap through Node's child_process.spawn ×${runs}`);
-  const forkedS = await sample(runs, () => runForked('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }));
-  log(`P1: airlock create→exec true→kill ×${runs}`);
-  const warm = await airlockRuns(airlock, runs);
-  log(`P1: airlock without warm pool ×${runs}`);
   const coldAirlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 });
-  const cold = await airlockRuns(coldAirlock, runs);
-  log(`P1: airlock + egress bridge ×${runs}`);
-  const egress = await airlockRuns(airlock, runs, { network: { allow: ['bench.invalid'] } });
-  log(`P1: airlock + egress bridge, proxy only (transparent: false) ×${runs}`);
-  const proxyOnly = await airlockRuns(airlock, runs, {
-    network: { allow: ['bench.invalid'], transparent: false },
-  });
-  log(`P1: airlock + overlay workspace ×${runs}`);
   const wsDir = `${BENCH_STATE_DIR}-ws`;
   mkdirSync(wsDir, { recursive: true });
   writeFileSync(`${wsDir}/README`, 'bench\n');
-  const overlay = await airlockRuns(airlock, runs, { workspace: { hostDir: wsDir, mode: 'cow' } });
-  log(`P1: airlock + egress bridge + overlay workspace ×${runs}`);
-  const full = await airlockRuns(airlock, runs, {
-    network: { allow: ['bench.invalid'] },
-    workspace: { hostDir: wsDir, mode: 'cow' },
+  const net = { allow: ['bench.invalid'] };
+  // Each configuration runs in ROUNDS interleaved blocks (baselines included), so that a host whose
+  // speed drifts during the run (other tenants, thermal) moves every figure alike, not one block.
+  const rounds = runs >= 50 ? ROUNDS : 1;
+  const per = Math.ceil(runs / rounds);
+  const raw = (f: () => Promise<void>): Block => ({ kind: 'raw', f, total: [] });
+  const al = (a: Airlock, spec: SandboxSpecInput = {}): Block => ({
+    kind: 'airlock',
+    f: async () => {},
+    airlock: a,
+    spec,
+    total: [],
+    create: [],
+    exec: [],
+    kill: [],
   });
+  const blocks: Record<string, Block> = {
+    'spawn true': raw(() => runDirect('/usr/bin/true', [])),
+    'raw bwrap': raw(() => rawBwrapOnce(seccomp)),
+    "raw bwrap, Airlock's layout": raw(() =>
+      runDirect('/usr/bin/bwrap', sameArgs, { uid: RAW_SAME_LAYOUT_UID, seccomp }),
+    ),
+    "raw bwrap through Node's child_process.spawn": raw(() =>
+      runForked('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }),
+    ),
+    'airlock create→exec true→kill': al(airlock),
+    'airlock without warm pool': al(coldAirlock),
+    'airlock + egress bridge': al(airlock, { network: net }),
+    'airlock + egress bridge, proxy only (transparent: false)': al(airlock, {
+      network: { ...net, transparent: false },
+    }),
+    'airlock + overlay workspace': al(airlock, { workspace: { hostDir: wsDir, mode: 'cow' } }),
+    'airlock + egress bridge + overlay workspace': al(airlock, {
+      network: net,
+      workspace: { hostDir: wsDir, mode: 'cow' },
+    }),
+  };
+  for (let r = 0; r < rounds; r++) {
+    log(`P1: round ${r + 1}/${rounds}: ${Object.keys(blocks).length} configurations ×${per}`);
+    for (const b of Object.values(blocks)) {
+      const warmup = r === 0 ? 10 : 3;
+      if (b.kind === 'raw') b.total.push(...(await sample(per, b.f, warmup)));
+      else await airlockRuns(b, per, warmup);
+    }
+  }
+  const pick = (name: string): Block => blocks[name]!;
+  const spawnS = pick('spawn true').total;
+  const rawS = pick('raw bwrap').total;
+  const sameS = pick("raw bwrap, Airlock's layout").total;
+  const forkedS = pick("raw bwrap through Node's child_process.spawn").total;
+  const warm = summarizeAirlock(pick('airlock create→exec true→kill'));
+  const cold = summarizeAirlock(pick('airlock without warm pool'));
+  const egress = summarizeAirlock(pick('airlock + egress bridge'));
+  const proxyOnly = summarizeAirlock(pick('airlock + egress bridge, proxy only (transparent: false)'));
+  const overlay = summarizeAirlock(pick('airlock + overlay workspace'));
+  const full = summarizeAirlock(pick('airlock + egress bridge + overlay workspace'));
   await Promise.all([airlock.close(), coldAirlock.close()]);
   const rawBwrap = summarize(rawS);
   const rawBwrapSameLayout = summarize(sameS);
@@ -216,32 +246,49 @@ interface Parts {
   readonly kill: Summary;
 }
 
-async function airlockRuns(
-  airlock: Airlock,
-  runs: number,
-  spec: SandboxSpecInput = {},
-): Promise<{ total: Summary; parts: Parts; samples: number[] }> {
-  const parts = { create: [] as number[], exec: [] as number[], kill: [] as number[] };
-  let record = false;
-  const total = await sample(runs, async () => {
-    const t0 = performance.now();
-    const sbx = await Sandbox.create(spec, { airlock });
-    const t1 = performance.now();
-    const r = await sbx.exec(['/usr/bin/true']);
-    const t2 = performance.now();
-    await sbx.kill();
-    if (record) {
-      parts.create.push(t1 - t0);
-      parts.exec.push(t2 - t1);
-      parts.kill.push(performance.now() - t2);
-    }
-    record = true;
-    if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
-  });
+/** Interleaved blocks of P1: a raw command, or Airlock create → exec → kill of one spec. */
+interface Block {
+  readonly kind: 'raw' | 'airlock';
+  readonly f: () => Promise<void>;
+  readonly airlock?: Airlock;
+  readonly spec?: SandboxSpecInput;
+  readonly total: number[];
+  readonly create?: number[];
+  readonly exec?: number[];
+  readonly kill?: number[];
+}
+
+/** Rounds of P1's interleaved blocks (see lifecycle). */
+const ROUNDS = 5;
+
+async function airlockRuns(b: Block, runs: number, warmup: number): Promise<void> {
+  let i = 0;
+  const samples = await sample(
+    runs,
+    async () => {
+      const t0 = performance.now();
+      const sbx = await Sandbox.create(b.spec ?? {}, { airlock: b.airlock! });
+      const t1 = performance.now();
+      const r = await sbx.exec(['/usr/bin/true']);
+      const t2 = performance.now();
+      await sbx.kill();
+      if (i++ >= warmup) {
+        b.create!.push(t1 - t0);
+        b.exec!.push(t2 - t1);
+        b.kill!.push(performance.now() - t2);
+      }
+      if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
+    },
+    warmup,
+  );
+  b.total.push(...samples);
+}
+
+function summarizeAirlock(b: Block): { total: Summary; parts: Parts; samples: number[] } {
   return {
-    total: summarize(total),
-    samples: total,
-    parts: { create: summarize(parts.create), exec: summarize(parts.exec), kill: summarize(parts.kill) },
+    total: summarize(b.total),
+    samples: b.total,
+    parts: { create: summarize(b.create!), exec: summarize(b.exec!), kill: summarize(b.kill!) },
   };
 }
 

@@ -51,7 +51,7 @@ export interface StartOptions {
   readonly argv: readonly string[];
   readonly seccomp: Buffer;
   readonly stdin: boolean;
-  /** Place a process (the trampoline, before it runs anything) in the sandbox's cgroups. */
+  /** Place a process (bwrap, blocked before it has read its options) in the sandbox's cgroups. */
   readonly enroll: (pid: number) => Promise<void>;
   /** True once the sandbox is being destroyed: the gate then never opens. */
   readonly cancelled?: () => boolean;

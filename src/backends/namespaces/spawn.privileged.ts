@@ -73,11 +73,11 @@ const F_SETPIPE_SZ = 1031;
 const RLIMIT_NOFILE = 7;
 const EPERM = 1;
 /**
- * capOpenFiles retries while the child's exec has not committed its credentials: CAP_SPINS times on
- * the next event-loop turn, then 1 ms apart, up to CAP_ATTEMPTS in all.
+ * capOpenFiles retries while the child's exec has not committed its credentials: on the next
+ * event-loop turn for CAP_SPIN_MS, then 1 ms apart, for CAP_WAIT_MS in all.
  */
-const CAP_SPINS = 50;
-const CAP_ATTEMPTS = 150;
+const CAP_SPIN_MS = 1;
+const CAP_WAIT_MS = 2000;
 const PR_SET_PDEATHSIG = 1;
 const PR_GET_PDEATHSIG = 2;
 const PR_GET_DUMPABLE = 3;
@@ -287,13 +287,16 @@ function directChild(
       const lim = Buffer.alloc(16);
       lim.writeBigUInt64LE(BigInt(nofile), 0);
       lim.writeBigUInt64LE(BigInt(nofile), 8);
-      for (let attempt = 0; ; attempt++) {
+      const start = performance.now();
+      for (;;) {
         const err = asIdentity(as, () => (c.prlimit(pid, RLIMIT_NOFILE, lim, null) === 0 ? 0 : c.errno()));
         if (err === 0) return;
         // EPERM until the child's exec has committed its credentials (saved ids = the new ones):
-        // posix_spawn returns a moment before that.
-        if (err !== EPERM || attempt >= CAP_ATTEMPTS) throw errnoError('prlimit(RLIMIT_NOFILE)', err);
-        await new Promise((r) => (attempt < CAP_SPINS ? setImmediate(r) : setTimeout(r, 1)));
+        // posix_spawn returns a moment before that. Retry on the next event-loop turn at first,
+        // then every millisecond.
+        const waited = performance.now() - start;
+        if (err !== EPERM || waited > CAP_WAIT_MS) throw errnoError('prlimit(RLIMIT_NOFILE)', err);
+        await new Promise((r) => (waited < CAP_SPIN_MS ? setImmediate(r) : setTimeout(r, 1)));
       }
     },
     closeFeeds: () => {
