@@ -5,7 +5,15 @@
 // `--quick` keeps the whole run within 2 minutes on the 2-core reference machine (the full run: 15).
 // Benchmarks are never part of the test run.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { loadavg } from 'node:os';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -64,6 +72,39 @@ const BENCHES: Record<string, Runner> = {
   egress: async (c, r) => void (r.egress = await egressBench({ log: c.log })),
   peer: async (c, r) => void (r.peer = await peerBench(c)),
 };
+
+/**
+ * The order benchmarks run in (the report keeps P1 … P7): density last, since the kernel goes on
+ * releasing 1,000 sandboxes' namespaces and cgroups for a while after it, which would skew the next.
+ */
+const RUN_ORDER = ['lifecycle', 'gvisor', 'fork', 'throughput', 'mcp', 'egress', 'peer', 'density'];
+
+/** Busy and total jiffies of all CPUs since boot. */
+function cpuJiffies(): { busy: number; total: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3]! - (f[4] ?? 0), total };
+}
+
+/**
+ * Wait (at most 60 s) until the host is quiet: under 10 % CPU busy over half a second. A benchmark
+ * then never starts while the last one's aftermath (or other work) still runs.
+ */
+async function quietHost(log: (s: string) => void): Promise<void> {
+  const t0 = performance.now();
+  for (;;) {
+    const a = cpuJiffies();
+    await new Promise((r) => setTimeout(r, 500));
+    const b = cpuJiffies();
+    const busy = (b.busy - a.busy) / Math.max(1, b.total - a.total);
+    const waited = performance.now() - t0;
+    if (busy < 0.1 || waited > 60_000) {
+      if (waited > 1_000)
+        log(`waited ${(waited / 1000).toFixed(0)} s for a quiet host (${(busy * 100).toFixed(0)} % busy)`);
+      return;
+    }
+  }
+}
 
 /**
  * P2/P3 on gVisor come from bench/gvisor.ts when it exists (built separately): its first exported
@@ -772,6 +813,8 @@ async function main(): Promise<void> {
   const { names, quick, runs } = parseArgs(process.argv.slice(2));
   if (process.argv.includes(GVISOR_CHILD)) return gvisorChild(runs, quick);
   const selected = names.length ? names : Object.keys(BENCHES);
+  if (RUN_ORDER.length !== Object.keys(BENCHES).length)
+    throw new Error('RUN_ORDER must list every benchmark');
   for (const n of selected) {
     if (!BENCHES[n]) {
       console.error(`bench: unknown benchmark "${n}"; choose from ${Object.keys(BENCHES).join(', ')}`);
@@ -787,7 +830,8 @@ async function main(): Promise<void> {
   );
   const results: Results = {};
   const errors: Record<string, string> = {};
-  for (const name of Object.keys(BENCHES).filter((n) => selected.includes(n))) {
+  for (const name of RUN_ORDER.filter((n) => selected.includes(n))) {
+    await quietHost(log);
     const s = performance.now();
     try {
       await BENCHES[name]!({ quick, runs, log }, results);
