@@ -45,8 +45,9 @@ export interface DirectChild {
   readonly pipes: ReadonlyArray<Socket | null>;
   /**
    * Write `data` to the feed pipe on the child's fd `fd` in one write(2) and close it. The pipe is
-   * first made large enough to hold it all, so the child reads either all of it or (if Airlock dies
-   * before this call) nothing: never a prefix.
+   * first made large enough to hold it all (the write then completes at once, even into a pipe
+   * nobody reads yet), so the child reads either all of it or (if Airlock dies before this call)
+   * nothing: never a prefix.
    */
   feed(fd: number, data: Buffer): void;
   /**
@@ -70,6 +71,7 @@ const O_CLOEXEC = 0o2000000;
 const O_RDWR = 2;
 const F_DUPFD_CLOEXEC = 1030;
 const F_SETPIPE_SZ = 1031;
+const PIPE_BUF = 4096;
 const RLIMIT_NOFILE = 7;
 const EPERM = 1;
 /**
@@ -274,8 +276,13 @@ function directChild(
       if (f < 0) throw new Error(`fd ${n} is not an open feed`);
       feeds[n] = -1;
       try {
-        if (data.length > 65536 && c.fcntl(f, F_SETPIPE_SZ, data.length) < 0)
-          throw errnoError('fcntl(F_SETPIPE_SZ)', c.errno());
+        // A pipe may be smaller than its usual 64 KiB (a user over pipe-user-pages-soft gets 4 KiB):
+        // beyond PIPE_BUF, size it for the data, so the one write below never blocks half-way.
+        if (data.length > PIPE_BUF) {
+          const size = c.fcntl(f, F_SETPIPE_SZ, data.length);
+          if (size < 0) throw errnoError('fcntl(F_SETPIPE_SZ)', c.errno());
+          if (size < data.length) throw new Error(`feed of ${data.length} bytes exceeds the pipe (${size})`);
+        }
         const n2 = writeSync(f, data);
         if (n2 !== data.length) throw new Error(`short write to a feed pipe (${n2}/${data.length})`);
       } finally {
