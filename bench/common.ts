@@ -2,7 +2,7 @@
 // and from any real Airlock on the host), the run's mode, and small process helpers.
 import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
-import { spawnDirect } from '../src/backends/namespaces/spawn.privileged.js';
+import { reaped, spawnDirect } from '../src/backends/namespaces/spawn.privileged.js';
 import type { UidRange } from '../src/backends/namespaces/state.js';
 
 /**
@@ -122,12 +122,6 @@ export async function runDirect(
   out.resume();
   errPipe.setEncoding('utf8').on('data', (t: string) => (err = (err + t).slice(-2000)));
   await Promise.all([out, errPipe].map((s) => new Promise((r) => s.once('close', r))));
-  for (let i = 0; ; i++) {
-    const x = child.reap();
-    if (x) {
-      if (x.exitCode === 0) return;
-      throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
-    }
-    await new Promise((r) => (i < 20 ? setImmediate(r) : setTimeout(r, 1)));
-  }
+  const x = await reaped(child);
+  if (x.exitCode !== 0) throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
 }

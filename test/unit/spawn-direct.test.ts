@@ -4,11 +4,7 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import {
-  killAndReap,
-  spawnDirect,
-  type DirectChild,
-} from '../../src/backends/namespaces/spawn.privileged.js';
+import { killAndReap, reaped, spawnDirect } from '../../src/backends/namespaces/spawn.privileged.js';
 import { canRunNamespaces, SKIP_REASON, TEST_UID_RANGE } from '../helpers.js';
 
 // A uid of the test range that no sandbox of the test runs gets (the range has 4096).
@@ -23,15 +19,6 @@ const readAll = (s: Socket): Promise<string> =>
     s.on('data', (d: Buffer) => (out += d.toString()));
     s.on('close', () => resolve(out));
   });
-
-async function exitOf(child: DirectChild): Promise<{ exitCode: number | null; signal: string | null }> {
-  for (let i = 0; i < 2000; i++) {
-    const x = child.reap();
-    if (x) return x;
-    await new Promise((r) => setTimeout(r, 1));
-  }
-  throw new Error('child did not exit');
-}
 
 const ownFds = (): string[] => readdirSync('/proc/self/fd').sort();
 const zombies = (): string[] =>
@@ -84,7 +71,7 @@ describe.skipIf(!canRunNamespaces)(`spawnDirect (${SKIP_REASON})`, () => {
       // The pipes work both ways.
       child.pipes[0]!.end('hello\n');
       expect(await out).toBe('hello\n');
-      expect(await exitOf(child)).toEqual({ exitCode: 0, signal: null });
+      expect(await reaped(child)).toEqual({ exitCode: 0, signal: null });
     } finally {
       await killAndReap(child);
     }
@@ -104,7 +91,7 @@ describe.skipIf(!canRunNamespaces)(`spawnDirect (${SKIP_REASON})`, () => {
     child.closeFeeds(); // fd 5
     expect(() => child.feed(3, Buffer.from('again'))).toThrow(/not an open feed/);
     expect(await out).toBe(`options|\n${'x'.repeat(200_000)}|0\n`);
-    expect(await exitOf(child)).toEqual({ exitCode: 0, signal: null });
+    expect(await reaped(child)).toEqual({ exitCode: 0, signal: null });
   });
 
   it('many fds: each of 37 feeds arrives on its own fd', async () => {
@@ -118,7 +105,7 @@ describe.skipIf(!canRunNamespaces)(`spawnDirect (${SKIP_REASON})`, () => {
     const out = readAll(child.pipes[1]!);
     for (let i = 3; i < n; i++) child.feed(i, Buffer.from(`${i};`));
     expect(await out).toBe(Array.from({ length: n - 3 }, (_, k) => `${k + 3};`).join(''));
-    expect(await exitOf(child)).toEqual({ exitCode: 0, signal: null });
+    expect(await reaped(child)).toEqual({ exitCode: 0, signal: null });
   });
 
   it("a program that cannot be exec'd throws ENOENT and leaves no fd open", () => {

@@ -22,7 +22,7 @@ import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
 import { libc } from './libc.privileged.js';
-import { spawnDirect, type DirectChild } from './spawn.privileged.js';
+import { reaped, spawnDirect, type DirectChild } from './spawn.privileged.js';
 
 /** RLIMIT_NOFILE inside the sandbox (Node raises its own limit; the sandbox must not inherit that). */
 const NOFILE = 4096;
@@ -38,8 +38,6 @@ const SIGKILL = 9;
  */
 const BWRAP_MALLOC =
   'GLIBC_TUNABLES=glibc.malloc.mmap_threshold=16384:glibc.malloc.trim_threshold=0:glibc.malloc.top_pad=0';
-/** Event-loop turns to wait for an exiting bwrap to become reapable before using timers. */
-const REAP_SPINS = 20;
 
 /** What childExited needs of a process: its output streams and an 'exit' (code, signal) event. */
 export type ExitSource = Pick<ChildProcess, 'stdout' | 'stderr' | 'on'>;
@@ -169,18 +167,7 @@ function exitWhenClosed(
   stderr: Readable,
 ): ExitSource {
   const ev = new EventEmitter();
-  let tries = 0;
-  const tryReap = (): void => {
-    const x = child.reap();
-    if (x) {
-      ev.emit('exit', x.exitCode, x.signal);
-      return;
-    }
-    // Usually a few event-loop turns; then back off (a process never holds the loop hostage).
-    if (++tries < REAP_SPINS) setImmediate(tryReap);
-    else setTimeout(tryReap, Math.min(50, tries - REAP_SPINS + 1));
-  };
-  status.once('close', tryReap);
+  status.once('close', () => void reaped(child).then((x) => ev.emit('exit', x.exitCode, x.signal)));
   return { stdout, stderr, on: ev.on.bind(ev) } as unknown as ExitSource;
 }
 

@@ -79,6 +79,8 @@ const EPERM = 1;
  * event-loop turn for CAP_SPIN_MS, then 1 ms apart, for CAP_WAIT_MS in all.
  */
 const CAP_SPIN_MS = 1;
+/** reaped(): polls on the next event-loop turn this many times before using timers. */
+const REAP_SPINS = 20;
 const CAP_WAIT_MS = 2000;
 const PR_SET_PDEATHSIG = 1;
 const PR_GET_PDEATHSIG = 2;
@@ -332,12 +334,23 @@ function directChild(
   };
 }
 
-/** SIGKILL `child` and collect its exit status (resolves once it is reaped: no zombie is left). */
-export async function killAndReap(child: DirectChild): Promise<ProcessExit> {
-  child.kill();
+/**
+ * The child's exit status once it has exited (it is reaped then). Polls: on the next event-loop
+ * turns first (a child whose exit is already under way, e.g. whose pipes just closed, is reapable
+ * within microseconds), then with a growing delay, so a long-lived child never holds the loop.
+ */
+export async function reaped(child: DirectChild): Promise<ProcessExit> {
   for (let i = 0; ; i++) {
     const x = child.reap();
     if (x) return x;
-    await new Promise((r) => (i < 20 ? setImmediate(r) : setTimeout(r, Math.min(50, i - 19))));
+    await new Promise((r) =>
+      i < REAP_SPINS ? setImmediate(r) : setTimeout(r, Math.min(50, i - REAP_SPINS + 1)),
+    );
   }
+}
+
+/** SIGKILL `child` and collect its exit status (resolves once it is reaped: no zombie is left). */
+export function killAndReap(child: DirectChild): Promise<ProcessExit> {
+  child.kill();
+  return reaped(child);
 }
