@@ -163,7 +163,6 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   const raw = (f: () => Promise<void>): Block => ({ kind: 'raw', f, total: [] });
   const al = (a: Airlock, spec: SandboxSpecInput = {}): Block => ({
     kind: 'airlock',
-    f: async () => {},
     airlock: a,
     spec,
     total: [],
@@ -247,35 +246,37 @@ interface Parts {
 }
 
 /** Interleaved blocks of P1: a raw command, or Airlock create → exec → kill of one spec. */
-interface Block {
-  readonly kind: 'raw' | 'airlock';
-  readonly f: () => Promise<void>;
-  readonly airlock?: Airlock;
-  readonly spec?: SandboxSpecInput;
+type Block =
+  { readonly kind: 'raw'; readonly f: () => Promise<void>; readonly total: number[] } | AirlockBlock;
+
+interface AirlockBlock {
+  readonly kind: 'airlock';
+  readonly airlock: Airlock;
+  readonly spec: SandboxSpecInput;
   readonly total: number[];
-  readonly create?: number[];
-  readonly exec?: number[];
-  readonly kill?: number[];
+  readonly create: number[];
+  readonly exec: number[];
+  readonly kill: number[];
 }
 
 /** Rounds of P1's interleaved blocks (see lifecycle). */
 const ROUNDS = 5;
 
-async function airlockRuns(b: Block, runs: number, warmup: number): Promise<void> {
+async function airlockRuns(b: AirlockBlock, runs: number, warmup: number): Promise<void> {
   let i = 0;
   const samples = await sample(
     runs,
     async () => {
       const t0 = performance.now();
-      const sbx = await Sandbox.create(b.spec ?? {}, { airlock: b.airlock! });
+      const sbx = await Sandbox.create(b.spec, { airlock: b.airlock });
       const t1 = performance.now();
       const r = await sbx.exec(['/usr/bin/true']);
       const t2 = performance.now();
       await sbx.kill();
       if (i++ >= warmup) {
-        b.create!.push(t1 - t0);
-        b.exec!.push(t2 - t1);
-        b.kill!.push(performance.now() - t2);
+        b.create.push(t1 - t0);
+        b.exec.push(t2 - t1);
+        b.kill.push(performance.now() - t2);
       }
       if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
     },
@@ -285,10 +286,11 @@ async function airlockRuns(b: Block, runs: number, warmup: number): Promise<void
 }
 
 function summarizeAirlock(b: Block): { total: Summary; parts: Parts; samples: number[] } {
+  if (b.kind !== 'airlock') throw new Error('not an Airlock block');
   return {
     total: summarize(b.total),
     samples: b.total,
-    parts: { create: summarize(b.create!), exec: summarize(b.exec!), kill: summarize(b.kill!) },
+    parts: { create: summarize(b.create), exec: summarize(b.exec), kill: summarize(b.kill) },
   };
 }
 

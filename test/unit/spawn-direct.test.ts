@@ -43,11 +43,11 @@ describe.skipIf(!canRunNamespaces)(`spawnDirect (${SKIP_REASON})`, () => {
     });
     const out = readAll(child.pipes[1]!);
     try {
-      const status = readFileSync(`/proc/${child.pid}/status`, 'utf8');
-      // Exec'd (not our copy any more), so every id is the new one, saved ids included.
-      for (let i = 0; i < 20 && !/\bcat\b/.test(field(status, 'Name')); i++)
+      // Once exec'd (not our copy any more), every id is the new one, saved ids included.
+      const status = (): string => readFileSync(`/proc/${child.pid}/status`, 'utf8');
+      for (let i = 0; i < 20 && field(status(), 'Name') !== 'cat'; i++)
         await new Promise((r) => setTimeout(r, 5));
-      const st = readFileSync(`/proc/${child.pid}/status`, 'utf8');
+      const st = status();
       expect(field(st, 'Name')).toBe('cat');
       expect(field(st, 'Uid').split(/\s+/)).toEqual(Array(4).fill(String(UID)));
       expect(field(st, 'Gid').split(/\s+/)).toEqual(Array(4).fill(String(UID)));

@@ -2,11 +2,12 @@
 // the sandbox's cgroup, even if Airlock dies half-way.
 //
 //  1. Start bwrap with posix_spawn (spawn.privileged.ts: Airlock is not forked) as the sandbox's host
-//     uid and gid, no supplementary groups, RLIMIT_NOFILE capped, an empty env and cwd /. Every fd of
-//     Airlock >= 3 is close-on-exec first, so nothing Airlock inherited reaches it. bwrap's first act
-//     is to read its options from the --args pipe (the gate): it blocks there, before it creates a
-//     namespace or a process, and before anything of the sandbox exists.
-//  2. Move bwrap into the sandbox's cgroups. Everything it starts inherits them.
+//     uid and gid, no supplementary groups, a fixed malloc setting as its only env, and cwd /. Every
+//     fd of Airlock >= 3 is close-on-exec first, so nothing Airlock inherited reaches it. bwrap's
+//     first act is to read its options from the --args pipe (the gate): it blocks there, before it
+//     creates a namespace or a process, and before anything of the sandbox exists.
+//  2. Move bwrap into the sandbox's cgroups (everything it starts inherits them) and cap its
+//     RLIMIT_NOFILE (inherited the same way).
 //  3. Open the gate: write the seccomp program, then the options, each in one write that the pipe
 //     holds whole (bwrap reads all of them or none, never a prefix). bwrap sets up the namespaces
 //     and reports the sandbox init's pid. If Airlock died before this point, bwrap reads no options:
