@@ -4,14 +4,17 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
-import { parseDocument } from 'yaml';
+import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { NetworkPolicySchema } from '../policy/network.js';
 import { AirlockError } from './errors.js';
 import { DigestSchema, EnvSchema, LimitsSchema, DIGEST_RE, TEMPLATE_NAME_RE } from './spec.js';
+import { lazyRequire } from './lazy.js';
+import { parseOrThrow } from './validate.js';
+
+const yaml = lazyRequire<typeof Yaml>('yaml');
 
 export { TEMPLATE_NAME_RE };
-import { parseOrThrow } from './validate.js';
 
 export const TEMPLATE_RECORD_VERSION = 1;
 /** The default base: read-only host system dirs, an empty workspace and home (today's default sandbox). */
@@ -117,7 +120,7 @@ export function parseTemplate(input: unknown, source = 'template'): Template {
 }
 
 export function parseTemplateYaml(text: string, source = 'template file'): Template {
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const err = doc.errors[0];
   if (err) throw new AirlockError('INVALID_SPEC', `invalid ${source}: ${err.message}`);
   let data: unknown;

@@ -12,10 +12,13 @@
 // and the question name must re-encode to exactly the bytes on the wire (no compression pointer, no "."
 // inside a label, valid UTF-8), so the name judged is the name asked. Memory is bounded by the pool:
 // one entry per handed-out address, never recycled (a recycled address could be read as another name).
-import dnsPacket from 'dns-packet';
+import type DnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { AirlockError } from '../core/errors.js';
+import { lazyRequire } from '../core/lazy.js';
 import { blockedRange, canonicalHost } from './address.js';
+
+const dnsPacket = lazyRequire<typeof DnsPacket>('dns-packet');
 
 export const DEFAULT_SYNTHETIC_POOL = '198.18.0.0/15';
 export const SYNTHETIC_TTL_SECONDS = 5;
@@ -125,9 +128,9 @@ export class FakeDns {
     // One question, as every stub resolver sends (RFC 9619); answers or authorities make no sense in a query.
     if (qdcount !== 1 || ancount !== 0 || nscount !== 0) return bare(RCODE.FORMERR);
 
-    let packet: dnsPacket.DecodedPacket;
+    let packet: DnsPacket.DecodedPacket;
     try {
-      packet = dnsPacket.decode(query);
+      packet = dnsPacket().decode(query);
     } catch {
       return bare(RCODE.FORMERR);
     }
@@ -141,9 +144,9 @@ export class FakeDns {
     const qtype = query.readUInt16BE(nameEnd);
     const qclass = query.readUInt16BE(nameEnd + 2);
 
-    const respond = (rcode: number, answers: dnsPacket.Answer[] = []): Buffer => {
+    const respond = (rcode: number, answers: DnsPacket.Answer[] = []): Buffer => {
       try {
-        return dnsPacket.encode({
+        return dnsPacket().encode({
           type: 'response',
           id,
           flags: base | AA | rcode,

@@ -35,9 +35,12 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { createSecureContext, type SecureContext } from 'node:tls';
 import { inspect } from 'node:util';
-import forge from 'node-forge';
+import type Forge from 'node-forge';
+import { lazyRequire } from '../core/lazy.js';
 import { AirlockError } from '../core/errors.js';
 import { canonicalHost } from './address.js';
+
+const forge = lazyRequire<typeof Forge>('node-forge');
 
 const KEY_FILE = 'ca.key';
 const CERT_FILE = 'ca.crt';
@@ -65,7 +68,7 @@ interface CachedLeaf extends LeafCert {
 
 interface LeafKey {
   pem: string;
-  publicKey: forge.pki.PublicKey;
+  publicKey: Forge.pki.PublicKey;
 }
 
 const internal = (message: string, cause?: unknown): AirlockError =>
@@ -78,26 +81,26 @@ function randomSerial(): string {
 }
 
 /** Sign a forge certificate with a native key (sha256WithRSAEncryption) and return its PEM. */
-function signToPem(cert: forge.pki.Certificate, key: KeyObject): string {
-  cert.md = forge.md.sha256.create();
-  cert.signatureOid = cert.siginfo.algorithmOid = forge.pki.oids.sha256WithRSAEncryption!;
-  const pki = forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 };
+function signToPem(cert: Forge.pki.Certificate, key: KeyObject): string {
+  cert.md = forge().md.sha256.create();
+  cert.signatureOid = cert.siginfo.algorithmOid = forge().pki.oids.sha256WithRSAEncryption!;
+  const pki = forge().pki as unknown as { getTBSCertificate(c: Forge.pki.Certificate): Forge.asn1.Asn1 };
   cert.tbsCertificate = pki.getTBSCertificate(cert);
-  const tbs = Buffer.from(forge.asn1.toDer(cert.tbsCertificate).getBytes(), 'binary');
+  const tbs = Buffer.from(forge().asn1.toDer(cert.tbsCertificate).getBytes(), 'binary');
   cert.signature = sign('sha256', tbs, key).toString('binary');
-  return forge.pki.certificateToPem(cert);
+  return forge().pki.certificateToPem(cert);
 }
 
-function forgePublicKey(key: KeyObject): forge.pki.PublicKey {
+function forgePublicKey(key: KeyObject): Forge.pki.PublicKey {
   const spki = createPublicKey(key).export({ type: 'spki', format: 'pem' }) as string;
-  return forge.pki.publicKeyFromPem(spki);
+  return forge().pki.publicKeyFromPem(spki);
 }
 
 function newRsaKeySync(): KeyObject {
   return generateKeyPairSync('rsa', { modulusLength: RSA_BITS }).privateKey;
 }
 
-function caSubject(): forge.pki.CertificateField[] {
+function caSubject(): Forge.pki.CertificateField[] {
   return [
     { name: 'commonName', value: `Airlock egress CA ${hostname()}`.slice(0, 64) },
     { name: 'organizationName', value: 'Airlock' },
@@ -105,7 +108,7 @@ function caSubject(): forge.pki.CertificateField[] {
 }
 
 function buildCaCert(key: KeyObject): string {
-  const cert = forge.pki.createCertificate();
+  const cert = forge().pki.createCertificate();
   cert.publicKey = forgePublicKey(key);
   cert.serialNumber = randomSerial();
   const now = Date.now();
@@ -190,7 +193,7 @@ export class MitmCa {
   /** The CA certificate (PEM), for the sandbox trust store, SSL_CERT_FILE, NODE_EXTRA_CA_CERTS… */
   readonly certPem: string;
   readonly #key: KeyObject;
-  readonly #issuer: forge.pki.CertificateField[];
+  readonly #issuer: Forge.pki.CertificateField[];
   readonly #keyIdentifier: string;
   readonly #notAfterMs: number;
   readonly #fingerprint256: string;
@@ -218,7 +221,7 @@ export class MitmCa {
           'remove ca.key and ca.crt to create a new CA (and re-inject its certificate)',
       );
     }
-    const cert = forge.pki.certificateFromPem(certPem);
+    const cert = forge().pki.certificateFromPem(certPem);
     const ski = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | undefined;
     this.dir = dir;
     this.certPem = certPem;
@@ -226,7 +229,7 @@ export class MitmCa {
     this.#issuer = cert.subject.attributes;
     this.#keyIdentifier =
       ski?.subjectKeyIdentifier !== undefined
-        ? forge.util.hexToBytes(ski.subjectKeyIdentifier)
+        ? forge().util.hexToBytes(ski.subjectKeyIdentifier)
         : cert.generateSubjectKeyIdentifier().getBytes();
     this.#notAfterMs = cert.validity.notAfter.getTime();
     this.#fingerprint256 = x509.fingerprint256;
@@ -359,7 +362,7 @@ export class MitmCa {
 
   #issue(name: string, now: number): CachedLeaf {
     this.#leafKey ??= toLeafKey(newRsaKeySync());
-    const cert = forge.pki.createCertificate();
+    const cert = forge().pki.createCertificate();
     cert.publicKey = this.#leafKey.publicKey;
     cert.serialNumber = randomSerial();
     cert.validity.notBefore = new Date(now - LEAF_BACKDATE_MS);

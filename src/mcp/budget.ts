@@ -4,10 +4,14 @@
 // reports afterCall() when the result is back. Budgets are checked against what was used BEFORE the
 // call: the call that crosses a line completes (its output is shaped by the output guard), the next one
 // is refused. No sleeping, no timers: the clock is injected.
-import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
+import type * as O200k from 'gpt-tokenizer/encoding/o200k_base';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import { parseOrThrow } from '../core/validate.js';
+import { lazyRequire } from '../core/lazy.js';
+
+/** The o200k_base tokenizer (≈0.2 s to load): loaded by the first token count. */
+const tokenizer = lazyRequire<typeof O200k>('gpt-tokenizer/encoding/o200k_base');
 
 const positiveInt = (what: string) =>
   z.number().int(`${what} must be a whole number`).positive(`${what} must be positive`);
@@ -72,7 +76,7 @@ export interface BudgetUsage {
 
 /** Tokens of `text` in the o200k_base encoding; special-token text counts as ordinary text, never throws. */
 export function countOutputTokens(text: string): number {
-  return countTokens(text, { disallowedSpecial: new Set() });
+  return tokenizer().countTokens(text, { disallowedSpecial: new Set() });
 }
 
 /** Validate budgets (e.g. from a CLI flag); failures are MCP_INVALID_CONFIG naming the field. */
@@ -102,6 +106,7 @@ export class SessionBudget {
   constructor(budgets: Budgets, opts: { now?: () => number } = {}) {
     this.budgets = parseBudgets(budgets);
     this.now = opts.now ?? (() => performance.now());
+    tokenizer(); // loaded with the session, not by (and on the latency of) its first tool call
   }
 
   /** Whether one more call may start; on allow the call is counted (reserved) right away. */

@@ -12,7 +12,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { dirname, extname, isAbsolute, resolve } from 'node:path';
-import { parseDocument } from 'yaml';
+import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import { BACKEND_NAMES, EnvSchema, LimitsSchema, MountSchema, WorkspaceSchema } from '../core/spec.js';
@@ -20,6 +20,9 @@ import { parseOrThrow } from '../core/validate.js';
 import { ScanPolicySchema, ToolRulesSchema } from '../policy/mcp.js';
 import { decideHost, NetworkPolicySchema, SecretsSchema } from '../policy/network.js';
 import { BudgetsSchema, type Budgets } from './budget.js';
+import { lazyRequire } from '../core/lazy.js';
+
+const yaml = lazyRequire<typeof Yaml>('yaml');
 
 const MiB = 1024 * 1024;
 const DAY_MS = 24 * 3_600_000;
@@ -520,7 +523,7 @@ export function loadGatewayConfig(path: string): GatewayConfig {
   const ext = extname(path).toLowerCase();
   let data: unknown;
   if (ext === '.yaml' || ext === '.yml') {
-    const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
     const err = doc.errors[0];
     if (err) throw new AirlockError('MCP_INVALID_CONFIG', `invalid gateway config ${path}: ${err.message}`);
     try {

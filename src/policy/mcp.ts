@@ -11,12 +11,19 @@
 // against cwd, `.`/`..`/`//` collapsed), so `/data/../etc/passwd` is checked as `/etc/passwd`. The
 // check is lexical: symlinks inside the sandbox are the sandbox's business (it only sees its own files).
 import { posix } from 'node:path';
-import { Ajv, type ValidateFunction } from 'ajv';
-import { Ajv2020 } from 'ajv/dist/2020.js';
+import type * as AjvModule from 'ajv';
+import type { Ajv, ValidateFunction } from 'ajv';
+import type * as Ajv2020Module from 'ajv/dist/2020.js';
+import type { Ajv2020 } from 'ajv/dist/2020.js';
 import picomatch from 'picomatch';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
+import { lazyRequire } from '../core/lazy.js';
 import { RULE_IDS, type RuleId, type Severity } from '../mcp/scan.js';
+
+// JSON Schema validators, loaded when a tool's schema is first compiled.
+const ajv = lazyRequire<typeof AjvModule>('ajv');
+const ajv2020 = lazyRequire<typeof Ajv2020Module>('ajv/dist/2020.js');
 
 const MAX_GLOB_CHARS = 256;
 const MAX_GLOBS = 1000;
@@ -127,8 +134,8 @@ function validators(): Validators {
     compile(schema) {
       const dialect = dialectOf(schema);
       if (typeof dialect !== 'string') throw new Error(dialect.error);
-      if (dialect === 'draft-07') return (a07 ??= new Ajv(AJV_OPTIONS)).compile(schema);
-      return (a2020 ??= new Ajv2020(AJV_OPTIONS)).compile(schema);
+      if (dialect === 'draft-07') return (a07 ??= new (ajv().Ajv)(AJV_OPTIONS)).compile(schema);
+      return (a2020 ??= new (ajv2020().Ajv2020)(AJV_OPTIONS)).compile(schema);
     },
   };
 }

@@ -6,10 +6,11 @@
 // an exact network.allowPrivate exception) → network.deny (deny wins) → network.allow → default deny.
 import { readFileSync, statSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
-import { parse as parseDomain } from 'tldts';
-import { parseDocument } from 'yaml';
+import type * as Tldts from 'tldts';
+import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
+import { lazyRequire } from '../core/lazy.js';
 import { parseOrThrow } from '../core/validate.js';
 import {
   blockedRange,
@@ -20,6 +21,9 @@ import {
   parsePort,
   type CanonicalHost,
 } from '../egress/address.js';
+
+const tldts = lazyRequire<typeof Tldts>('tldts');
+const yaml = lazyRequire<typeof Yaml>('yaml');
 
 /** Ports an allow entry without `:port` opens. */
 export const DEFAULT_ALLOW_PORTS: readonly number[] = [80, 443];
@@ -76,7 +80,7 @@ export function parseHostPattern(entry: string, list: PatternList): HostPattern 
     if (suffix.kind === 'invalid')
       return { error: `"${suffixText}" is not a valid host name (${suffix.reason})` };
     if (suffix.kind === 'ip') return { error: 'wildcards match names, not addresses' };
-    const registrable = parseDomain(suffix.name, {
+    const registrable = tldts().parse(suffix.name, {
       allowPrivateDomains: true, // *.github.io, *.s3.amazonaws.com: every subdomain is someone else's site
       validateHostname: false, // already validated (and underscores are fine)
       detectIp: false,
@@ -306,7 +310,7 @@ const MAX_POLICY_FILE_BYTES = 1024 * 1024;
 
 /** Parse policy YAML text; `source` names it in error messages. */
 export function parsePolicyYaml(text: string, source = 'policy'): EgressPolicy {
-  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const err = doc.errors[0];
   if (err) throw new AirlockError('INVALID_SPEC', `invalid policy file ${source}: ${err.message}`);
   let data: unknown;

@@ -1,0 +1,52 @@
+// Packages only some features need are loaded on first use (src/core/lazy.ts): importing the library
+// or the CLI's `run` path must not load them, and the feature that needs one must still get it. Each
+// case runs in a fresh Node process (this one has loaded everything already).
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const HEAVY = ['yaml', 'node-forge', 'dns-packet', 'tldts', 'gpt-tokenizer', 'ajv'];
+
+/** Run `body` (an async function body, `src` is the src dir URL) in a fresh tsx process; the heavy packages it has loaded. */
+function loadedAfter(body: string): string[] {
+  const script = `
+    import { createRequire } from 'node:module';
+    const require = createRequire(import.meta.url);
+    const src = ${JSON.stringify(new URL('../../src/', import.meta.url).href)};
+    ${body}
+    const heavy = ${JSON.stringify(HEAVY)};
+    const loaded = heavy.filter((p) => Object.keys(require.cache).some((k) => k.includes('/node_modules/' + p + '/')));
+    process.stdout.write(JSON.stringify(loaded));
+  `;
+  const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  return JSON.parse(out) as string[];
+}
+
+describe('lazy imports', () => {
+  it('the CLI (what cli/main.ts imports before it runs a command) loads none of them', () => {
+    // main.ts itself runs the command line when imported: its static imports instead.
+    const cli = ['run', 'demo', 'doctor', 'flags', 'snapshot', 'template'];
+    const body = cli.map((m) => `await import(src + 'cli/${m}.ts');`).join('\n');
+    expect(loadedAfter(`await import('commander');\n${body}`)).toEqual([]);
+  }, 30_000);
+
+  it('importing the library loads none of them but ajv (the MCP SDK uses it)', () => {
+    expect(loadedAfter(`await import(src + 'index.ts');`)).toEqual(['ajv']);
+  }, 30_000);
+
+  it('a feature loads its package when used', () => {
+    const loaded = loadedAfter(`
+      const net = await import(src + 'policy/network.ts');
+      net.parsePolicyYaml('network:\\n  allow: ["*.example.com"]\\n');
+      const { SessionBudget } = await import(src + 'mcp/budget.ts');
+      new SessionBudget({ maxOutputTokens: 10 });
+      await import(src + 'egress/dns.ts');
+    `);
+    expect(loaded).toEqual(expect.arrayContaining(['yaml', 'tldts', 'gpt-tokenizer']));
+    expect(loaded).not.toContain('dns-packet'); // imported, never used
+  }, 30_000);
+});
