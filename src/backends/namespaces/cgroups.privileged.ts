@@ -85,6 +85,7 @@ export interface CgroupHandle {
    * are opened once per sandbox and written from libuv's thread pool.
    */
   enroll(pid: number): Promise<void>;
+  /** OOM kills and pids-limit hits so far (zero, without reading, before any process entered). */
   counters(): LimitCounters;
   /**
    * Tasks the pids controller still charges to the cgroup: live ones, and dead ones the kernel has
@@ -172,12 +173,22 @@ async function createV1(
     await Promise.allSettled(dirs.filter((_, i) => made[i]!.status === 'fulfilled').map((d) => rmdir(d)));
     throw (failed as PromiseRejectedResult).reason;
   }
-  const h = v1Handle(mounts, dirs);
-  h.setLimits(limits);
-  return h;
+  try {
+    const h = v1Handle(mounts, dirs, true);
+    h.setLimits(limits);
+    return h;
+  } catch (e) {
+    await Promise.allSettled(dirs.map((d) => rmdir(d)));
+    throw e;
+  }
 }
 
-function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly string[]): CgroupHandle {
+/** `fresh`: a cgroup just made for a sandbox (its cgroup.procs files are opened now, not on the first exec). */
+function v1Handle(
+  mounts: Readonly<Record<string, string>>,
+  dirs: readonly string[],
+  fresh = false,
+): CgroupHandle {
   const under = (ctl: string): string | undefined => {
     const m = mounts[ctl];
     return m ? dirs.find((d) => d.startsWith(m + '/')) : undefined;
@@ -187,7 +198,9 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
   const freezerDir = under('freezer');
   const cpuDir = under('cpu');
   const freezerState = freezerDir ? join(freezerDir, 'freezer.state') : undefined;
-  const procs = procsWriter(dirs);
+  const procs = procsWriter(dirs, fresh);
+  // A fresh cgroup that no process has entered yet has counted nothing (see counters()).
+  let entered = !fresh;
   const handle: CgroupHandle = {
     dirs,
     canFreeze: freezerState !== undefined,
@@ -205,9 +218,10 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
       writeFileSync(freezerState, 'THAWED');
     },
     addProcess(pid) {
+      entered = true;
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
     },
-    enroll: (pid) => procs.enroll(pid),
+    enroll: (pid) => ((entered = true), procs.enroll(pid)),
     setLimits(limits) {
       // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
       // v1 requires limit <= memsw at every step: raise memsw first, lower it last.
@@ -229,6 +243,7 @@ function v1Handle(mounts: Readonly<Record<string, string>>, dirs: readonly strin
       return pidsDir ? Number(readOr(join(pidsDir, 'pids.current'), '0').trim()) || 0 : 0;
     },
     counters() {
+      if (!entered) return { oomKills: 0, pidsLimitHits: 0 };
       return {
         oomKills: memDir ? counter(readOr(join(memDir, 'memory.oom_control'), ''), 'oom_kill') : 0,
         pidsLimitHits: pidsDir ? counter(readOr(join(pidsDir, 'pids.events'), ''), 'max') : 0,
@@ -271,15 +286,22 @@ async function createV2(root: string, id: string, limits: Limits): Promise<Cgrou
   }
   const dir = join(parent, id);
   await mkdir(dir);
-  const h = v2Handle(dir);
-  h.setLimits(limits);
-  return h;
+  try {
+    const h = v2Handle(dir, true);
+    h.setLimits(limits);
+    return h;
+  } catch (e) {
+    await rmdir(dir).catch(() => {});
+    throw e;
+  }
 }
 
-function v2Handle(dir: string): CgroupHandle {
+/** `fresh`: as for v1Handle. */
+function v2Handle(dir: string, fresh = false): CgroupHandle {
   const freezeFile = join(dir, 'cgroup.freeze');
   const canFreeze = existsSync(freezeFile);
-  const procs = procsWriter([dir]);
+  const procs = procsWriter([dir], fresh);
+  let entered = !fresh; // as in v1Handle
   const handle: CgroupHandle = {
     dirs: [dir],
     canFreeze,
@@ -297,9 +319,10 @@ function v2Handle(dir: string): CgroupHandle {
       writeFileSync(freezeFile, '0');
     },
     addProcess(pid) {
+      entered = true;
       writeFileSync(join(dir, 'cgroup.procs'), String(pid));
     },
-    enroll: (pid) => procs.enroll(pid),
+    enroll: (pid) => ((entered = true), procs.enroll(pid)),
     setLimits(limits) {
       writeFileSync(join(dir, 'memory.max'), String(limits.memoryBytes));
       if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
@@ -310,6 +333,7 @@ function v2Handle(dir: string): CgroupHandle {
       return Number(readOr(join(dir, 'pids.current'), '0').trim()) || 0;
     },
     counters() {
+      if (!entered) return { oomKills: 0, pidsLimitHits: 0 };
       return {
         oomKills: counter(readOr(join(dir, 'memory.events'), ''), 'oom_kill'),
         pidsLimitHits: counter(readOr(join(dir, 'pids.events'), ''), 'max'),
@@ -374,17 +398,34 @@ function cpuQuotaUs(limits: Limits): number {
  */
 let migrationNeverWaits = false;
 
-function procsWriter(dirs: readonly string[]): {
+/**
+ * Writes a pid to the cgroup.procs file of each dir. The files stay open for the cgroup's life; a
+ * `fresh` cgroup (made ahead in a warm slot) opens them at once, so the first exec does not.
+ */
+function procsWriter(
+  dirs: readonly string[],
+  fresh: boolean,
+): {
   enroll(pid: number): Promise<void>;
   close(): Promise<void>;
 } {
-  let fds: number[] | undefined;
+  const open = (): number[] => {
+    const opened: number[] = [];
+    try {
+      for (const d of dirs) opened.push(openSync(join(d, 'cgroup.procs'), constants.O_WRONLY));
+    } catch (e) {
+      for (const fd of opened) closeSync(fd);
+      throw e;
+    }
+    return opened;
+  };
+  let fds: number[] | undefined = fresh ? open() : undefined;
   let closed = false;
   const inFlight = new Set<Promise<unknown>>();
   return {
     async enroll(pid) {
       if (closed) throw Object.assign(new Error('cgroup removed'), { code: 'ENOENT' });
-      fds ??= dirs.map((d) => openSync(join(d, 'cgroup.procs'), constants.O_WRONLY));
+      fds ??= open();
       const buf = Buffer.from(String(pid));
       if (migrationNeverWaits) {
         for (const fd of fds) writeSync(fd, buf);
