@@ -11,10 +11,10 @@
 // NETWORK SAFETY: the only server is on 127.0.0.1; Airlock's dialer is replaced by one that connects
 // only to it, and srt's allow-list names only it.
 import { spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Airlock, Sandbox } from '../src/index.js';
 import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
@@ -24,7 +24,7 @@ import { sample, summarize, type Summary } from './stats.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRT_CLI = join(ROOT, 'node_modules/@anthropic-ai/sandbox-runtime/dist/cli.js');
-const AIRLOCK_CLI = join(ROOT, 'bench/results/.cli/airlock.mjs');
+const AIRLOCK_CLI = join(ROOT, 'bench/results/.cli/main.mjs');
 /** An empty cwd and HOME for srt: it scans the cwd with ripgrep for files to protect. */
 const SRT_DIR = `${BENCH_STATE_DIR}-srt`;
 const FAKE_ADDRESS = '203.0.113.10';
@@ -93,7 +93,8 @@ function spawnShell(cmd: string): Promise<string> {
 
 async function buildAirlockCli(): Promise<void> {
   const { build, stop } = await import('esbuild');
-  mkdirSync(join(ROOT, 'bench/results/.cli'), { recursive: true });
+  rmSync(dirname(AIRLOCK_CLI), { recursive: true, force: true }); // chunks of an older build
+  mkdirSync(dirname(AIRLOCK_CLI), { recursive: true });
   await build({
     entryPoints: [join(ROOT, 'src/cli/main.ts')],
     bundle: true,
@@ -101,7 +102,11 @@ async function buildAirlockCli(): Promise<void> {
     format: 'esm',
     target: 'node20',
     packages: 'external',
-    outfile: AIRLOCK_CLI,
+    // Split at dynamic imports, as the tsc build is: what a command never imports (the MCP SDK for
+    // `run`) is never loaded. One file would hoist every package import to its top.
+    splitting: true,
+    outdir: dirname(AIRLOCK_CLI),
+    outExtension: { '.js': '.mjs' },
     logLevel: 'error',
   });
   await stop(); // its service process would keep this one alive
@@ -125,7 +130,7 @@ export async function peerBench(ctx: BenchContext): Promise<PeerReport> {
     srtCliS = await sample(cliRuns, () => runQuiet(process.execPath, [SRT_CLI, 'true'], { env: srtEnv }), 2);
     return summarize(srtCliS);
   });
-  ctx.log(`peer: airlock run -- true (CLI, esbuild bundle) ×${cliRuns}`);
+  ctx.log(`peer: airlock run -- true (CLI, esbuild build split like the tsc build) ×${cliRuns}`);
   let airlockCliS: number[] = [];
   const airlockCli = await attempt(async () => {
     await buildAirlockCli();
