@@ -41,7 +41,8 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(stateDir + '/'));
+    // The sandboxes dir's own tmpfs (mounted once per host, see ensureRuntimeTmpfs) belongs to no sandbox.
+    .filter((m) => m.startsWith(stateDir + '/') && m !== `${stateDir}/sandboxes`);
   // Sandbox cgroups are named `<first 8 hex of sha256(stateDir)>-<id>` (see backends/namespaces).
   const prefix = `${createHash('sha256').update(stateDir).digest('hex').slice(0, 8)}-`;
   const cgroups: string[] = [];

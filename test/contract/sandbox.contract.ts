@@ -28,6 +28,7 @@ import {
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { NO_RESIDUE, TEST_UID_RANGE, residue, testAirlock } from '../helpers.js';
+import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
 import { airlockError, contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;
@@ -182,6 +183,9 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           expect(r.stdout).toBe('ok\n');
         } finally {
           await fresh.killAll();
+          // Its sandboxes dir is a tmpfs of its own (it outlives Airlock on a kept state dir): this
+          // throwaway dir's goes with it.
+          unmount(join(stateDir, 'sandboxes'));
           if (!readFileSync('/proc/self/mountinfo', 'utf8').includes(stateDir)) {
             rmSync(stateDir, { recursive: true, force: true });
           }

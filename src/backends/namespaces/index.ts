@@ -308,7 +308,9 @@ export class NamespacesBackend implements BackendV1 {
    */
   private async prepareSlot(limits: Limits): Promise<Slot> {
     if (this.etcDir === undefined) {
-      this.dirs.ensure();
+      const run = this.dirs.ensure();
+      if (!run.tmpfs)
+        this.ctx.logger.warn({ reason: run.reason }, 'sandbox dirs stay on disk (slower create and kill)');
       this.etcDir = ensureEtc(this.ctx.stateDir);
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;

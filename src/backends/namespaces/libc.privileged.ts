@@ -17,6 +17,8 @@ export interface Libc {
   /** umount2 on a worker thread (errno is not available: callers retry synchronously on failure). */
   umount2Async(target: string, flags: number): Promise<number>;
   unshare(flags: number): number;
+  /** flock(2): an advisory lock on an open file, released when the fd is closed. */
+  flock(fd: number, op: number): number;
   setns(fd: number, nstype: number): number;
   socket(domain: number, type: number, proto: number): number;
   ioctl(fd: number, req: number, arg: Buffer): number;
@@ -162,6 +164,7 @@ export function libc(): Libc {
           ),
       ),
     unshare: f('int unshare(int flags)'),
+    flock: f('int flock(int fd, int op)'),
     setns: f('int setns(int fd, int nstype)'),
     socket: f('int socket(int domain, int type, int protocol)'),
     ioctl: f('int ioctl(int fd, unsigned long req, void *arg)'),

@@ -1,6 +1,7 @@
 // SECURITY-CRITICAL (privileged): host-side mount(2)/umount2(2) for sandbox filesystems, called as root
 // (a direct call ~0.1 ms; spawning mount(8) ~3 ms). Only the few mount shapes Airlock needs are
 // exposed; every path comes from Airlock's own state dir or a validated spec.
+import { closeSync, openSync, readdirSync, statfsSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 
@@ -35,6 +36,43 @@ export function mountDevpts(target: string, max: number): void {
   const data = `newinstance,ptmxmode=0666,mode=0620,max=${max}`;
   if (c.mount('devpts', target, 'devpts', MS_NOSUID | MS_NOEXEC, data) !== 0)
     fail(`devpts mount on ${target}`, c.errno());
+}
+
+const TMPFS_MAGIC = 0x01021994;
+const LOCK_EX = 2;
+/** The runtime tmpfs holds small files and mount points only (disks are their own tmpfs mounts). */
+const RUNTIME_TMPFS_BYTES = 256 * 1024 * 1024;
+
+/**
+ * Put `dir` (a state dir's `sandboxes/`: runtime state that means nothing after a reboot, since its
+ * mounts, cgroups and processes are gone too) on a tmpfs, once per host: its files then never touch
+ * a journaling disk, where creating and deleting them cost each sandbox about 0.7 ms of CPU (more
+ * with online discard). Mounted only while the dir is empty, so nothing of an earlier run is ever
+ * hidden beneath it (that run's sandboxes stay on disk until they are reaped; the next start mounts).
+ * `lockFile` serialises Airlock processes sharing the dir, so two never stack two mounts. The mount
+ * stays after Airlock exits (like the cgroup hierarchy): later runs use it as it is.
+ */
+export function ensureRuntimeTmpfs(
+  dir: string,
+  lockFile: string,
+): { tmpfs: true } | { tmpfs: false; reason: string } {
+  if (statfsSync(dir).type === TMPFS_MAGIC) return { tmpfs: true };
+  const c = libc();
+  const lock = openSync(lockFile, 'a', 0o600);
+  try {
+    if (c.flock(lock, LOCK_EX) !== 0)
+      return { tmpfs: false, reason: `flock ${lockFile}: errno ${c.errno()}` };
+    if (statfsSync(dir).type === TMPFS_MAGIC) return { tmpfs: true }; // another process mounted it meanwhile
+    const left = readdirSync(dir).length;
+    if (left > 0)
+      return { tmpfs: false, reason: `${dir} still holds ${left} sandbox dir(s) of an earlier run` };
+    const data = `size=${RUNTIME_TMPFS_BYTES},mode=711`;
+    if (c.mount('airlock-run', dir, 'tmpfs', MS_NOSUID | MS_NODEV, data) !== 0)
+      return { tmpfs: false, reason: `tmpfs mount on ${dir}: errno ${c.errno()}` };
+    return { tmpfs: true };
+  } finally {
+    closeSync(lock); // releases the lock
+  }
 }
 
 /** Resize a sandbox disk made by mountTmpfs (used on a pre-made, still empty disk). */

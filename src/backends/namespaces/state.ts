@@ -5,6 +5,7 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
+import { ensureRuntimeTmpfs } from './mount.privileged.js';
 
 export interface Owner {
   readonly pid: number;
@@ -57,7 +58,8 @@ export class StateDirs {
     this.spill = join(root, 'spill');
   }
 
-  ensure(): void {
+  /** Make the dirs; the sandboxes dir on a tmpfs where it can be (see ensureRuntimeTmpfs). */
+  ensure(): ReturnType<typeof ensureRuntimeTmpfs> {
     // 0711: sandbox uids may traverse to their own (bind-mounted) dirs but never list others.
     for (const d of [this.root, this.sandboxes]) {
       mkdirSync(d, { recursive: true, mode: 0o711 });
@@ -65,6 +67,7 @@ export class StateDirs {
     }
     mkdirSync(this.leases, { recursive: true, mode: 0o700 });
     mkdirSync(this.spill, { recursive: true, mode: 0o700 });
+    return ensureRuntimeTmpfs(this.sandboxes, join(this.root, '.sandboxes.lock'));
   }
 
   sandboxDir(id: string): string {

@@ -1,0 +1,55 @@
+// The sandboxes dir of a state dir goes on a tmpfs (ensureRuntimeTmpfs): once, never stacked, and
+// never over what an earlier run left in it.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ensureRuntimeTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { canRunNamespaces } from '../helpers.js';
+
+const TMPFS_MAGIC = 0x01021994;
+const mountsAt = (dir: string): string[] =>
+  readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .filter((l) => l.split(' ')[4] === dir);
+
+// Needs a dir that is not on a tmpfs already (a host whose /var/tmp is one has nothing to mount).
+const onDisk = statfsSync('/var/tmp').type !== TMPFS_MAGIC;
+
+describe.skipIf(!canRunNamespaces || !onDisk)('ensureRuntimeTmpfs', () => {
+  it('mounts one tmpfs on an empty dir, and reuses it', () => {
+    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
+    const dir = join(root, 'sandboxes');
+    mkdirSync(dir, { mode: 0o711 });
+    try {
+      expect(ensureRuntimeTmpfs(dir, join(root, '.lock'))).toEqual({ tmpfs: true });
+      expect(statfsSync(dir).type).toBe(TMPFS_MAGIC);
+      const [line] = mountsAt(dir);
+      expect(line).toMatch(/ rw,nosuid,nodev[, ]/);
+      expect(line).toMatch(/ - tmpfs airlock-run .*mode=711/);
+      // A second runtime on the same state dir finds it and mounts nothing more.
+      writeFileSync(join(dir, 'sbx-1'), '');
+      expect(ensureRuntimeTmpfs(dir, join(root, '.lock'))).toEqual({ tmpfs: true });
+      expect(mountsAt(dir)).toHaveLength(1);
+    } finally {
+      while (mountsAt(dir).length) unmount(dir);
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('leaves a dir that still holds entries on disk, and says why', () => {
+    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
+    const dir = join(root, 'sandboxes');
+    mkdirSync(join(dir, 'sbx-earlier'), { recursive: true });
+    try {
+      const r = ensureRuntimeTmpfs(dir, join(root, '.lock'));
+      expect(r).toEqual({
+        tmpfs: false,
+        reason: expect.stringContaining('1 sandbox dir(s) of an earlier run'),
+      });
+      expect(mountsAt(dir)).toHaveLength(0);
+    } finally {
+      while (mountsAt(dir).length) unmount(dir);
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
