@@ -1,9 +1,13 @@
 // The sandboxes dir of a state dir goes on a tmpfs (ensureRuntimeTmpfs): once, never stacked, and
 // never over what an earlier run left in it.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ensureRuntimeTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import {
+  ensureRuntimeTmpfs,
+  mkdirUnderRuntimeLock,
+  unmount,
+} from '../../src/backends/namespaces/mount.privileged.js';
 import { canRunNamespaces } from '../helpers.js';
 
 const TMPFS_MAGIC = 0x01021994;
@@ -30,6 +34,25 @@ describe.skipIf(!canRunNamespaces || !onDisk)('ensureRuntimeTmpfs', () => {
       writeFileSync(join(dir, 'sbx-1'), '');
       expect(ensureRuntimeTmpfs(dir, join(root, '.lock'))).toEqual({ tmpfs: true });
       expect(mountsAt(dir)).toHaveLength(1);
+    } finally {
+      while (mountsAt(dir).length) unmount(dir);
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
+  it('a sandbox dir made while on disk keeps the tmpfs off until it is gone', () => {
+    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
+    const dir = join(root, 'sandboxes');
+    const lock = join(root, '.lock');
+    mkdirSync(dir, { mode: 0o711 });
+    try {
+      expect(mkdirUnderRuntimeLock(join(dir, 'sbx-a'), lock, 0o711)).toBe(false); // made on disk
+      expect(ensureRuntimeTmpfs(dir, lock)).toMatchObject({ tmpfs: false });
+      expect(mountsAt(dir)).toHaveLength(0);
+      rmdirSync(join(dir, 'sbx-a'));
+      expect(ensureRuntimeTmpfs(dir, lock)).toEqual({ tmpfs: true });
+      expect(mkdirUnderRuntimeLock(join(dir, 'sbx-b'), lock, 0o711)).toBe(true); // made on the tmpfs
+      expect(statfsSync(join(dir, 'sbx-b')).type).toBe(TMPFS_MAGIC);
     } finally {
       while (mountsAt(dir).length) unmount(dir);
       rmSync(root, { recursive: true, force: true });

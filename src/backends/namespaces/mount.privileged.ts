@@ -1,7 +1,8 @@
 // SECURITY-CRITICAL (privileged): host-side mount(2)/umount2(2) for sandbox filesystems, called as root
 // (a direct call ~0.1 ms; spawning mount(8) ~3 ms). Only the few mount shapes Airlock needs are
 // exposed; every path comes from Airlock's own state dir or a validated spec.
-import { closeSync, openSync, readdirSync, statfsSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, statfsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 
@@ -39,6 +40,7 @@ export function mountDevpts(target: string, max: number): void {
 }
 
 const TMPFS_MAGIC = 0x01021994;
+const LOCK_SH = 1;
 const LOCK_EX = 2;
 /** The runtime tmpfs holds small files and mount points only (disks are their own tmpfs mounts). */
 const RUNTIME_TMPFS_BYTES = 256 * 1024 * 1024;
@@ -72,6 +74,25 @@ export function ensureRuntimeTmpfs(
     return { tmpfs: true };
   } finally {
     closeSync(lock); // releases the lock
+  }
+}
+
+/**
+ * mkdir `dir` in a sandboxes dir that is still on disk, under a shared lock on `lockFile`: a runtime
+ * deciding whether to mount (ensureRuntimeTmpfs, exclusive) then either sees the new dir, and leaves
+ * the dir on disk, or has mounted already, and the dir is made on the tmpfs. Without the lock a dir
+ * made between its emptiness check and its mount would be hidden under the tmpfs. Returns whether
+ * the parent is a tmpfs by now.
+ */
+export function mkdirUnderRuntimeLock(dir: string, lockFile: string, mode: number): boolean {
+  const c = libc();
+  const lock = openSync(lockFile, 'a', 0o600);
+  try {
+    if (c.flock(lock, LOCK_SH) !== 0) fail(`flock ${lockFile}`, c.errno());
+    mkdirSync(dir, { mode });
+    return statfsSync(dirname(dir)).type === TMPFS_MAGIC;
+  } finally {
+    closeSync(lock);
   }
 }
 

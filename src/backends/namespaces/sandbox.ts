@@ -1,6 +1,6 @@
 // One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
 // its whole state (snapshot, pause, resume, destroy).
-import { readdirSync, statfsSync } from 'node:fs';
+import { readdirSync, rmSync, statfsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
@@ -64,7 +64,9 @@ export class HostResources {
     await step(() => this.netns?.close());
     await unmount('netns'); // a bind-mounted netns of an older Airlock (nothing for a symlink)
     await unmount('pts');
-    await step(() => rm(this.dir, { recursive: true, force: true }));
+    // Directly on the runtime tmpfs (see prepareSlot), else off the event loop.
+    const gone = { recursive: true, force: true } as const;
+    await step(() => (this.dirs.runtimeTmpfs ? rmSync(this.dir, gone) : rm(this.dir, gone)));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
       throw new AirlockError(

@@ -5,7 +5,7 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { open, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
-import { ensureRuntimeTmpfs } from './mount.privileged.js';
+import { ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
 
 export interface Owner {
   readonly pid: number;
@@ -48,6 +48,8 @@ export class StateDirs {
   readonly sandboxes: string;
   readonly leases: string;
   readonly spill: string;
+  /** The sandboxes dir is on a tmpfs (set by ensure()): its file operations never wait for a disk. */
+  runtimeTmpfs = false;
 
   constructor(
     readonly root: string,
@@ -67,7 +69,21 @@ export class StateDirs {
     }
     mkdirSync(this.leases, { recursive: true, mode: 0o700 });
     mkdirSync(this.spill, { recursive: true, mode: 0o700 });
-    return ensureRuntimeTmpfs(this.sandboxes, join(this.root, '.sandboxes.lock'));
+    const r = ensureRuntimeTmpfs(this.sandboxes, this.lockFile());
+    this.runtimeTmpfs = r.tmpfs;
+    return r;
+  }
+
+  private lockFile(): string {
+    return join(this.root, '.sandboxes.lock');
+  }
+
+  /** mkdir a new sandbox's dir (on disk: under the lock that ensureRuntimeTmpfs honours). */
+  makeSandboxDir(id: string): string {
+    const dir = this.sandboxDir(id);
+    if (this.runtimeTmpfs) mkdirSync(dir, { mode: 0o711 });
+    else this.runtimeTmpfs = mkdirUnderRuntimeLock(dir, this.lockFile(), 0o711);
+    return dir;
   }
 
   sandboxDir(id: string): string {
