@@ -4,7 +4,8 @@
 // shift ownership in the *view* only: nothing on disk changes, and the mapping covers exactly one
 // uid and one gid (the directory's owner → the sandbox's host uid). Other owners appear as nobody.
 // Snapshot layers are shown to their forks the same way (layer owner 0 → the fork's host uid).
-import { closeSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, writeFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 import { killAndReap, spawnDirect } from './spawn.privileged.js';
@@ -18,6 +19,8 @@ const MOUNT_ATTR_RDONLY = 0x1;
 const MOUNT_ATTR_NOSUID = 0x2;
 const MOUNT_ATTR_NODEV = 0x4;
 const MOUNT_ATTR_IDMAP = 0x100000;
+/** How long the helper may take to reach its new user namespace. */
+const HELPER_WAIT_MS = 5000;
 
 /**
  * A user namespace whose only mapping is `owner → hostUid` (uid and gid), held by a short-lived
@@ -26,22 +29,33 @@ const MOUNT_ATTR_IDMAP = 0x100000;
 export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
   // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
   // Started with posix_spawn (spawn.privileged.ts): forking Airlock would block it for milliseconds.
+  // unshare execs cat once it is inside the new namespace; cat echoing a byte back says so, with no
+  // polling of /proc (whose reads would also hold up the helper's exec).
   const child = spawnDirect(
     '/usr/bin/unshare',
-    ['/usr/bin/unshare', '--user', '/usr/bin/sleep', '60'],
+    ['/usr/bin/unshare', '--user', '/usr/bin/cat'],
     [],
-    ['null', 'null', 'null'],
+    ['read', 'write', 'null'],
   );
+  const [stdin, stdout] = child.pipes as [Socket, Socket];
   try {
+    stdin.on('error', () => {});
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error('user namespace helper did not start')),
+        HELPER_WAIT_MS,
+      );
+      stdout.once('data', () => (clearTimeout(timer), resolve()));
+      stdout.once('close', () => (clearTimeout(timer), reject(new Error('user namespace helper exited'))));
+      stdin.write('.');
+    });
     const pid = child.pid;
-    // Wait until the helper is inside its new user namespace (unshare execs sleep afterwards).
-    const own = readlinkSync('/proc/self/ns/user');
-    for (let i = 0; i < 250 && readlinkSync(`/proc/${pid}/ns/user`) === own; i++)
-      await new Promise((r) => (i < 50 ? setImmediate(r) : setTimeout(r, 1)));
     writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
     writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
     return openSync(`/proc/${pid}/ns/user`, 'r');
   } finally {
+    stdin.destroy();
+    stdout.destroy();
     void killAndReap(child);
   }
 }
