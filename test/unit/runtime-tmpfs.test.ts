@@ -19,33 +19,36 @@ const mountsAt = (dir: string): string[] =>
 // Needs a dir that is not on a tmpfs already (a host whose /var/tmp is one has nothing to mount).
 const onDisk = statfsSync('/var/tmp').type !== TMPFS_MAGIC;
 
+/** Run `f` on a fresh state dir (its empty `sandboxes/` and lock file path); unmount and remove it after. */
+function onStateDir(f: (dir: string, lock: string) => void): void {
+  const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
+  const dir = join(root, 'sandboxes');
+  mkdirSync(dir, { mode: 0o711 });
+  try {
+    f(dir, join(root, '.lock'));
+  } finally {
+    while (mountsAt(dir).length) unmount(dir);
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
 describe.skipIf(!canRunNamespaces || !onDisk)('ensureRuntimeTmpfs', () => {
   it('mounts one tmpfs on an empty dir, and reuses it', () => {
-    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
-    const dir = join(root, 'sandboxes');
-    mkdirSync(dir, { mode: 0o711 });
-    try {
-      expect(ensureRuntimeTmpfs(dir, join(root, '.lock'))).toEqual({ tmpfs: true });
+    onStateDir((dir, lock) => {
+      expect(ensureRuntimeTmpfs(dir, lock)).toEqual({ tmpfs: true });
       expect(statfsSync(dir).type).toBe(TMPFS_MAGIC);
       const [line] = mountsAt(dir);
       expect(line).toMatch(/ rw,nosuid,nodev[, ]/);
       expect(line).toMatch(/ - tmpfs airlock-run .*mode=711/);
       // A second runtime on the same state dir finds it and mounts nothing more.
       writeFileSync(join(dir, 'sbx-1'), '');
-      expect(ensureRuntimeTmpfs(dir, join(root, '.lock'))).toEqual({ tmpfs: true });
+      expect(ensureRuntimeTmpfs(dir, lock)).toEqual({ tmpfs: true });
       expect(mountsAt(dir)).toHaveLength(1);
-    } finally {
-      while (mountsAt(dir).length) unmount(dir);
-      rmSync(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it('a sandbox dir made while on disk keeps the tmpfs off until it is gone', () => {
-    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
-    const dir = join(root, 'sandboxes');
-    const lock = join(root, '.lock');
-    mkdirSync(dir, { mode: 0o711 });
-    try {
+    onStateDir((dir, lock) => {
       expect(mkdirUnderRuntimeLock(join(dir, 'sbx-a'), lock, 0o711)).toBe(false); // made on disk
       expect(ensureRuntimeTmpfs(dir, lock)).toMatchObject({ tmpfs: false });
       expect(mountsAt(dir)).toHaveLength(0);
@@ -53,26 +56,17 @@ describe.skipIf(!canRunNamespaces || !onDisk)('ensureRuntimeTmpfs', () => {
       expect(ensureRuntimeTmpfs(dir, lock)).toEqual({ tmpfs: true });
       expect(mkdirUnderRuntimeLock(join(dir, 'sbx-b'), lock, 0o711)).toBe(true); // made on the tmpfs
       expect(statfsSync(join(dir, 'sbx-b')).type).toBe(TMPFS_MAGIC);
-    } finally {
-      while (mountsAt(dir).length) unmount(dir);
-      rmSync(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it('leaves a dir that still holds entries on disk, and says why', () => {
-    const root = mkdtempSync(join('/var/tmp', 'airlock-runtmpfs-'));
-    const dir = join(root, 'sandboxes');
-    mkdirSync(join(dir, 'sbx-earlier'), { recursive: true });
-    try {
-      const r = ensureRuntimeTmpfs(dir, join(root, '.lock'));
-      expect(r).toEqual({
+    onStateDir((dir, lock) => {
+      mkdirSync(join(dir, 'sbx-earlier'));
+      expect(ensureRuntimeTmpfs(dir, lock)).toEqual({
         tmpfs: false,
         reason: expect.stringContaining('1 sandbox dir(s) of an earlier run'),
       });
       expect(mountsAt(dir)).toHaveLength(0);
-    } finally {
-      while (mountsAt(dir).length) unmount(dir);
-      rmSync(root, { recursive: true, force: true });
-    }
+    });
   });
 });
