@@ -526,7 +526,7 @@ export class SandboxBase {
   private terminate(reason: KillReason): Promise<void> {
     this.killing ??= (async () => {
       this.killReason = reason;
-      this.dead.abort();
+      this.dead.abort(reason); // a reason of our own: no DOMException (and its stack) per sandbox
       clearTimeout(this.ttlTimer);
       for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
       try {
