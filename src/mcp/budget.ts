@@ -10,7 +10,7 @@ import { AirlockError } from '../core/errors.js';
 import { parseOrThrow } from '../core/validate.js';
 import { lazyRequire } from '../core/lazy.js';
 
-/** The o200k_base tokenizer (≈0.2 s to load): loaded by the first token count. */
+/** The o200k_base tokenizer (≈0.2 s to load): loaded when a session budget is made. */
 const tokenizer = lazyRequire<typeof O200k>('gpt-tokenizer/encoding/o200k_base');
 
 const positiveInt = (what: string) =>

@@ -85,7 +85,7 @@ export interface CgroupHandle {
    * are opened once per sandbox and written from libuv's thread pool.
    */
   enroll(pid: number): Promise<void>;
-  /** OOM kills and pids-limit hits so far (zero, without reading, before any process entered). */
+  /** OOM kills and pids-limit hits so far (from createCgroup: zero, without reading, until a process entered). */
   counters(): LimitCounters;
   /**
    * Tasks the pids controller still charges to the cgroup: live ones, and dead ones the kernel has
@@ -116,7 +116,30 @@ export interface CgroupHandle {
 export async function createCgroup(layout: CgroupLayout, id: string, limits: Limits): Promise<CgroupHandle> {
   if (layout.version === 0)
     throw new AirlockError('BACKEND_UNAVAILABLE', `cgroups unavailable: ${layout.reason}`);
-  return layout.version === 1 ? createV1(layout.mounts, id, limits) : createV2(layout.root, id, limits);
+  const h = await (layout.version === 1
+    ? createV1(layout.mounts, id, limits)
+    : createV2(layout.root, id, limits));
+  return countsOnceEntered(h);
+}
+
+/**
+ * A cgroup just made has counted nothing until a process enters it: counters() says so without
+ * reading, until enroll or addProcess puts the first process in.
+ */
+function countsOnceEntered(h: CgroupHandle): CgroupHandle {
+  let entered = false;
+  return {
+    ...h,
+    addProcess(pid) {
+      entered = true;
+      h.addProcess(pid);
+    },
+    enroll(pid) {
+      entered = true;
+      return h.enroll(pid);
+    },
+    counters: () => (entered ? h.counters() : { oomKills: 0, pidsLimitHits: 0 }),
+  };
 }
 
 /** Every sandbox cgroup dir named `<prefix><id>` on the host, by sandbox id (for the orphan reaper). */
@@ -199,8 +222,6 @@ function v1Handle(
   const cpuDir = under('cpu');
   const freezerState = freezerDir ? join(freezerDir, 'freezer.state') : undefined;
   const procs = procsWriter(dirs, fresh);
-  // A fresh cgroup that no process has entered yet has counted nothing (see counters()).
-  let entered = !fresh;
   const handle: CgroupHandle = {
     dirs,
     canFreeze: freezerState !== undefined,
@@ -218,10 +239,9 @@ function v1Handle(
       writeFileSync(freezerState, 'THAWED');
     },
     addProcess(pid) {
-      entered = true;
       for (const d of dirs) writeFileSync(join(d, 'cgroup.procs'), String(pid));
     },
-    enroll: (pid) => ((entered = true), procs.enroll(pid)),
+    enroll: (pid) => procs.enroll(pid),
     setLimits(limits) {
       // With swap accounting, cap memory+swap too, or a sandbox could page its excess out to swap.
       // v1 requires limit <= memsw at every step: raise memsw first, lower it last.
@@ -243,7 +263,6 @@ function v1Handle(
       return pidsDir ? Number(readOr(join(pidsDir, 'pids.current'), '0').trim()) || 0 : 0;
     },
     counters() {
-      if (!entered) return { oomKills: 0, pidsLimitHits: 0 };
       return {
         oomKills: memDir ? counter(readOr(join(memDir, 'memory.oom_control'), ''), 'oom_kill') : 0,
         pidsLimitHits: pidsDir ? counter(readOr(join(pidsDir, 'pids.events'), ''), 'max') : 0,
@@ -301,7 +320,6 @@ function v2Handle(dir: string, fresh = false): CgroupHandle {
   const freezeFile = join(dir, 'cgroup.freeze');
   const canFreeze = existsSync(freezeFile);
   const procs = procsWriter([dir], fresh);
-  let entered = !fresh; // as in v1Handle
   const handle: CgroupHandle = {
     dirs: [dir],
     canFreeze,
@@ -319,10 +337,9 @@ function v2Handle(dir: string, fresh = false): CgroupHandle {
       writeFileSync(freezeFile, '0');
     },
     addProcess(pid) {
-      entered = true;
       writeFileSync(join(dir, 'cgroup.procs'), String(pid));
     },
-    enroll: (pid) => ((entered = true), procs.enroll(pid)),
+    enroll: (pid) => procs.enroll(pid),
     setLimits(limits) {
       writeFileSync(join(dir, 'memory.max'), String(limits.memoryBytes));
       if (existsSync(join(dir, 'memory.swap.max'))) writeFileSync(join(dir, 'memory.swap.max'), '0');
@@ -333,7 +350,6 @@ function v2Handle(dir: string, fresh = false): CgroupHandle {
       return Number(readOr(join(dir, 'pids.current'), '0').trim()) || 0;
     },
     counters() {
-      if (!entered) return { oomKills: 0, pidsLimitHits: 0 };
       return {
         oomKills: counter(readOr(join(dir, 'memory.events'), ''), 'oom_kill'),
         pidsLimitHits: counter(readOr(join(dir, 'pids.events'), ''), 'max'),

@@ -15,7 +15,6 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
-import { mkdir as mkdirAsync, writeFile as writeFileAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import type {
   BackendContext,
@@ -320,21 +319,12 @@ export class NamespacesBackend implements BackendV1 {
     const res = new HostResources(dir, uid, this.dirs);
     try {
       this.dirs.makeSandboxDir(id);
-      // On the runtime tmpfs these never wait for a disk: done directly (a thread-pool round trip
-      // costs more than the operation); on a disk, off the event loop.
-      const fast = this.dirs.runtimeTmpfs;
-      const mkdir = async (d: string, mode: number): Promise<void> => {
-        if (fast) mkdirSync(d, { mode });
-        else await mkdirAsync(d, { mode });
-      };
       // Written in place, not tmp + rename: the dir is new, and a reader that finds the file empty or
       // partial treats the dir as one being created (see reapOrphans).
       const ownerJson = JSON.stringify({ id, uid, owner } satisfies OwnerFile);
-      const wx = { mode: 0o600, flag: 'wx' } as const;
-      if (fast) writeFileSync(join(dir, 'owner.json'), ownerJson, wx);
-      else await writeFileAsync(join(dir, 'owner.json'), ownerJson, wx);
+      await this.dirs.writeNew(join(dir, 'owner.json'), ownerJson, 0o600);
       const disk = join(dir, 'disk');
-      await mkdir(disk, 0o700);
+      await this.dirs.mkdirIn(disk, 0o700);
       mountTmpfs(disk, limits.diskBytes, uid, 0o700);
       const slot: Slot = {
         id,
@@ -350,7 +340,7 @@ export class NamespacesBackend implements BackendV1 {
         netns: (res.netns = createNetns(join(dir, 'netns'))),
         ptsDir: join(dir, 'pts'),
       };
-      await mkdir(slot.ptsDir, 0o755);
+      await this.dirs.mkdirIn(slot.ptsDir, 0o755);
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       return slot;

@@ -59,21 +59,20 @@ export function ensureRuntimeTmpfs(
   lockFile: string,
 ): { tmpfs: true } | { tmpfs: false; reason: string } {
   if (statfsSync(dir).type === TMPFS_MAGIC) return { tmpfs: true };
-  const c = libc();
-  const lock = openSync(lockFile, 'a', 0o600);
   try {
-    if (c.flock(lock, LOCK_EX) !== 0)
-      return { tmpfs: false, reason: `flock ${lockFile}: errno ${c.errno()}` };
-    if (statfsSync(dir).type === TMPFS_MAGIC) return { tmpfs: true }; // another process mounted it meanwhile
-    const left = readdirSync(dir).length;
-    if (left > 0)
-      return { tmpfs: false, reason: `${dir} still holds ${left} sandbox dir(s) of an earlier run` };
-    const data = `size=${RUNTIME_TMPFS_BYTES},mode=711`;
-    if (c.mount('airlock-run', dir, 'tmpfs', MS_NOSUID | MS_NODEV, data) !== 0)
-      return { tmpfs: false, reason: `tmpfs mount on ${dir}: errno ${c.errno()}` };
-    return { tmpfs: true };
-  } finally {
-    closeSync(lock); // releases the lock
+    return underLock(lockFile, LOCK_EX, () => {
+      if (statfsSync(dir).type === TMPFS_MAGIC) return { tmpfs: true }; // mounted by another process meanwhile
+      const left = readdirSync(dir).length;
+      if (left > 0)
+        return { tmpfs: false, reason: `${dir} still holds ${left} sandbox dir(s) of an earlier run` };
+      const c = libc();
+      const data = `size=${RUNTIME_TMPFS_BYTES},mode=711`;
+      if (c.mount('airlock-run', dir, 'tmpfs', MS_NOSUID | MS_NODEV, data) !== 0)
+        fail(`tmpfs mount on ${dir}`, c.errno());
+      return { tmpfs: true };
+    });
+  } catch (e) {
+    return { tmpfs: false, reason: (e as Error).message }; // the dirs stay on disk, as before
   }
 }
 
@@ -85,12 +84,19 @@ export function ensureRuntimeTmpfs(
  * the parent is a tmpfs by now.
  */
 export function mkdirUnderRuntimeLock(dir: string, lockFile: string, mode: number): boolean {
+  return underLock(lockFile, LOCK_SH, () => {
+    mkdirSync(dir, { mode });
+    return statfsSync(dirname(dir)).type === TMPFS_MAGIC;
+  });
+}
+
+/** Run `f` holding flock(`op`) on `lockFile` (created 0600 if missing; released when it is closed). */
+function underLock<T>(lockFile: string, op: number, f: () => T): T {
   const c = libc();
   const lock = openSync(lockFile, 'a', 0o600);
   try {
-    if (c.flock(lock, LOCK_SH) !== 0) fail(`flock ${lockFile}`, c.errno());
-    mkdirSync(dir, { mode });
-    return statfsSync(dirname(dir)).type === TMPFS_MAGIC;
+    if (c.flock(lock, op) !== 0) fail(`flock ${lockFile}`, c.errno());
+    return f();
   } finally {
     closeSync(lock);
   }

@@ -1,7 +1,6 @@
 // One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
 // its whole state (snapshot, pause, resume, destroy).
-import { readdirSync, rmSync, statfsSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { readdirSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import type {
   BackendProcess,
@@ -64,9 +63,7 @@ export class HostResources {
     await step(() => this.netns?.close());
     await unmount('netns'); // a bind-mounted netns of an older Airlock (nothing for a symlink)
     await unmount('pts');
-    // Directly on the runtime tmpfs (see prepareSlot), else off the event loop.
-    const gone = { recursive: true, force: true } as const;
-    await step(() => (this.dirs.runtimeTmpfs ? rmSync(this.dir, gone) : rm(this.dir, gone)));
+    await step(() => this.dirs.removeTree(this.dir));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
       throw new AirlockError(

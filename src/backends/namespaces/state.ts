@@ -1,8 +1,8 @@
 // Host-side bookkeeping for the namespaces tier: where each sandbox's files live, which host uid it
 // holds, and which process owns it (so a restarted Airlock can reap what a killed one left behind).
 // Leases are files created with O_EXCL, so concurrent Airlock processes never hand out one uid twice.
-import { chmodSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
-import { open, rm } from 'node:fs/promises';
+import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdir as mkdirAsync, open, rm, writeFile as writeFileAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import { ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
@@ -76,6 +76,25 @@ export class StateDirs {
 
   private lockFile(): string {
     return join(this.root, '.sandboxes.lock');
+  }
+
+  // Files under a sandbox dir: on the runtime tmpfs these never wait for a disk and are done
+  // directly (a thread-pool round trip costs more than the operation); on a disk, off the event loop.
+
+  async mkdirIn(path: string, mode: number): Promise<void> {
+    if (this.runtimeTmpfs) mkdirSync(path, { mode });
+    else await mkdirAsync(path, { mode });
+  }
+
+  /** Create `path` with `data`, failing if it exists. */
+  async writeNew(path: string, data: string, mode: number): Promise<void> {
+    if (this.runtimeTmpfs) writeFileSync(path, data, { mode, flag: 'wx' });
+    else await writeFileAsync(path, data, { mode, flag: 'wx' });
+  }
+
+  async removeTree(path: string): Promise<void> {
+    if (this.runtimeTmpfs) rmSync(path, { recursive: true, force: true });
+    else await rm(path, { recursive: true, force: true });
   }
 
   /** mkdir a new sandbox's dir (on disk: under the lock that ensureRuntimeTmpfs honours). */
