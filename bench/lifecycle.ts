@@ -17,6 +17,7 @@ import { Airlock, Sandbox } from '../src/index.js';
 import { bwrapOptions } from '../src/backends/namespaces/bwrap.js';
 import { defaultEnv } from '../src/core/env.js';
 import { ensureEtc } from '../src/backends/namespaces/rootfs.js';
+import { StateDirs } from '../src/backends/namespaces/state.js';
 import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
 import type { SandboxSpecInput } from '../src/index.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE, RAW_SAME_LAYOUT_UID, RAW_UID, runDirect } from './common.js';
@@ -84,17 +85,24 @@ export function rawBwrapOnce(seccomp: Buffer): Promise<void> {
   return runDirect('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp });
 }
 
-/** Airlock's exact bwrap flags and mounts, over static dirs, with a per-run netns (no persistent one). */
-export function sameLayoutArgs(root: string, uid: number): string[] {
+/**
+ * Airlock's exact bwrap flags and mounts, over static dirs, with a per-run netns (no persistent one).
+ * /dev is the shared tree of `stateDir` (the one Airlock's sandboxes there use; made if missing).
+ */
+export function sameLayoutArgs(root: string, uid: number, stateDir = BENCH_STATE_DIR): string[] {
   const d = (name: string): string => {
     const p = join(root, name);
     mkdirSync(p, { recursive: true });
     chownSync(p, uid, uid);
     return p;
   };
+  const dirs = new StateDirs(stateDir);
+  dirs.ensure();
+  const dev = dirs.ensureDev();
   const opts = bwrapOptions(
     {
       etcDir: ensureEtc(root),
+      ...(dev.ok ? { devDir: dirs.dev } : {}),
       workspaceDir: d('ws'),
       workspaceReadOnly: false,
       tmpDir: d('tmp'),

@@ -28,6 +28,23 @@ export const canRunGvisor =
   ['/usr/bin/runsc', '/usr/local/bin/runsc', '/usr/sbin/runsc'].some((p) => existsSync(p));
 export const GVISOR_SKIP_REASON = 'needs root, bubblewrap and runsc (run scripts/setup.sh)';
 
+/** What a namespaces-tier sandbox's /dev holds (sorted): bwrap's --dev set, from ensureDevTree. */
+export const SANDBOX_DEV_ENTRIES = [
+  'fd',
+  'full',
+  'null',
+  'ptmx',
+  'pts',
+  'random',
+  'shm',
+  'stderr',
+  'stdin',
+  'stdout',
+  'tty',
+  'urandom',
+  'zero',
+];
+
 export interface Residue {
   mounts: string[];
   cgroups: string[];
@@ -42,10 +59,13 @@ export function residue(stateDir = TEST_STATE_DIR): Residue {
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
     .filter((m) => m.startsWith(stateDir + '/'));
-  // The sandboxes dir's own tmpfs (mounted once per host, see ensureRuntimeTmpfs) belongs to no
-  // sandbox: one such mount is expected, a second (stacked) one is residue.
-  const runtimeTmpfs = mounts.indexOf(`${stateDir}/sandboxes`);
-  if (runtimeTmpfs >= 0) mounts.splice(runtimeTmpfs, 1);
+  // The sandboxes dir's own tmpfs and the shared /dev tree (each mounted once per state dir, see
+  // ensureRuntimeTmpfs and ensureDevTree) belong to no sandbox: one of each is expected, a second
+  // (stacked) one is residue.
+  for (const shared of [`${stateDir}/sandboxes`, `${stateDir}/dev`]) {
+    const at = mounts.indexOf(shared);
+    if (at >= 0) mounts.splice(at, 1);
+  }
   // Sandbox cgroups are named `<first 8 hex of sha256(stateDir)>-<id>` (see backends/namespaces).
   const prefix = `${createHash('sha256').update(stateDir).digest('hex').slice(0, 8)}-`;
   const cgroups: string[] = [];

@@ -183,9 +183,10 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           expect(r.stdout).toBe('ok\n');
         } finally {
           await fresh.killAll();
-          // Its sandboxes dir is a tmpfs of its own (it outlives Airlock on a kept state dir): this
-          // throwaway dir's goes with it.
+          // Its sandboxes dir and /dev tree are mounts of their own (they outlive Airlock on a kept
+          // state dir): this throwaway dir's go with it.
           unmount(join(stateDir, 'sandboxes'));
+          unmount(join(stateDir, 'dev'));
           if (!readFileSync('/proc/self/mountinfo', 'utf8').includes(stateDir)) {
             rmSync(stateDir, { recursive: true, force: true });
           }

@@ -18,8 +18,9 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { devTreeProblem } from '../../src/backends/namespaces/mount.privileged.js';
 import type { Sandbox } from '../../src/index.js';
-import { canRunNamespaces, testAirlock, TEST_STATE_DIR } from '../helpers.js';
+import { canRunNamespaces, SANDBOX_DEV_ENTRIES, testAirlock, TEST_STATE_DIR } from '../helpers.js';
 import { canRunTier, expectNoResidue, sandboxRootEntries, TIERS } from './util.js';
 
 const airlock = testAirlock();
@@ -131,6 +132,29 @@ for (const backend of TIERS) {
       const res = results(r.stdout);
       expect(res.get('/')).toMatch(/^fail: .*(Read-only file system|Permission denied)/);
       expect(res.get('/root')).toBe('fail');
+      await sbx.kill();
+    });
+
+    it.skipIf(!canRun)('/dev: its device nodes work, nothing can be created in it', async () => {
+      const sbx = await airlock.create({ backend });
+      const r = await sbx.exec(
+        tryCreate(['/dev'], 'escape-dev') +
+          '\necho "null $(echo x > /dev/null && echo ok)"' +
+          '\necho "urandom $(head -c 4 /dev/urandom | wc -c)"' +
+          '\necho "zero $(head -c 3 /dev/zero | tr "\\0" z)"' +
+          '\necho "entries $(ls -A /dev | sort | tr "\\n" " ")"',
+      );
+      expect(r.exitCode).toBe(0);
+      const res = results(r.stdout);
+      expect(res.get('/dev')).toMatch(/^fail: .*(Read-only file system|Permission denied)/);
+      expect(res.get('null')).toBe('ok');
+      expect(res.get('urandom')).toBe('4');
+      expect(res.get('zero')).toBe('zzz');
+      if (backend === 'namespaces') {
+        // The shared read-only tree (ensureDevTree): exactly bwrap's --dev set, and it is unchanged.
+        expect(res.get('entries')!.trim().split(' ')).toEqual(SANDBOX_DEV_ENTRIES);
+        expect(devTreeProblem(join(TEST_STATE_DIR, 'dev'))).toBeUndefined();
+      }
       await sbx.kill();
     });
 

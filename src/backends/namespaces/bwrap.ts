@@ -20,6 +20,11 @@ export interface BwrapLayout {
   readonly homeDir: string;
   /** Backs /dev/shm, so shared memory counts against the sandbox disk like any other file. */
   readonly shmDir: string;
+  /**
+   * A read-only tree of device nodes bound as /dev (ensureDevTree: the nodes bwrap's --dev would
+   * make, made once per state dir); absent: bwrap's --dev, remounted read-only.
+   */
+  readonly devDir?: string;
   /** A devpts instance of the sandbox's own (capped number of ptys); absent: bwrap's uncapped one. */
   readonly ptsDir?: string;
   /** True when bwrap is started inside the sandbox's persistent netns. */
@@ -73,10 +78,13 @@ export function bwrapOptions(
   for (const [target, link] of USR_SYMLINKS) if (existsSync(`/${target}`)) a.push('--symlink', target, link);
   a.push('--ro-bind', layout.etcDir, '/etc');
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
-  a.push('--dev', '/dev'); // minimal: null, zero, full, random, urandom, tty, pts, shm
+  // Minimal: null, zero, full, random, urandom, tty, pts, shm. Read-only: device nodes still open
+  // for writing; no files can be created.
+  if (layout.devDir) a.push('--dev-bind', layout.devDir, '/dev');
+  else a.push('--dev', '/dev');
   a.push('--bind', layout.shmDir, '/dev/shm');
   if (layout.ptsDir) a.push('--dev-bind', layout.ptsDir, '/dev/pts');
-  a.push('--remount-ro', '/dev'); // device nodes still open for writing; no files can be created
+  if (!layout.devDir) a.push('--remount-ro', '/dev');
   a.push('--bind', layout.tmpDir, '/tmp');
   a.push('--dir', '/home');
   a.push('--bind', layout.homeDir, SANDBOX_HOME);

@@ -141,6 +141,8 @@ export class NamespacesBackend implements BackendV1 {
   private readonly bwrapPath: string;
   private cgroupLayout: CgroupLayout | undefined;
   protected etcDir: string | undefined;
+  /** The shared read-only /dev tree (undefined: bwrap's --dev in each exec). */
+  private devDir: string | undefined;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
@@ -311,6 +313,13 @@ export class NamespacesBackend implements BackendV1 {
       if (!run.tmpfs)
         this.ctx.logger.warn({ reason: run.reason }, 'sandbox dirs stay on disk (slower create and kill)');
       this.etcDir = ensureEtc(this.ctx.stateDir);
+      const dev = this.dirs.ensureDev();
+      if (dev.ok) this.devDir = this.dirs.dev;
+      else
+        this.ctx.logger.warn(
+          { reason: dev.reason },
+          'no shared /dev tree: each exec builds its own (slower)',
+        );
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
@@ -524,6 +533,7 @@ export class NamespacesBackend implements BackendV1 {
       }
       const layout: BwrapLayout = {
         etcDir: this.etcDir!,
+        ...(this.devDir ? { devDir: this.devDir } : {}),
         roMounts,
         workspaceDir,
         workspaceReadOnly: ws.mode === 'ro', // also bound read-only

@@ -1,8 +1,19 @@
 // SECURITY-CRITICAL (privileged): host-side mount(2)/umount2(2) for sandbox filesystems, called as root
 // (a direct call ~0.1 ms; spawning mount(8) ~3 ms). Only the few mount shapes Airlock needs are
 // exposed; every path comes from Airlock's own state dir or a validated spec.
-import { closeSync, mkdirSync, openSync, readdirSync, statfsSync } from 'node:fs';
-import { dirname } from 'node:path';
+import {
+  chmodSync,
+  closeSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statfsSync,
+  symlinkSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 
@@ -100,6 +111,114 @@ function underLock<T>(lockFile: string, op: number, f: () => T): T {
   } finally {
     closeSync(lock);
   }
+}
+
+/** The device nodes of every sandbox's /dev (those bwrap's own --dev binds in): name, major, minor. */
+const DEV_NODES: ReadonlyArray<readonly [string, number, number]> = [
+  ['null', 1, 3],
+  ['zero', 1, 5],
+  ['full', 1, 7],
+  ['random', 1, 8],
+  ['urandom', 1, 9],
+  ['tty', 5, 0],
+];
+const DEV_LINKS: ReadonlyArray<readonly [string, string]> = [
+  ['fd', '/proc/self/fd'],
+  ['stdin', '/proc/self/fd/0'],
+  ['stdout', '/proc/self/fd/1'],
+  ['stderr', '/proc/self/fd/2'],
+  ['ptmx', 'pts/ptmx'],
+];
+/** Mount points only: the sandbox's own devpts and its /dev/shm (on its disk) are bound over them. */
+const DEV_DIRS = ['pts', 'shm'];
+const S_IFCHR = 0o020000;
+
+/**
+ * The tree every sandbox's /dev is a bind of (bwrapOptions): a read-only, nosuid, noexec tmpfs at
+ * `dir` holding exactly DEV_NODES, DEV_LINKS and DEV_DIRS, owned by root. bwrap's own --dev builds
+ * the same tree again in every exec (a tmpfs, six binds of host device nodes, a read-only remount),
+ * and bwrap reads the whole mount table again after each bind: about 1 ms of CPU per exec here. Made
+ * once per state dir under `lockFile` and left mounted (like the runtime tmpfs); a runtime that
+ * finds one checks it exactly (devTreeProblem) and replaces it if it differs. Any failure: the caller keeps
+ * bwrap's --dev (the same nodes), so nothing depends on this succeeding.
+ */
+export function ensureDevTree(dir: string, lockFile: string): { ok: true } | { ok: false; reason: string } {
+  try {
+    return underLock(lockFile, LOCK_EX, () => {
+      if (topMountAt(dir)?.includes(' - tmpfs airlock-dev ')) {
+        if (!devTreeProblem(dir)) return { ok: true };
+        // Not as this version makes it (another version's, or tampered with): replace it. Sandboxes
+        // already running keep the tree they started with (bwrap copied it into their namespace).
+        unmount(dir);
+      }
+      const c = libc();
+      mkdirSync(dir, { recursive: true, mode: 0o755 });
+      if (c.mount('airlock-dev', dir, 'tmpfs', MS_NOSUID | MS_NOEXEC, 'size=64k,nr_inodes=64,mode=755') !== 0)
+        fail(`tmpfs mount on ${dir}`, c.errno());
+      try {
+        for (const [name, major, minor] of DEV_NODES) {
+          const path = join(dir, name);
+          // glibc's makedev for numbers below 256: (major << 8) | minor.
+          if (c.mknod(Buffer.from(`${path}\0`), S_IFCHR | 0o666, (major << 8) | minor) !== 0)
+            fail(`mknod ${path}`, c.errno());
+          chmodSync(path, 0o666); // mknod's mode is narrowed by the umask
+        }
+        for (const [name, target] of DEV_LINKS) symlinkSync(target, join(dir, name));
+        for (const name of DEV_DIRS) mkdirSync(join(dir, name), { mode: 0o755 });
+        if (c.mount(null, dir, null, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, null) !== 0)
+          fail(`read-only remount of ${dir}`, c.errno());
+        const problem = devTreeProblem(dir);
+        if (problem) throw new Error(problem);
+      } catch (e) {
+        unmount(dir);
+        throw e;
+      }
+      return { ok: true };
+    });
+  } catch (e) {
+    return { ok: false, reason: (e as Error).message };
+  }
+}
+
+/** What is wrong with the dev tree mounted at `dir` (undefined: exactly as ensureDevTree makes it). */
+export function devTreeProblem(dir: string): string | undefined {
+  const line = topMountAt(dir);
+  if (!line) return 'not mounted';
+  const opts = line.split(' ')[5]!.split(',');
+  for (const want of ['ro', 'nosuid', 'noexec']) if (!opts.includes(want)) return `not mounted ${want}`;
+  const want = [...DEV_NODES.map(([n]) => n), ...DEV_LINKS.map(([n]) => n), ...DEV_DIRS].sort();
+  const have = readdirSync(dir).sort();
+  if (have.join('/') !== want.join('/')) return `holds ${have.join(', ')}`;
+  for (const [name, major, minor] of DEV_NODES) {
+    const st = lstatSync(join(dir, name));
+    if (
+      !st.isCharacterDevice() ||
+      st.rdev !== ((major << 8) | minor) ||
+      (st.mode & 0o7777) !== 0o666 ||
+      st.uid !== 0
+    )
+      return `${name} is not device ${major},${minor} (root, 0666)`;
+  }
+  for (const [name, target] of DEV_LINKS) {
+    if (!lstatSync(join(dir, name)).isSymbolicLink() || readlinkSync(join(dir, name)) !== target)
+      return `${name} is not a symlink to ${target}`;
+  }
+  for (const name of DEV_DIRS) {
+    const st = lstatSync(join(dir, name));
+    if (!st.isDirectory() || (st.mode & 0o7777) !== 0o755 || st.uid !== 0)
+      return `${name} is not a root dir 0755`;
+  }
+  return undefined;
+}
+
+/** The /proc/self/mountinfo line of the mount on top at `dir` (the last one listed there). */
+function topMountAt(dir: string): string | undefined {
+  // mountinfo escapes space, tab, newline and backslash in paths as octal.
+  const escaped = dir.replace(/[ \t\n\\]/g, (ch) => `\\${ch.charCodeAt(0).toString(8).padStart(3, '0')}`);
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .filter((l) => l.split(' ')[4] === escaped)
+    .at(-1);
 }
 
 /** Resize a sandbox disk made by mountTmpfs (used on a pre-made, still empty disk). */

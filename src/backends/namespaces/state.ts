@@ -5,7 +5,7 @@ import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync 
 import { mkdir as mkdirAsync, open, rm, writeFile as writeFileAsync } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
-import { ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
+import { ensureDevTree, ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
 
 export interface Owner {
   readonly pid: number;
@@ -48,6 +48,8 @@ export class StateDirs {
   readonly sandboxes: string;
   readonly leases: string;
   readonly spill: string;
+  /** The read-only tree every sandbox's /dev is a bind of (see ensureDevTree). */
+  readonly dev: string;
   /** The sandboxes dir is on a tmpfs (set by ensure()): its file operations never wait for a disk. */
   runtimeTmpfs = false;
 
@@ -58,6 +60,7 @@ export class StateDirs {
     this.sandboxes = join(root, 'sandboxes');
     this.leases = leaseDir;
     this.spill = join(root, 'spill');
+    this.dev = join(root, 'dev');
   }
 
   /** Make the dirs; the sandboxes dir on a tmpfs where it can be (see ensureRuntimeTmpfs). */
@@ -72,6 +75,11 @@ export class StateDirs {
     const r = ensureRuntimeTmpfs(this.sandboxes, this.lockFile());
     this.runtimeTmpfs = r.tmpfs;
     return r;
+  }
+
+  /** Mount (or check) the /dev tree; ensure() first. */
+  ensureDev(): ReturnType<typeof ensureDevTree> {
+    return ensureDevTree(this.dev, this.lockFile());
   }
 
   private lockFile(): string {
