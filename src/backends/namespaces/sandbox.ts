@@ -60,8 +60,10 @@ export class HostResources {
     for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
     await unmount('lower');
     await unmount('disk');
-    await step(() => this.netns?.close());
-    await unmount('netns'); // a bind-mounted netns of an older Airlock (nothing for a symlink)
+    // Held by an fd (its dir entry is only a symlink), or a reaped orphan's: then possibly the
+    // bind-mounted netns of an older Airlock.
+    if (this.netns) await step(() => this.netns!.close());
+    else await unmount('netns');
     await unmount('pts');
     await step(() => this.dirs.removeTree(this.dir));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));

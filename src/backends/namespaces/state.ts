@@ -36,8 +36,12 @@ export function processStartTicks(pid: number): string | undefined {
   }
 }
 
+let self: Owner | undefined;
+
+/** This process as an owner (read once: neither its pid nor its start time changes). */
 export function selfOwner(): Owner {
-  return { pid: process.pid, startTicks: processStartTicks(process.pid) ?? '0' };
+  self ??= { pid: process.pid, startTicks: processStartTicks(process.pid) ?? '0' };
+  return self;
 }
 
 export function ownerAlive(o: Owner): boolean {
