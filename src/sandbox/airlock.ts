@@ -58,6 +58,12 @@ export interface AirlockOptions {
    * each exec's cgroup enrolment can wait milliseconds for an RCU grace period. See docs/threat-model.md.
    */
   readonly favorCgroupMigration?: boolean;
+  /**
+   * Start each sandbox's bwrap in a mount namespace holding only what it binds from (default true):
+   * its cost then depends neither on the host's mounts nor on other live sandboxes. See
+   * docs/threat-model.md.
+   */
+  readonly launchNamespaces?: boolean;
   /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
   /** All spill files of one sandbox together are cut at this size (default 2 GiB). */
@@ -112,6 +118,7 @@ export class Airlock {
       ...(opts.uidLeaseDir ? { uidLeaseDir: opts.uidLeaseDir } : {}),
       ...(opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {}),
       ...(opts.favorCgroupMigration !== undefined ? { favorCgroupMigration: opts.favorCgroupMigration } : {}),
+      ...(opts.launchNamespaces !== undefined ? { launchNamespaces: opts.launchNamespaces } : {}),
     };
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);

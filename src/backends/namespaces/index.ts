@@ -46,8 +46,9 @@ import {
 } from './cgroups.privileged.js';
 import { bindReadOnly, mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
+import { closeLaunchNamespace, Launcher } from './launcher.privileged.js';
 import { LayerStore } from './layers.js';
-import { HostResources, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
+import { HostResources, launchSharesKey, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../egress/gateway.js';
 import { createNetns, interceptTcpInNetns, recreateNetns, type NetnsHandle } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
@@ -123,6 +124,12 @@ export interface NamespacesOptions {
    * enrolment then never waits for an RCU grace period (milliseconds). Host-wide; see favorDynmods.
    */
   readonly favorCgroupMigration?: boolean;
+  /**
+   * Start each sandbox's bwrap in a mount namespace holding only what it binds from (default true;
+   * see launcher.privileged.ts): its cost then depends neither on the host's mounts nor on the
+   * other live sandboxes. false: bwrap starts in the host's mount namespace.
+   */
+  readonly launchNamespaces?: boolean;
 }
 
 interface OwnerFile {
@@ -143,6 +150,11 @@ export class NamespacesBackend implements BackendV1 {
   protected etcDir: string | undefined;
   /** The shared read-only /dev tree (undefined: bwrap's --dev in each exec). */
   private devDir: string | undefined;
+  private readonly launchNamespaces: boolean;
+  /** Starts bwrap in each sandbox's launch namespace (undefined: from the host's). */
+  private launcher: Launcher | undefined;
+  /** The shared dirs every launch namespace made ahead has (launchSharesKey). */
+  private launchShares: string | undefined;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
@@ -174,6 +186,7 @@ export class NamespacesBackend implements BackendV1 {
     this.bwrapPath = opts.bwrapPath ?? findBwrap();
     this.warmPool = opts.warmPool ?? 1;
     this.favorCgroupMigration = opts.favorCgroupMigration ?? true;
+    this.launchNamespaces = opts.launchNamespaces ?? true;
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
     const store = new LayerStore(ctx.stateDir, (d) => this.liveUsers(d));
     this.layerStore = store;
@@ -320,6 +333,15 @@ export class NamespacesBackend implements BackendV1 {
           { reason: dev.reason },
           'no shared /dev tree: each exec builds its own (slower)',
         );
+      if (this.launchNamespaces) {
+        const l = Launcher.get();
+        if (l instanceof Launcher) this.launcher = l;
+        else this.ctx.logger.warn({ reason: l.failed }, 'bwrap starts in the host mount namespace (slower)');
+      }
+      this.launchShares = launchSharesKey({
+        etcDir: this.etcDir,
+        ...(this.devDir ? { devDir: this.devDir } : {}),
+      });
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
@@ -352,6 +374,11 @@ export class NamespacesBackend implements BackendV1 {
       await this.dirs.mkdirIn(slot.ptsDir, 0o755);
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
+      // The launch namespace for a sandbox that adds no mount at create (see NamespacesSandbox).
+      if (this.launcher) {
+        for (const d of this.launchShares!.split('\0')) this.launcher.share(d);
+        res.launchNs = this.launcher.sandboxNamespace(dir);
+      }
       return slot;
     } catch (e) {
       this.trackTeardown(res.release()); // close() waits for it like for a killed sandbox's
@@ -531,6 +558,12 @@ export class NamespacesBackend implements BackendV1 {
         bindReadOnly(src, target);
         roMounts.push([target, m.path]);
       }
+      // Mounts made under the sandbox dir since the slot was prepared are not in its launch
+      // namespace: the first exec makes a new one.
+      if (layers.length || ws.mode !== 'empty' || spec.mounts.length) {
+        closeLaunchNamespace(res.launchNs);
+        res.launchNs = undefined;
+      }
       const layout: BwrapLayout = {
         etcDir: this.etcDir!,
         ...(this.devDir ? { devDir: this.devDir } : {}),
@@ -560,6 +593,7 @@ export class NamespacesBackend implements BackendV1 {
           : {}),
         teardown: (release) => this.trackTeardown(release),
         processStarted: () => this.processStarted(),
+        ...(this.launcher ? { launcher: this.launcher } : {}),
       });
     } catch (e) {
       discardLayerUserns(slot);

@@ -92,29 +92,70 @@ export interface Libc {
   prctl(option: number, arg2: number): number;
   /** prctl(option, &out): PR_GET_PDEATHSIG and the like; -1 on failure. */
   prctlGetInt(option: number): number;
+  /** open(path, flags): a raw fd (Node's fs does not track it; the caller closes it with close). */
+  open(path: string, flags: number): number;
+  chdir(path: string): number;
+  /** pivot_root(newRoot, putOld) */
+  pivotRoot(newRoot: string, putOld: string): number;
   errno(): number;
 }
 
-// x86_64 syscall numbers of the new mount API (no libc wrappers in Debian 12's glibc).
-const SYS_OPEN_TREE = 428;
-const SYS_MOVE_MOUNT = 429;
-const SYS_MOUNT_SETATTR = 442;
-const SYS_PIDFD_SEND_SIGNAL = 424;
-const SYS_PIDFD_OPEN = 434;
-const SYS_CLOSE_RANGE = 436;
-const SYS_SETGROUPS = 116;
-const SYS_SETRESUID = 117;
-const SYS_SETRESGID = 119;
-const CLOSE_RANGE_CLOEXEC = 1 << 2;
+/** The koffi module (loaded by the caller: the main thread, or a worker thread from its path). */
+export interface Koffi {
+  load(name: string): { func(sig: string): (...args: never[]) => number };
+  errno(): number;
+}
+
+/** The synchronous functions of Libc (umount2Async is added by libc() on the main thread). */
+export type CoreLibc = Omit<Libc, 'umount2Async'>;
+
+/** What bindLibc returns: CoreLibc, and umount2 with koffi's asynchronous form. */
+export type SyncLibc = CoreLibc & {
+  umount2: Libc['umount2'] & {
+    async(target: string, flags: number, cb: (err: unknown, r: number) => void): void;
+  };
+};
+
+/** Where koffi is, for a worker thread that binds libc itself (bindLibc). */
+export function koffiPath(): string {
+  return createRequire(import.meta.url).resolve('koffi');
+}
 
 let bound: Libc | undefined;
 
 export function libc(): Libc {
   if (bound) return bound;
-  const koffi = createRequire(import.meta.url)('koffi') as {
-    load(name: string): { func(sig: string): (...args: never[]) => number };
-    errno(): number;
+  const c = bindLibc(createRequire(import.meta.url)('koffi') as Koffi);
+  bound = {
+    ...c,
+    umount2Async: (target, flags) =>
+      withAsyncSlot(
+        () =>
+          new Promise<number>((resolve, reject) =>
+            c.umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+          ),
+      ),
   };
+  return bound;
+}
+
+/**
+ * Bind the libc functions with `koffi`. Self-contained (it refers to nothing outside its body), so
+ * that a worker thread can run its source too (launcher.privileged.ts).
+ */
+export function bindLibc(koffi: Koffi): SyncLibc {
+  // x86_64 syscall numbers of the new mount API (no libc wrappers in Debian 12's glibc).
+  const SYS_OPEN_TREE = 428;
+  const SYS_MOVE_MOUNT = 429;
+  const SYS_MOUNT_SETATTR = 442;
+  const SYS_PIDFD_SEND_SIGNAL = 424;
+  const SYS_PIDFD_OPEN = 434;
+  const SYS_CLOSE_RANGE = 436;
+  const SYS_SETGROUPS = 116;
+  const SYS_SETRESUID = 117;
+  const SYS_SETRESGID = 119;
+  const CLOSE_RANGE_CLOEXEC = 1 << 2;
+  const SYS_PIVOT_ROOT = 155;
   const lib = koffi.load('libc.so.6');
   const f = <T>(sig: string): T => lib.func(sig) as unknown as T;
   const umount2 = f<
@@ -151,18 +192,14 @@ export function libc(): Libc {
   const prctlOut = f<(o: number, out: number[], b: number, c: number, d: number) => number>(
     'int prctl(int option, _Out_ int *a2, unsigned long a3, unsigned long a4, unsigned long a5)',
   );
-  bound = {
+  const sysPivot = f<(nr: number, a: string, b: string) => number>(
+    'long syscall(long nr, const char *a, const char *b)',
+  );
+  return {
     mount: f(
       'int mount(const char *src, const char *target, const char *fstype, unsigned long flags, const char *data)',
     ),
-    umount2: umount2,
-    umount2Async: (target, flags) =>
-      withAsyncSlot(
-        () =>
-          new Promise<number>((resolve, reject) =>
-            umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
-          ),
-      ),
+    umount2,
     unshare: f('int unshare(int flags)'),
     flock: f('int flock(int fd, int op)'),
     setns: f('int setns(int fd, int nstype)'),
@@ -214,9 +251,11 @@ export function libc(): Libc {
       const out = [0];
       return prctlOut(option, out, 0, 0, 0) === 0 ? out[0]! : -1;
     },
+    open: f('int open(const char *path, int flags)'),
+    chdir: f('int chdir(const char *path)'),
+    pivotRoot: (a, b) => sysPivot(SYS_PIVOT_ROOT, a, b),
     errno: () => koffi.errno(),
   };
-  return bound;
 }
 
 /**

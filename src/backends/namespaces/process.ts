@@ -23,7 +23,7 @@ import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
 import { libc } from './libc.privileged.js';
-import { reaped, spawnDirect, type DirectChild } from './spawn.privileged.js';
+import { reaped, spawnDirect, type DirectChild, type Spawner } from './spawn.privileged.js';
 
 /** RLIMIT_NOFILE inside the sandbox (Node raises its own limit; the sandbox must not inherit that). */
 const NOFILE = 4096;
@@ -56,6 +56,8 @@ export interface StartOptions {
   readonly cancelled?: () => boolean;
   /** Runs the (synchronous) spawn with the calling thread inside the sandbox's netns. */
   readonly enterNetns?: <T>(f: () => T) => T;
+  /** Makes the posix_spawn call (in the sandbox's netns itself); see spawnDirect. */
+  readonly via?: Spawner;
 }
 
 export async function startSandboxedProcess(o: StartOptions): Promise<BackendProcess> {
@@ -72,6 +74,7 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
         [BWRAP_MALLOC],
         [o.stdin ? 'read' : 'null', 'write', 'write', 'feed', 'feed', 'write', 'read'],
         { uid: o.hostUid, gid: o.hostUid },
+        o.via,
       ),
     );
   } catch (e) {

@@ -1,7 +1,7 @@
 // One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
 // its whole state (snapshot, pause, resume, destroy).
 import { readdirSync, statfsSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type {
   BackendProcess,
   BackendSandbox,
@@ -25,7 +25,8 @@ import {
   withNetns,
   type NetnsHandle,
 } from './netns.privileged.js';
-import { startSandboxedProcess } from './process.js';
+import { closeLaunchNamespace, type Launcher } from './launcher.privileged.js';
+import { startSandboxedProcess, type StartOptions } from './process.js';
 import type { StateDirs } from './state.js';
 
 /** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
@@ -33,6 +34,8 @@ export class HostResources {
   cgroup: CgroupHandle | undefined;
   /** The sandbox's network namespace (held by an fd of this process; none for a reaped orphan). */
   netns: NetnsHandle | undefined;
+  /** The mount namespace its bwrap starts in (launcher.privileged.ts), once made. */
+  launchNs: number | undefined;
   constructor(
     readonly dir: string,
     readonly uid: number | undefined,
@@ -55,6 +58,8 @@ export class HostResources {
     const unmount = (name: string): Promise<void> =>
       names.includes(name) ? step(() => unmountAsync(join(this.dir, name))) : Promise.resolve();
     await step(() => this.cgroup?.destroy());
+    await step(() => closeLaunchNamespace(this.launchNs));
+    this.launchNs = undefined;
     await unmount('ws');
     await unmount('home');
     for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
@@ -99,6 +104,8 @@ export interface NamespacesSandboxParts {
   readonly teardown: (release: Promise<void>) => void;
   /** Told each time a process of the sandbox has started (the backend then refills its warm pool). */
   readonly processStarted?: () => void;
+  /** Starts bwrap in a mount namespace of the sandbox's own; absent: from the host's (as before). */
+  readonly launcher?: Launcher;
 }
 
 export class NamespacesSandbox implements BackendSandbox {
@@ -120,18 +127,45 @@ export class NamespacesSandbox implements BackendSandbox {
     this.id = p.id;
     this.hostUid = p.hostUid;
     this.layout = p.layout;
+    this.launchShares = launchSharesKey(p.layout);
+  }
+
+  /**
+   * The shared dirs the sandbox's launch namespace was made with: a namespace made ahead in the
+   * warm slot (res.launchNs, complete when create added no mount) has the backend's /etc and /dev.
+   */
+  private launchShares: string;
+
+  /**
+   * Where bwrap is started from: the launcher's thread, in this sandbox's launch namespace (made at
+   * the first exec, once every host mount of the sandbox exists, and again if the layout came to
+   * bind another shared dir from); without a launcher, this thread in the host's namespaces.
+   */
+  private spawnVia(): Pick<StartOptions, 'via' | 'enterNetns'> {
+    const launcher = this.p.launcher;
+    if (!launcher) return { enterNetns: (f) => withNetns(this.p.netns, f) };
+    const key = launchSharesKey(this.layout);
+    if (this.p.res.launchNs === undefined || key !== this.launchShares) {
+      for (const s of key.split('\0')) launcher.share(s);
+      const ns = launcher.sandboxNamespace(this.p.res.dir);
+      closeLaunchNamespace(this.p.res.launchNs);
+      this.p.res.launchNs = ns;
+      this.launchShares = key;
+    }
+    const mntns = this.p.res.launchNs;
+    return { via: (call) => launcher.spawn(call, mntns, this.p.netns.fd) };
   }
 
   async spawn(req: SpawnRequest): Promise<BackendProcess> {
     if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
     const p = await startSandboxedProcess({
+      ...this.spawnVia(),
       bwrapPath: this.p.bwrapPath,
       hostUid: this.hostUid,
       options: bwrapOptions(this.layout, req.cwd, req.env),
       argv: req.argv,
       seccomp: this.p.seccomp,
       stdin: req.stdin,
-      enterNetns: (f) => withNetns(this.p.netns, f),
       enroll: (pid) => {
         const e = this.p.res.cgroup!.enroll(pid);
         this.enrolling.add(e);
@@ -320,6 +354,16 @@ export class NamespacesSandbox implements BackendSandbox {
     })();
     return this.destroyed;
   }
+}
+
+/** The host dirs (outside the sandbox's own) bwrap binds from with this layout, as one key. */
+export function launchSharesKey(l: Pick<BwrapLayout, 'etcDir' | 'devDir' | 'extraRoFiles'>): string {
+  const dirs = [
+    l.etcDir,
+    ...(l.devDir ? [l.devDir] : []),
+    ...(l.extraRoFiles ?? []).map(([h]) => dirname(h)),
+  ];
+  return [...new Set(dirs)].join('\0');
 }
 
 function gone(id: string): AirlockError {

@@ -26,7 +26,7 @@ import { closeSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import type { ProcessExit } from '../../core/backend.js';
-import { libc } from './libc.privileged.js';
+import { libc, type CoreLibc } from './libc.privileged.js';
 
 /**
  * What the child finds on one fd: a pipe it reads (we write), a pipe it writes (we read), /dev/null,
@@ -68,7 +68,6 @@ export interface DirectChild {
 }
 
 const O_CLOEXEC = 0o2000000;
-const O_RDWR = 2;
 const F_DUPFD_CLOEXEC = 1030;
 const F_SETPIPE_SZ = 1031;
 const PIPE_BUF = 4096;
@@ -82,12 +81,6 @@ const CAP_SPIN_MS = 1;
 /** reaped(): polls on the next event-loop turn this many times before using timers. */
 const REAP_SPINS = 20;
 const CAP_WAIT_MS = 2000;
-const PR_SET_PDEATHSIG = 1;
-const PR_GET_PDEATHSIG = 2;
-const PR_GET_DUMPABLE = 3;
-const PR_SET_DUMPABLE = 4;
-const POSIX_SPAWN_SETSIGDEF = 0x04;
-const POSIX_SPAWN_SETSIGMASK = 0x08;
 const P_PIDFD = 3;
 const WEXITED = 4;
 const WNOHANG = 1;
@@ -97,31 +90,6 @@ const SIGKILL = 9;
 const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
   Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]),
 );
-
-let attr: Buffer | undefined;
-
-/** The spawn attributes, made once: all signals default, an empty signal mask. */
-function spawnAttr(): Buffer {
-  if (attr) return attr;
-  const c = libc();
-  const a = Buffer.alloc(512); // sizeof(posix_spawnattr_t) is 336 on x86_64 glibc
-  const all = Buffer.alloc(128);
-  const none = Buffer.alloc(128);
-  if (c.sigfillset(all) !== 0) throw new Error('sigfillset failed');
-  // glibc's sigfillset leaves out its two internal signals (32, 33), and its posix_spawn then sets
-  // them to SIG_IGN in the child, which exec keeps. Add them as bits: every signal starts default.
-  for (const sig of [32, 33]) all[(sig - 1) >> 3]! |= 1 << ((sig - 1) & 7);
-  if (
-    c.spawnAttrInit(a) !== 0 ||
-    c.sigemptyset(none) !== 0 ||
-    c.spawnAttrSetSigDefault(a, all) !== 0 ||
-    c.spawnAttrSetSigMask(a, none) !== 0 ||
-    c.spawnAttrSetFlags(a, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) !== 0
-  )
-    throw new Error('posix_spawnattr setup failed');
-  attr = a;
-  return a;
-}
 
 function errnoError(call: string, errno: number): NodeJS.ErrnoException {
   const code = Object.entries(constants.errno).find(([, n]) => n === errno)?.[0] ?? `errno ${errno}`;
@@ -143,7 +111,8 @@ function lift(fd: number, floor: number): number {
 
 /**
  * Start `path` with `argv` and `env`, with fds 0..fds.length-1 as asked. Throws (ENOENT, EACCES …)
- * if it could not be exec'd; nothing is left open then.
+ * if it could not be exec'd; nothing is left open then. `via` makes the posix_spawn call itself
+ * (another thread: see launcher.privileged.ts); by default this thread does.
  */
 export function spawnDirect(
   path: string,
@@ -151,6 +120,7 @@ export function spawnDirect(
   env: readonly string[],
   fds: readonly ChildFd[],
   as?: SpawnIdentity,
+  via?: Spawner,
 ): DirectChild {
   const c = libc();
   // Fds Airlock inherited from its own parent (and any opened without O_CLOEXEC) never reach a child.
@@ -158,8 +128,6 @@ export function spawnDirect(
   const ours: number[] = [];
   const theirs: number[] = [];
   const opened: number[] = [];
-  const fa = Buffer.alloc(256); // sizeof(posix_spawn_file_actions_t) is 80
-  let faReady = false;
   try {
     const two = Buffer.alloc(8);
     for (const kind of fds) {
@@ -184,24 +152,13 @@ export function spawnDirect(
       theirs[i] = lift(old, fds.length);
       opened[opened.indexOf(old)] = theirs[i]!;
     }
-    if (c.spawnFileActionsInit(fa) !== 0) throw new Error('posix_spawn_file_actions_init failed');
-    faReady = true;
-    for (let i = 0; i < fds.length; i++) {
-      const rc =
-        theirs[i]! < 0
-          ? c.spawnFileActionsAddOpen(fa, i, '/dev/null', O_RDWR, 0)
-          : c.spawnFileActionsAddDup2(fa, theirs[i]!, i);
-      if (rc !== 0) throw errnoError('posix_spawn_file_actions', rc);
+    let pid: number;
+    try {
+      pid = (via ?? localSpawn)({ path, argv, env, fds: theirs, ...(as ? { as } : {}) });
+    } catch (e) {
+      const errno = (e as { errno?: number }).errno;
+      throw errno === undefined ? e : errnoError(`posix_spawn ${path}`, errno);
     }
-    if (c.spawnFileActionsAddChdir(fa, '/') !== 0)
-      throw new Error('posix_spawn_file_actions_addchdir_np failed');
-    const pidOut = [0];
-    const spawn = (): number => {
-      const rc = c.posixSpawn(pidOut, path, fa, spawnAttr(), [...argv, null], [...env, null]);
-      if (rc !== 0) throw errnoError(`posix_spawn ${path}`, rc);
-      return pidOut[0]!;
-    };
-    const pid = as ? asIdentity(as, spawn) : spawn();
     for (const fd of theirs) if (fd >= 0) closeSync(fd);
     opened.length = 0; // from here on, our ends belong to their sockets
     // Our unreaped child: the pid is its own until we reap it, so this pidfd is.
@@ -213,9 +170,31 @@ export function spawnDirect(
     }
     return directChild(pid, pidfd, ours, fds, as);
   } finally {
-    if (faReady) c.spawnFileActionsDestroy(fa);
     for (const fd of opened) closeSync(fd);
   }
+}
+
+/** One posix_spawn: what the child finds on fds 0..n-1 (an fd of ours to dup there, or -1: /dev/null). */
+export interface SpawnCall {
+  readonly path: string;
+  readonly argv: readonly string[];
+  readonly env: readonly string[];
+  readonly fds: readonly number[];
+  readonly as?: SpawnIdentity;
+}
+
+/** Makes the posix_spawn call of spawnDirect; returns the pid, or throws an Error with `errno`. */
+export type Spawner = (call: SpawnCall) => number;
+
+const spawnCache: { attr?: Buffer } = {};
+
+function localSpawn(call: SpawnCall): number {
+  return posixSpawnAs(libc(), call, spawnCache, exitHalfPrivileged);
+}
+
+function exitHalfPrivileged(why: string): never {
+  process.stderr.write(`airlock: ${why}; exiting\n`);
+  process.exit(70);
 }
 
 /**
@@ -223,19 +202,102 @@ export function spawnDirect(
  * If root cannot be taken back the process must not go on half-privileged: it exits.
  */
 function asIdentity<T>(as: SpawnIdentity, f: () => T): T {
-  const c = libc();
+  return withIdentity(libc(), as, f, exitHalfPrivileged);
+}
+
+// The two functions below are self-contained (they refer to nothing outside their bodies but each
+// other): the launcher's worker thread runs their source too (launcher.privileged.ts).
+
+/**
+ * posix_spawn `call` on the calling thread: every signal default and none blocked, cwd /, fds as
+ * asked, as `call.as` if given (withIdentity). Returns the pid; throws an Error with `errno`.
+ * `cache.attr` keeps the spawn attributes once made. `fatal` ends the process (see withIdentity).
+ */
+export function posixSpawnAs(
+  c: CoreLibc,
+  call: SpawnCall,
+  cache: { attr?: Buffer },
+  fatal: (why: string) => never,
+): number {
+  const O_RDWR = 2;
+  const POSIX_SPAWN_SETSIGDEF = 0x04;
+  const POSIX_SPAWN_SETSIGMASK = 0x08;
+  const fail = (what: string, errno: number): never => {
+    throw Object.assign(new Error(`${what}: errno ${errno}`), { errno });
+  };
+  if (!cache.attr) {
+    const a = Buffer.alloc(512); // sizeof(posix_spawnattr_t) is 336 on x86_64 glibc
+    const all = Buffer.alloc(128);
+    const none = Buffer.alloc(128);
+    if (c.sigfillset(all) !== 0) throw new Error('sigfillset failed');
+    // glibc's sigfillset leaves out its two internal signals (32, 33), and its posix_spawn then sets
+    // them to SIG_IGN in the child, which exec keeps. Add them as bits: every signal starts default.
+    for (const sig of [32, 33]) all[(sig - 1) >> 3]! |= 1 << ((sig - 1) & 7);
+    if (
+      c.spawnAttrInit(a) !== 0 ||
+      c.sigemptyset(none) !== 0 ||
+      c.spawnAttrSetSigDefault(a, all) !== 0 ||
+      c.spawnAttrSetSigMask(a, none) !== 0 ||
+      c.spawnAttrSetFlags(a, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) !== 0
+    )
+      throw new Error('posix_spawnattr setup failed');
+    cache.attr = a;
+  }
+  const fa = Buffer.alloc(256); // sizeof(posix_spawn_file_actions_t) is 80
+  if (c.spawnFileActionsInit(fa) !== 0) throw new Error('posix_spawn_file_actions_init failed');
+  try {
+    for (let i = 0; i < call.fds.length; i++) {
+      const fd = call.fds[i]!;
+      const rc =
+        fd < 0
+          ? c.spawnFileActionsAddOpen(fa, i, '/dev/null', O_RDWR, 0)
+          : c.spawnFileActionsAddDup2(fa, fd, i);
+      if (rc !== 0) fail('posix_spawn_file_actions', rc);
+    }
+    if (c.spawnFileActionsAddChdir(fa, '/') !== 0)
+      throw new Error('posix_spawn_file_actions_addchdir_np failed');
+    const pidOut = [0];
+    const spawn = (): number => {
+      const rc = c.posixSpawn(pidOut, call.path, fa, cache.attr!, [...call.argv, null], [...call.env, null]);
+      if (rc !== 0) fail(`posix_spawn ${call.path}`, rc);
+      return pidOut[0]!;
+    };
+    return call.as ? withIdentity(c, call.as, spawn, fatal) : spawn();
+  } finally {
+    c.spawnFileActionsDestroy(fa);
+  }
+}
+
+/**
+ * Run `f` with the calling thread's credentials set to `as` (see the header), then take root back.
+ * If root cannot be taken back the process must not go on half-privileged: `fatal` ends it.
+ */
+export function withIdentity<T>(
+  c: CoreLibc,
+  as: SpawnIdentity,
+  f: () => T,
+  fatal: (why: string) => never,
+): T {
+  const PR_GET_PDEATHSIG = 2;
+  const PR_GET_DUMPABLE = 3;
+  const PR_SET_DUMPABLE = 4;
+  const PR_SET_PDEATHSIG = 1;
+  const fail = (what: string): never => {
+    const errno = c.errno();
+    throw Object.assign(new Error(`${what}: errno ${errno}`), { errno });
+  };
   // The thread's exact supplementary groups (process.getgroups() would add the egid to them).
   const n = c.getgroups(0, null);
-  if (n < 0) throw errnoError('getgroups', c.errno());
+  if (n < 0) fail('getgroups');
   const groups = Buffer.alloc(4 * Math.max(1, n));
-  if (c.getgroups(n, groups) !== n) throw errnoError('getgroups', c.errno());
+  if (c.getgroups(n, groups) !== n) fail('getgroups');
   const dumpable = c.prctl(PR_GET_DUMPABLE, 0);
   const pdeathsig = c.prctlGetInt(PR_GET_PDEATHSIG);
   // Order matters: groups and gid while still root, the uid last (then no capability is left).
-  if (c.threadSetgroups(0, null) !== 0) throw errnoError('setgroups', c.errno());
+  if (c.threadSetgroups(0, null) !== 0) fail('setgroups');
   try {
-    if (c.threadSetresgid(as.gid, as.gid, 0) !== 0) throw errnoError('setresgid', c.errno());
-    if (c.threadSetresuid(as.uid, as.uid, 0) !== 0) throw errnoError('setresuid', c.errno());
+    if (c.threadSetresgid(as.gid, as.gid, 0) !== 0) fail('setresgid');
+    if (c.threadSetresuid(as.uid, as.uid, 0) !== 0) fail('setresuid');
     return f();
   } finally {
     // Root back: the saved uid 0 allows the first call, which restores the capabilities.
@@ -243,10 +305,7 @@ function asIdentity<T>(as: SpawnIdentity, f: () => T): T {
       c.threadSetresuid(0, 0, 0) === 0 &&
       c.threadSetresgid(0, 0, 0) === 0 &&
       c.threadSetgroups(n, n > 0 ? groups : null) === 0;
-    if (!ok) {
-      process.stderr.write(`airlock: could not restore root credentials (errno ${c.errno()}); exiting\n`);
-      process.exit(70);
-    }
+    if (!ok) fatal(`could not restore root credentials (errno ${c.errno()})`);
     // A change of effective ids resets these process/thread attributes; put them back.
     if (dumpable >= 0) c.prctl(PR_SET_DUMPABLE, dumpable);
     if (pdeathsig > 0) c.prctl(PR_SET_PDEATHSIG, pdeathsig);

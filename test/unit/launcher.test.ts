@@ -1,0 +1,92 @@
+// The launch namespace bwrap starts in (launcher.privileged.ts): it holds the base (root tmpfs, /usr,
+// /dev/null, /proc), the shared dirs, and one sandbox's own tree; nothing of the host's other mounts
+// or of any other sandbox. The main thread's own mount namespace never changes.
+import {
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { closeLaunchNamespace, Launcher } from '../../src/backends/namespaces/launcher.privileged.js';
+import { mountTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { reaped, spawnDirect } from '../../src/backends/namespaces/spawn.privileged.js';
+import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
+
+const root = mkdtempSync(join('/var/tmp', 'airlock-launcher-'));
+afterAll(() => {
+  for (const m of ['sandboxes/sbx-a/disk', 'sandboxes/sbx-b/disk']) unmount(join(root, m));
+  rmSync(root, { recursive: true, force: true });
+});
+
+/** Run `argv` (as root, no netns) in launch namespace `ns`; its stdout. */
+async function runIn(l: Launcher, ns: number, argv: string[]): Promise<string> {
+  const child = spawnDirect(argv[0]!, argv, [], ['null', 'write', 'null'], undefined, (call) =>
+    l.spawn(call, ns, undefined),
+  );
+  let out = '';
+  child.pipes[1]!.on('data', (d: Buffer) => (out += d.toString()));
+  const exit = await reaped(child);
+  await new Promise<void>((r) => (child.pipes[1]!.readableEnded ? r() : child.pipes[1]!.once('end', r)));
+  expect(exit).toEqual({ exitCode: 0, signal: null });
+  return out;
+}
+
+describe.skipIf(!canRunNamespaces)(`launch namespaces (${SKIP_REASON})`, () => {
+  it('hold the base, the shared dirs and one sandbox tree, nothing else', async () => {
+    const l = Launcher.get();
+    if (!(l instanceof Launcher)) throw new Error(l.failed);
+    const mainNs = readlinkSync('/proc/thread-self/ns/mnt');
+    const shared = join(root, 'etc-x');
+    mkdirSync(shared, { recursive: true });
+    writeFileSync(join(shared, 'passwd'), 'x\n');
+    const dirs = ['sbx-a', 'sbx-b'].map((id) => join(root, 'sandboxes', id));
+    for (const d of dirs) {
+      mkdirSync(join(d, 'disk'), { recursive: true });
+      mountTmpfs(join(d, 'disk'), 1 << 20, 0);
+      writeFileSync(join(d, 'disk', 'mine'), d);
+    }
+    l.share(shared);
+    const ns = l.sandboxNamespace(dirs[0]!);
+    try {
+      const mounts = (await runIn(l, ns, ['/bin/cat', '/proc/self/mountinfo']))
+        .trim()
+        .split('\n')
+        .map((line) => line.split(' ')[4])
+        .sort();
+      expect(mounts).toEqual(
+        [
+          '/',
+          '/dev/null',
+          '/proc',
+          '/usr',
+          shared,
+          join(root, 'sandboxes'),
+          dirs[0],
+          join(dirs[0]!, 'disk'),
+        ].sort(),
+      );
+      // The sandbox's own files and the shared dir are there; the other sandbox is not.
+      const seen = await runIn(l, ns, [
+        '/bin/sh',
+        '-c',
+        `cat ${dirs[0]}/disk/mine ${shared}/passwd; ls ${root}/sandboxes`,
+      ]);
+      expect(seen).toBe(`${dirs[0]}x\nsbx-a\n`);
+    } finally {
+      closeLaunchNamespace(ns);
+    }
+    // Nothing changed for this thread, or on the host.
+    expect(readlinkSync('/proc/thread-self/ns/mnt')).toBe(mainNs);
+    expect(readdirSync(join(root, 'sandboxes')).sort()).toEqual(['sbx-a', 'sbx-b']);
+    expect(
+      readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((m) => m.includes(' - tmpfs airlock-launch ')),
+    ).toEqual([]);
+  });
+});
