@@ -7,6 +7,7 @@
 // counted from inside; a pids storm kills the whole exec (gVisor cannot get a host task).
 import { existsSync, readFileSync, rmSync, statfsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { cpus } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import { GVISOR_EXEC_OVERHEAD } from '../../src/backends/gvisor/limits.js';
@@ -159,7 +160,11 @@ for (const backend of TIERS) {
           expect(hostPeak).toBeLessThanOrEqual(hostMax);
           expect(hostMax).toBeLessThanOrEqual(32 + GVISOR_EXEC_OVERHEAD.pids * 2);
         } else {
-          expect(hostPeak).toBeLessThanOrEqual(32);
+          // pids.current may read above the limit for an instant: the kernel charges a fork first
+          // and takes the charge back when it is over the limit (pids_try_charge), so each CPU
+          // with a fork failing at that moment adds one task that never exists. What exists is
+          // capped: inside.peak above, and pids.peak (v2), which counts only forks that succeeded.
+          expect(hostPeak).toBeLessThanOrEqual(32 + cpus().length);
           if (existsSync(join(pidsDir, 'pids.peak')))
             expect(readNumber(join(pidsDir, 'pids.peak'))).toBeLessThanOrEqual(32);
         }
