@@ -558,11 +558,22 @@ export class NamespacesBackend implements BackendV1 {
         bindReadOnly(src, target);
         roMounts.push([target, m.path]);
       }
-      // Mounts made under the sandbox dir since the slot was prepared are not in its launch
-      // namespace: the first exec makes a new one.
-      if (layers.length || ws.mode !== 'empty' || spec.mounts.length) {
-        closeLaunchNamespace(res.launchNs);
-        res.launchNs = undefined;
+      // What bwrap binds that was mounted under the sandbox dir since the slot was prepared goes
+      // into the launch namespace made then (an overlay's lowers need not: its mount holds them).
+      // If that fails, the first exec makes a new namespace.
+      const added = [
+        ...(workspaceDir === join(dir, 'ws') ? [workspaceDir] : []),
+        ...(homeDir !== slot.homeDir ? [homeDir] : []),
+        ...roMounts.map(([host]) => host),
+      ];
+      if (res.launchNs !== undefined && added.length) {
+        try {
+          for (const p of added) this.launcher!.addMount(res.launchNs, p);
+        } catch (e) {
+          this.ctx.logger.warn({ err: (e as Error).message }, 'launch namespace remade at the first exec');
+          closeLaunchNamespace(res.launchNs);
+          res.launchNs = undefined;
+        }
       }
       const layout: BwrapLayout = {
         etcDir: this.etcDir!,

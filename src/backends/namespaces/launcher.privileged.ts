@@ -40,6 +40,7 @@ const START_TIMEOUT_MS = 10_000;
 type Request =
   | { op: 'share'; fd: number; path: string }
   | { op: 'sandbox'; fd: number; dir: string }
+  | { op: 'add'; fd: number; mntns: number; path: string }
   | { op: 'spawn'; call: SpawnCall; mntns: number; netns: number | undefined };
 type Reply = { ok: number } | { error: string; errno?: number };
 
@@ -181,6 +182,21 @@ function launcherWorker(
           c.close(r.fd);
         }
       }
+      case 'add': {
+        // One more mount (a detached clone) at its host path in a sandbox's launch namespace.
+        try {
+          check(c.setns(r.mntns, CLONE_NEWNS), 'setns(mnt)');
+          try {
+            check(c.moveMount(r.fd, '', -100, r.path, MOVE_MOUNT_F_EMPTY_PATH), `move_mount ${r.path}`);
+            check(c.mount(null, r.path, null, MS_REC | MS_PRIVATE, null), 'make private');
+            return 0;
+          } finally {
+            restore();
+          }
+        } finally {
+          c.close(r.fd);
+        }
+      }
       case 'spawn': {
         check(c.setns(r.mntns, CLONE_NEWNS), 'setns(mnt)');
         try {
@@ -310,6 +326,11 @@ export class Launcher {
   sandboxNamespace(dir: string): number {
     if (dirname(dir) === '/') throw new AirlockError('INTERNAL', `launcher: ${dir} has no parent dir`);
     return this.call({ op: 'sandbox', fd: Launcher.clone(dir, true), dir });
+  }
+
+  /** Add the mount at host path `path` (under the sandbox's dir) to its launch namespace `mntns`. */
+  addMount(mntns: number, path: string): void {
+    this.call({ op: 'add', fd: Launcher.clone(path, false), mntns, path });
   }
 
   /** posix_spawn `call` in launch namespace `mntns` (and netns `netns`): the pid. */
