@@ -78,7 +78,7 @@ describe.skipIf(!canRunNamespaces)(`launch namespaces (${SKIP_REASON})`, () => {
       ]);
       expect(seen).toBe(`${dirs[0]}x\nsbx-a\n`);
     } finally {
-      closeLaunchNamespace(ns);
+      await closeLaunchNamespace(ns);
     }
     // Nothing changed for this thread, or on the host.
     expect(readlinkSync('/proc/thread-self/ns/mnt')).toBe(mainNs);

@@ -571,7 +571,7 @@ export class NamespacesBackend implements BackendV1 {
           for (const p of added) this.launcher!.addMount(res.launchNs, p);
         } catch (e) {
           this.ctx.logger.warn({ err: (e as Error).message }, 'launch namespace remade at the first exec');
-          closeLaunchNamespace(res.launchNs);
+          void closeLaunchNamespace(res.launchNs);
           res.launchNs = undefined;
         }
       }

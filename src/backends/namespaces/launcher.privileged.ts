@@ -339,7 +339,16 @@ export class Launcher {
   }
 }
 
-/** Close a launch namespace fd (idempotent for undefined). */
-export function closeLaunchNamespace(fd: number | undefined): void {
-  if (fd !== undefined) closeSync(fd);
+/**
+ * Close a launch namespace fd (nothing for undefined), off the event loop: dropping the last
+ * reference to a mount namespace unmounts its mounts and can wait for an RCU grace period (0.5 ms
+ * on this thread otherwise).
+ */
+export async function closeLaunchNamespace(fd: number | undefined): Promise<void> {
+  if (fd === undefined) return;
+  // Only if the call could not be made at all: close(2) releases the fd even when it fails, so a
+  // second close could hit a number that has been reused meanwhile.
+  await libc()
+    .closeAsync(fd)
+    .catch(() => closeSync(fd));
 }

@@ -16,6 +16,8 @@ export interface Libc {
   umount2(target: string, flags: number): number;
   /** umount2 on a worker thread (errno is not available: callers retry synchronously on failure). */
   umount2Async(target: string, flags: number): Promise<number>;
+  /** close(2) on a worker thread (closing the last reference to a namespace can wait for RCU). */
+  closeAsync(fd: number): Promise<number>;
   unshare(flags: number): number;
   /** flock(2): an advisory lock on an open file, released when the fd is closed. */
   flock(fd: number, op: number): number;
@@ -106,14 +108,15 @@ export interface Koffi {
   errno(): number;
 }
 
-/** The synchronous functions of Libc (umount2Async is added by libc() on the main thread). */
-export type CoreLibc = Omit<Libc, 'umount2Async'>;
+/** The synchronous functions of Libc (the *Async ones are added by libc() on the main thread). */
+export type CoreLibc = Omit<Libc, 'umount2Async' | 'closeAsync'>;
 
 /** What bindLibc returns: CoreLibc, and umount2 with koffi's asynchronous form. */
 export type SyncLibc = CoreLibc & {
   umount2: Libc['umount2'] & {
     async(target: string, flags: number, cb: (err: unknown, r: number) => void): void;
   };
+  close: Libc['close'] & { async(fd: number, cb: (err: unknown, r: number) => void): void };
 };
 
 /** Where koffi is, for a worker thread that binds libc itself (bindLibc). */
@@ -133,6 +136,13 @@ export function libc(): Libc {
         () =>
           new Promise<number>((resolve, reject) =>
             c.umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+          ),
+      ),
+    closeAsync: (fd) =>
+      withAsyncSlot(
+        () =>
+          new Promise<number>((resolve, reject) =>
+            c.close.async(fd, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
           ),
       ),
   };

@@ -148,7 +148,7 @@ export class NamespacesSandbox implements BackendSandbox {
     if (this.p.res.launchNs === undefined || key !== this.launchShares) {
       for (const s of key.split('\0')) launcher.share(s);
       const ns = launcher.sandboxNamespace(this.p.res.dir);
-      closeLaunchNamespace(this.p.res.launchNs);
+      void closeLaunchNamespace(this.p.res.launchNs);
       this.p.res.launchNs = ns;
       this.launchShares = key;
     }
