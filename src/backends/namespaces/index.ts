@@ -333,7 +333,9 @@ export class NamespacesBackend implements BackendV1 {
           { reason: dev.reason },
           'no shared /dev tree: each exec builds its own (slower)',
         );
-      if (this.launchNamespaces) {
+      // A launch namespace holds no device nodes but /dev/null: bwrap's own --dev (the fallback
+      // when there is no /dev tree) would find none to bind there.
+      if (this.launchNamespaces && this.devDir) {
         const l = Launcher.get();
         if (l instanceof Launcher) this.launcher = l;
         else this.ctx.logger.warn({ reason: l.failed }, 'bwrap starts in the host mount namespace (slower)');

@@ -156,8 +156,10 @@ export function spawnDirect(
     try {
       pid = (via ?? localSpawn)({ path, argv, env, fds: theirs, ...(as ? { as } : {}) });
     } catch (e) {
+      // An Error with `errno` (posixSpawnAs, withIdentity, the launcher): the same one with the
+      // errno's name as its code, e.g. "posix_spawn /usr/bin/bwrap: ENOENT".
       const errno = (e as { errno?: number }).errno;
-      throw errno === undefined ? e : errnoError(`posix_spawn ${path}`, errno);
+      throw errno === undefined ? e : errnoError((e as Error).message.replace(/: errno \d+$/, ''), errno);
     }
     for (const fd of theirs) if (fd >= 0) closeSync(fd);
     opened.length = 0; // from here on, our ends belong to their sockets
