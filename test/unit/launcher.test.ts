@@ -15,7 +15,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { closeLaunchNamespace, Launcher } from '../../src/backends/namespaces/launcher.privileged.js';
 import { mountTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
 import { reaped, spawnDirect } from '../../src/backends/namespaces/spawn.privileged.js';
-import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
+import { Airlock } from '../../src/index.js';
+import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 
 const root = mkdtempSync(join('/var/tmp', 'airlock-launcher-'));
 afterAll(() => {
@@ -88,5 +89,22 @@ describe.skipIf(!canRunNamespaces)(`launch namespaces (${SKIP_REASON})`, () => {
         .split('\n')
         .filter((m) => m.includes(' - tmpfs airlock-launch ')),
     ).toEqual([]);
+  });
+
+  it('a sandbox runs the same with bwrap started from the host namespace (launchNamespaces: false)', async () => {
+    const airlock = new Airlock({
+      stateDir: TEST_STATE_DIR,
+      uidRange: TEST_UID_RANGE,
+      launchNamespaces: false,
+    });
+    try {
+      const sbx = await airlock.create({});
+      const r = await sbx.exec('echo hi > /workspace/f && cat /workspace/f && ls -A /dev | wc -l');
+      expect(r.stdout).toBe('hi\n13\n');
+      await sbx.kill();
+    } finally {
+      await airlock.close();
+    }
+    expect(residue().mounts).toEqual([]);
   });
 });
