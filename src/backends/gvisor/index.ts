@@ -23,6 +23,8 @@ export interface GvisorOptions extends NamespacesOptions {
 
 export class GvisorBackend extends NamespacesBackend {
   override readonly name: BackendName = 'gvisor';
+  /** Its processes are started by runsc, not bwrap. */
+  protected override readonly startsBwrap = false;
   private readonly runscPath: string | undefined;
   private readonly forcedPlatform: Platform | undefined;
   private gvProbe: Promise<BackendProbe> | undefined;

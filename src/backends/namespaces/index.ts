@@ -153,8 +153,8 @@ export class NamespacesBackend implements BackendV1 {
   private readonly launchNamespaces: boolean;
   /** Starts bwrap in each sandbox's launch namespace (undefined: from the host's). */
   private launcher: Launcher | undefined;
-  /** The shared dirs every launch namespace made ahead has (launchSharesKey). */
-  private launchShares: string | undefined;
+  /** Whether this tier's sandboxes run bwrap (only then are launch namespaces made for them). */
+  protected readonly startsBwrap: boolean = true;
   private seccomp: Buffer | undefined;
   private probed: BackendProbe | undefined;
   private readonly pool: Slot[] = [];
@@ -335,15 +335,21 @@ export class NamespacesBackend implements BackendV1 {
         );
       // A launch namespace holds no device nodes but /dev/null: bwrap's own --dev (the fallback
       // when there is no /dev tree) would find none to bind there.
-      if (this.launchNamespaces && this.devDir) {
-        const l = Launcher.get();
-        if (l instanceof Launcher) this.launcher = l;
-        else this.ctx.logger.warn({ reason: l.failed }, 'bwrap starts in the host mount namespace (slower)');
+      if (this.launchNamespaces && this.devDir && this.startsBwrap) {
+        try {
+          const l = Launcher.get();
+          if (!(l instanceof Launcher)) throw new Error(l.failed);
+          // What every launch namespace made ahead has (a sandbox's layout may add more).
+          for (const d of launchSharesKey({ etcDir: this.etcDir, devDir: this.devDir }).split('\0'))
+            l.share(d);
+          this.launcher = l;
+        } catch (e) {
+          this.ctx.logger.warn(
+            { reason: (e as Error).message },
+            'bwrap starts in the host mount namespace (slower)',
+          );
+        }
       }
-      this.launchShares = launchSharesKey({
-        etcDir: this.etcDir,
-        ...(this.devDir ? { devDir: this.devDir } : {}),
-      });
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
@@ -377,10 +383,7 @@ export class NamespacesBackend implements BackendV1 {
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       // The launch namespace for a sandbox that adds no mount at create (see NamespacesSandbox).
-      if (this.launcher) {
-        for (const d of this.launchShares!.split('\0')) this.launcher.share(d);
-        res.launchNs = this.launcher.sandboxNamespace(dir);
-      }
+      if (this.launcher) res.launchNs = this.launcher.sandboxNamespace(dir);
       return slot;
     } catch (e) {
       this.trackTeardown(res.release()); // close() waits for it like for a killed sandbox's

@@ -89,7 +89,6 @@ function launcherWorker(
   };
   let base = -1;
   let hostNet = -1;
-  const shared = new Set<string>();
   /** mkdir -p on the base's root tmpfs (root-owned, 0755). */
   const mkdirs = (p: string): void => void fs.mkdirSync(p, { recursive: true, mode: 0o755 });
 
@@ -142,12 +141,10 @@ function launcherWorker(
   function handle(r: Request): number {
     switch (r.op) {
       case 'share': {
-        // A detached clone of a host dir, placed at the same path in the base.
+        // A detached clone of a host dir, placed at the same path in the base (once: see share()).
         try {
-          if (shared.has(r.path)) return 0;
           mkdirs(r.path);
           check(c.moveMount(r.fd, '', -100, r.path, MOVE_MOUNT_F_EMPTY_PATH), `move_mount ${r.path}`);
-          shared.add(r.path);
           return 0;
         } finally {
           c.close(r.fd);

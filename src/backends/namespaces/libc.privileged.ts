@@ -111,7 +111,7 @@ export interface Koffi {
 /** The synchronous functions of Libc (the *Async ones are added by libc() on the main thread). */
 export type CoreLibc = Omit<Libc, 'umount2Async' | 'closeAsync'>;
 
-/** What bindLibc returns: CoreLibc, and umount2 with koffi's asynchronous form. */
+/** What bindLibc returns: CoreLibc, with koffi's asynchronous form of umount2 and close. */
 export type SyncLibc = CoreLibc & {
   umount2: Libc['umount2'] & {
     async(target: string, flags: number, cb: (err: unknown, r: number) => void): void;
@@ -131,20 +131,8 @@ export function libc(): Libc {
   const c = bindLibc(createRequire(import.meta.url)('koffi') as Koffi);
   bound = {
     ...c,
-    umount2Async: (target, flags) =>
-      withAsyncSlot(
-        () =>
-          new Promise<number>((resolve, reject) =>
-            c.umount2.async(target, flags, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
-          ),
-      ),
-    closeAsync: (fd) =>
-      withAsyncSlot(
-        () =>
-          new Promise<number>((resolve, reject) =>
-            c.close.async(fd, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
-          ),
-      ),
+    umount2Async: (target, flags) => onThreadPool(c.umount2, target, flags),
+    closeAsync: (fd) => onThreadPool(c.close, fd),
   };
   return bound;
 }
@@ -266,6 +254,19 @@ export function bindLibc(koffi: Koffi): SyncLibc {
     pivotRoot: (a, b) => sysPivot(SYS_PIVOT_ROOT, a, b),
     errno: () => koffi.errno(),
   };
+}
+
+/** Call a koffi function on a libuv thread-pool thread (its `.async` form), within ASYNC_LIMIT. */
+function onThreadPool<A extends unknown[]>(
+  fn: { async(...args: [...A, (err: unknown, r: number) => void]): void },
+  ...args: A
+): Promise<number> {
+  return withAsyncSlot(
+    () =>
+      new Promise<number>((resolve, reject) =>
+        fn.async(...args, (err: unknown, r: number) => (err ? reject(err) : resolve(r))),
+      ),
+  );
 }
 
 /**
