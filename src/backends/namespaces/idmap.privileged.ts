@@ -9,6 +9,7 @@ import type { Socket } from 'node:net';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from './libc.privileged.js';
 import { killAndReap, spawnDirect } from './spawn.privileged.js';
+import { usernsHelper } from './userns.privileged.js';
 
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = 0o2000000;
@@ -24,9 +25,39 @@ const HELPER_WAIT_MS = 5000;
 
 /**
  * A user namespace whose only mapping is `owner → hostUid` (uid and gid), held by a short-lived
- * helper process; returns an fd to it. The helper is killed right after the fd is opened.
+ * process; returns an fd to it. The process is killed right after the fd is opened. It is a child
+ * forked by the user namespace helper (userns.privileged.ts), or where that cannot run, an exec'd
+ * `unshare`.
  */
 export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
+  const helper = usernsHelper();
+  if (helper) {
+    let pid: number | undefined;
+    try {
+      pid = await helper.fork();
+    } catch {
+      // the helper failed (it is restarted or given up on): this one comes from unshare
+    }
+    if (pid !== undefined) {
+      try {
+        return openMapped(pid, ownerUid, ownerGid, hostUid);
+      } finally {
+        helper.release(pid);
+      }
+    }
+  }
+  return unshareUserns(ownerUid, ownerGid, hostUid);
+}
+
+/** Map the (still unmapped) user namespace of `pid` and open it. */
+function openMapped(pid: number, ownerUid: number, ownerGid: number, hostUid: number): number {
+  writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
+  writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
+  return openSync(`/proc/${pid}/ns/user`, 'r');
+}
+
+/** mappingUserns by exec'ing `unshare --user cat` (about 2 ms of CPU). */
+export async function unshareUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
   // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
   // Started with posix_spawn (spawn.privileged.ts): forking Airlock would block it for milliseconds.
   // unshare execs cat once it is inside the new namespace; cat echoing a byte back says so, with no
@@ -49,10 +80,7 @@ export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid:
       stdout.once('close', () => (clearTimeout(timer), reject(new Error('user namespace helper exited'))));
       stdin.write('.');
     });
-    const pid = child.pid;
-    writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
-    writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
-    return openSync(`/proc/${pid}/ns/user`, 'r');
+    return openMapped(child.pid, ownerUid, ownerGid, hostUid);
   } finally {
     stdin.destroy();
     stdout.destroy();
