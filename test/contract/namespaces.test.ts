@@ -1,5 +1,15 @@
 // The sandbox contract against the namespaces tier (bubblewrap + cgroups + overlayfs + seccomp).
-import { chownSync, existsSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -52,6 +62,122 @@ describe.skipIf(!canRunNamespaces)(`namespaces tier (${SKIP_REASON})`, () => {
         await sbx.kill();
       }
     }
+  });
+
+  // After a create with a workspace over a host dir, warm slots mount that workspace ahead of time;
+  // the next create uses it only for the very same dir (inode and owner) and mode.
+  describe('a workspace mounted ahead in a warm slot', () => {
+    const sandboxesDir = join(TEST_STATE_DIR, 'sandboxes');
+    /** Sandbox ids with an overlay at <sandboxes>/<id>/ws. */
+    const wsMounts = (): string[] =>
+      readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .filter((l) => l.includes(' - overlay '))
+        .map((l) => l.split(' ')[4]!)
+        .filter((m) => m.startsWith(`${sandboxesDir}/`) && m.endsWith('/ws'))
+        .map((m) => m.slice(sandboxesDir.length + 1, -3));
+    /** Wait until a slot that is not `used` (killed or live) holds a workspace mounted ahead. */
+    const ahead = async (used: string[]): Promise<string> => {
+      for (let i = 0; i < 500; i++) {
+        const id = wsMounts().find((m) => !used.includes(m));
+        if (id) return id;
+        await sleep(10);
+      }
+      throw new Error('no workspace was mounted ahead');
+    };
+    const run = async (sbx: Sandbox, cmd: string): Promise<string> => {
+      const r = await sbx.exec(cmd);
+      expect(r.stderr).toBe('');
+      return r.stdout;
+    };
+    const used: string[] = [];
+    const first = async (hostDir: string, mode: 'cow' | 'ro' = 'cow'): Promise<string> => {
+      const sbx = await Sandbox.create({ workspace: { mode, hostDir } }, { airlock });
+      used.push(sbx.id);
+      await sbx.kill();
+      return ahead(used);
+    };
+    const next = async (spec: Parameters<typeof Sandbox.create>[0]): Promise<Sandbox> => {
+      const sbx = await Sandbox.create(spec, { airlock });
+      used.push(sbx.id);
+      return sbx;
+    };
+
+    it('serves the same dir, with what changed in it meanwhile', async () => {
+      const a = ownedDir(0);
+      const slot = await first(a);
+      writeFileSync(join(a, 'later'), 'after the mount\n');
+      const sbx = await next({ workspace: { mode: 'cow', hostDir: a } });
+      try {
+        expect(sbx.id).toBe(slot);
+        expect(
+          await run(sbx, 'cat /workspace/f /workspace/later; stat -c %u /workspace/f; echo z > /workspace/f'),
+        ).toBe('x\nafter the mount\n1000\n');
+        expect(readFileSync(join(a, 'f'), 'utf8')).toBe('x\n'); // copy-on-write: the host dir is unchanged
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('not for a dir renamed into its place since, nor after a chown', async () => {
+      const a = ownedDir(0);
+      await first(a);
+      renameSync(a, `${a}.old`);
+      dirs.push(`${a}.old`);
+      mkdirSync(a);
+      writeFileSync(join(a, 'new'), 'new dir\n');
+      let sbx = await next({ workspace: { mode: 'cow', hostDir: a } });
+      try {
+        expect(await run(sbx, 'ls /workspace; cat /workspace/new')).toBe('new\nnew dir\n');
+      } finally {
+        await sbx.kill();
+      }
+      await ahead(used);
+      chownSync(a, 4243, 4243);
+      chownSync(join(a, 'new'), 4243, 4243);
+      sbx = await next({ workspace: { mode: 'cow', hostDir: a } });
+      try {
+        // The new owner is the one mapped to the sandbox user.
+        expect(await run(sbx, 'stat -c %u /workspace/new /workspace; echo y >> /workspace/new')).toBe(
+          '1000\n1000\n',
+        );
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('not for another mode, another dir, or no workspace: each gets its own, and nothing is left', async () => {
+      const a = ownedDir(0);
+      const b = ownedDir(0);
+      writeFileSync(join(b, 'f'), 'b\n');
+      await first(a);
+      let sbx = await next({ workspace: { mode: 'ro', hostDir: a } });
+      try {
+        const r = await sbx.exec('cat /workspace/f; echo no > /workspace/f');
+        expect(r.stdout).toBe('x\n');
+        expect(r.exitCode).not.toBe(0); // read-only
+      } finally {
+        await sbx.kill();
+      }
+      await ahead(used);
+      sbx = await next({ workspace: { mode: 'cow', hostDir: b } });
+      try {
+        expect(await run(sbx, 'cat /workspace/f')).toBe('b\n');
+      } finally {
+        await sbx.kill();
+      }
+      await ahead(used);
+      sbx = await next({});
+      try {
+        expect(await run(sbx, 'ls -A /workspace; touch /workspace/mine && echo ok')).toBe('ok\n');
+        expect(wsMounts()).not.toContain(sbx.id);
+      } finally {
+        await sbx.kill();
+      }
+      // Killed sandboxes' workspaces go with their teardown; a warm slot's stays until close.
+      for (let i = 0; i < 200 && wsMounts().some((m) => used.includes(m)); i++) await sleep(10);
+      expect(wsMounts().filter((m) => used.includes(m))).toEqual([]);
+    });
   });
 
   // Each exec's process is moved into the sandbox's cgroups (memory, pids, cpu, freezer) before

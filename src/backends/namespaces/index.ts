@@ -12,8 +12,11 @@ import {
   readFileSync,
   realpathSync,
   renameSync,
+  rmdirSync,
+  rmSync,
   statSync,
   writeFileSync,
+  type Stats,
 } from 'node:fs';
 import { join } from 'node:path';
 import type {
@@ -51,7 +54,7 @@ import { LayerStore } from './layers.js';
 import { HostResources, launchSharesKey, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../egress/gateway.js';
 import { createNetns, interceptTcpInNetns, recreateNetns, type NetnsHandle } from './netns.privileged.js';
-import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
+import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import {
@@ -93,6 +96,35 @@ interface Slot {
    * time for the owner of the last host-dir workspace this backend mounted (same reason).
    */
   wsUserns?: { readonly owner: WsOwner; readonly fd: Promise<number | undefined> };
+  /** The last create's workspace, mounted ahead (prepareWorkspace); only a create asking for it uses it. */
+  ws?: WsAhead;
+}
+
+/** A workspace over a host dir, as a create asked for it (the dir already resolved and checked). */
+interface WsPlan {
+  readonly hostDir: string;
+  readonly mode: 'ro' | 'cow';
+}
+
+/** A workspace mounted ahead: for which dir (its inode and owner when mounted), and where. */
+interface WsAhead {
+  readonly plan: WsPlan;
+  readonly dev: number;
+  readonly ino: number;
+  readonly owner: WsOwner;
+  readonly workspaceDir: string;
+  readonly wsSource: CaptureSource;
+}
+
+/** Whether a workspace mounted ahead is exactly the one asked for: same dir, inode, owner and mode. */
+function aheadFits(a: WsAhead, hostDir: string, mode: string): boolean {
+  if (a.plan.hostDir !== hostDir || a.plan.mode !== mode) return false;
+  try {
+    const st = statSync(hostDir);
+    return st.dev === a.dev && st.ino === a.ino && st.uid === a.owner.uid && st.gid === a.owner.gid;
+  } catch {
+    return false;
+  }
 }
 
 interface WsOwner {
@@ -172,6 +204,8 @@ export class NamespacesBackend implements BackendV1 {
   private interceptAhead = false;
   /** The owner of the last workspace host dir: warm slots prepare wsUserns for it. */
   private wsOwner: WsOwner | undefined;
+  /** The last create's workspace over a host dir: warm slots mount it ahead (prepareWorkspace). */
+  private wsAhead: WsPlan | undefined;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
   protected readonly layerStore: LayerStore;
@@ -411,8 +445,26 @@ export class NamespacesBackend implements BackendV1 {
         while (this.pool.length < this.warmPool)
           this.pool.push(await this.prepareSlot(this.hostLimits(DEFAULT_LIMITS)));
         if (this.forksSeen) for (const slot of this.pool) prepareLayerUserns(slot);
-        if (this.wsOwner) for (const slot of this.pool) prepareWsUserns(slot, this.wsOwner);
+        // (A slot whose workspace is mounted ahead has used its user namespace already.)
+        if (this.wsOwner) for (const slot of this.pool) if (!slot.ws) prepareWsUserns(slot, this.wsOwner);
         if (this.interceptAhead) for (const slot of this.pool) prepareInterception(slot);
+        const plan = this.wsAhead;
+        // A slot being mounted into is out of the pool meanwhile (a create never takes it half done).
+        for (const slot of plan ? this.pool.filter((s) => !s.ws) : []) {
+          const i = this.pool.indexOf(slot);
+          if (i < 0) continue;
+          this.pool.splice(i, 1);
+          try {
+            await this.prepareWorkspace(slot, plan!);
+            this.pool.push(slot);
+          } catch (e) {
+            // Half mounted and not undone: not a slot to hand out.
+            discardLayerUserns(slot);
+            discardUserns(takeWsUserns(slot)?.fd);
+            this.trackTeardown(slot.res.release());
+            throw e;
+          }
+        }
       } catch (e) {
         this.ctx.logger.warn({ err: (e as Error).message }, 'warm pool refill failed');
       }
@@ -429,6 +481,111 @@ export class NamespacesBackend implements BackendV1 {
    */
   protected hostLimits(l: Limits): Limits {
     return l;
+  }
+
+  /**
+   * The workspace at <dir>/ws: an overlay over `lowers` (snapshot layers) and, with `host`, the host
+   * dir seen through an idmapped mount at <dir>/lower, so the sandbox uid owns what the dir's owner
+   * owns (the plain dir where the filesystem cannot idmap). `rw`: writes go to an upper on the disk.
+   */
+  private async mountWorkspace(
+    slot: Slot,
+    host: { dir: string; owner: WsOwner; prepared: Promise<number | undefined> | undefined } | undefined,
+    mode: 'ro' | 'rw',
+    lowers: string[],
+    rootMode: number,
+  ): Promise<{ workspaceDir: string; wsSource: CaptureSource }> {
+    const { dir, disk, uid } = slot;
+    if (host) {
+      const lower = join(dir, 'lower');
+      mkdirSync(lower, { mode: 0o755 });
+      const prepared = await host.prepared;
+      // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
+      // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
+      const mapped =
+        (await mountIdmappedAll([{ source: host.dir, target: lower }], host.owner, uid, true, prepared)) ===
+        undefined;
+      if (!mapped)
+        this.ctx.logger.warn(
+          { hostDir: host.dir },
+          'idmapped mount unavailable; workspace keeps host owners',
+        );
+      lowers.push(mapped ? lower : host.dir);
+    }
+    const workspaceDir = join(dir, 'ws');
+    mkdirSync(workspaceDir, { mode: 0o755 });
+    if (mode === 'ro') {
+      // overlayfs needs two lowers when it has no upper: add an empty one if needed.
+      if (lowers.length < 2) {
+        const empty = join(dir, 'empty');
+        mkdirSync(empty, { mode: 0o755 });
+        lowers.push(empty);
+      }
+      mountOverlay(workspaceDir, lowers);
+      return { workspaceDir, wsSource: { area: 'workspace', kind: 'none', dir: workspaceDir } };
+    }
+    const upper = mkOwned(join(disk, 'upper'), uid, rootMode);
+    const work = mkOwned(join(disk, 'work'), 0, 0o700);
+    mountOverlay(workspaceDir, lowers, { dir: upper, work });
+    return { workspaceDir, wsSource: { area: 'workspace', kind: 'diff', dir: upper } };
+  }
+
+  /**
+   * Mount the last create's workspace in a warm slot ahead of time, into its launch namespace too
+   * (the create that takes the slot then mounts nothing: see aheadFits). Best effort: on failure the
+   * slot is left as it was and create mounts the workspace itself.
+   */
+  private async prepareWorkspace(slot: Slot, plan: WsPlan): Promise<void> {
+    let st: Stats;
+    try {
+      st = statSync(plan.hostDir);
+    } catch {
+      return; // gone: the next create says so
+    }
+    const owner: WsOwner = { uid: st.uid, gid: st.gid };
+    const w = takeWsUserns(slot);
+    const same = w && w.owner.uid === owner.uid && w.owner.gid === owner.gid;
+    if (!same) discardUserns(w?.fd);
+    try {
+      const m = await this.mountWorkspace(
+        slot,
+        { dir: plan.hostDir, owner, prepared: same ? w!.fd : undefined },
+        plan.mode === 'ro' ? 'ro' : 'rw',
+        [],
+        0o755,
+      );
+      // What is mounted must be the dir that was stat'ed (not one renamed into its place meanwhile).
+      const seen = statSync(join(slot.dir, 'lower'));
+      if (seen.dev !== st.dev || seen.ino !== st.ino)
+        throw new Error(`${plan.hostDir} changed while mounted`);
+      if (slot.res.launchNs !== undefined) this.launcher!.addMount(slot.res.launchNs, m.workspaceDir);
+      slot.ws = { plan, dev: st.dev, ino: st.ino, owner, ...m };
+    } catch (e) {
+      this.ctx.logger.debug({ err: (e as Error).message }, 'workspace not mounted ahead');
+      await this.dropWorkspace(slot); // throws if it cannot be undone
+    }
+  }
+
+  /**
+   * Undo whatever of a workspace is mounted in a slot (prepareWorkspace's, or half of it), and drop
+   * its launch namespace, which may hold a clone of it (the first exec makes a new one).
+   */
+  private async dropWorkspace(slot: Slot): Promise<void> {
+    const ns = slot.res.launchNs;
+    slot.res.launchNs = undefined;
+    await closeLaunchNamespace(ns);
+    await unmountAsync(join(slot.dir, 'ws'));
+    await unmountAsync(join(slot.dir, 'lower'));
+    // Never a recursive removal where a mount may have been: an empty dir or nothing, else it fails.
+    for (const name of ['ws', 'lower', 'empty']) {
+      try {
+        rmdirSync(join(slot.dir, name));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      }
+    }
+    // On the slot's own disk (no mount there): what an overlay left in its upper and work dirs.
+    for (const name of ['upper', 'work']) rmSync(join(slot.disk, name), { recursive: true, force: true });
   }
 
   /** The live sandbox over prepared host state (a tier that runs processes differently overrides). */
@@ -486,57 +643,49 @@ export class NamespacesBackend implements BackendV1 {
       }
       let workspaceDir: string;
       let wsSource: CaptureSource;
-      if (ws.mode === 'empty') {
+      // A workspace mounted ahead in the warm slot serves only the very dir (same inode, same owner)
+      // and mode it was made for; any other is unmounted first.
+      let ahead = slot.ws;
+      slot.ws = undefined;
+      if (ahead && !(hostDir !== undefined && !layers.length && aheadFits(ahead, hostDir, ws.mode))) {
+        await this.dropWorkspace(slot);
+        ahead = undefined;
+      }
+      if (ahead) {
         discardUserns(wsUserns?.fd);
         wsUserns = undefined;
-      }
-      if (ws.mode === 'empty' && !layers.length) {
+        ({ workspaceDir, wsSource } = ahead);
+      } else if (ws.mode === 'empty' && !layers.length) {
+        discardUserns(wsUserns?.fd);
+        wsUserns = undefined;
         workspaceDir = mkOwned(join(disk, 'ws'), uid, 0o755);
         wsSource = { area: 'workspace', kind: 'full', dir: workspaceDir };
       } else {
-        const lowers = layerRoots.map((r) => join(r, 'workspace'));
+        let host:
+          { dir: string; owner: WsOwner; prepared: Promise<number | undefined> | undefined } | undefined;
         if (ws.mode !== 'empty') {
-          // The host dir, seen through an idmapped mount so the sandbox uid owns what the dir's owner
-          // owns (falls back to the plain dir where the filesystem cannot idmap).
-          const lower = join(dir, 'lower');
-          mkdirSync(lower, { mode: 0o755 });
           const st = statSync(hostDir!);
           const owner: WsOwner = { uid: st.uid, gid: st.gid };
-          this.wsOwner = owner;
           // Made ahead of time for this very owner and uid, or else now.
           const same = wsUserns && wsUserns.owner.uid === owner.uid && wsUserns.owner.gid === owner.gid;
           if (!same) discardUserns(wsUserns?.fd);
-          const preparedFd = same ? wsUserns!.fd : undefined;
-          wsUserns = undefined; // mountIdmappedAll closes it
-          const prepared = await preparedFd;
-          // Always read-only: overlayfs never writes to its lower layers, and a writable host-side alias
-          // of the caller's dir owned by the sandbox uid would be one mistake away from a write-through.
-          const mapped =
-            (await mountIdmappedAll([{ source: hostDir!, target: lower }], owner, uid, true, prepared)) ===
-            undefined;
-          if (!mapped)
-            this.ctx.logger.warn({ hostDir }, 'idmapped mount unavailable; workspace keeps host owners');
-          lowers.push(mapped ? lower : hostDir!);
-        }
-        workspaceDir = join(dir, 'ws');
-        mkdirSync(workspaceDir, { mode: 0o755 });
-        if (ws.mode === 'ro') {
-          // overlayfs needs two lowers when it has no upper: add an empty one if needed.
-          if (lowers.length < 2) {
-            const empty = join(dir, 'empty');
-            mkdirSync(empty, { mode: 0o755 });
-            lowers.push(empty);
-          }
-          mountOverlay(workspaceDir, lowers);
-          wsSource = { area: 'workspace', kind: 'none', dir: workspaceDir };
-        } else {
-          const rootMode = layers.length ? this.layerStore.rootMode(layers[0]!, 'workspace') : 0o755;
-          const upper = mkOwned(join(disk, 'upper'), uid, rootMode);
-          const work = mkOwned(join(disk, 'work'), 0, 0o700);
-          mountOverlay(workspaceDir, lowers, { dir: upper, work });
-          wsSource = { area: 'workspace', kind: 'diff', dir: upper };
-        }
+          host = { dir: hostDir!, owner, prepared: same ? wsUserns!.fd : undefined };
+        } else discardUserns(wsUserns?.fd);
+        wsUserns = undefined; // mountWorkspace closes it
+        if (host) this.wsOwner = host.owner;
+        ({ workspaceDir, wsSource } = await this.mountWorkspace(
+          slot,
+          host,
+          ws.mode === 'ro' ? 'ro' : 'rw',
+          layerRoots.map((r) => join(r, 'workspace')),
+          layers.length ? this.layerStore.rootMode(layers[0]!, 'workspace') : 0o755,
+        ));
       }
+      // Warm slots mount this one ahead from now on (a workspace over a host dir, not on a snapshot).
+      this.wsAhead =
+        hostDir !== undefined && ws.mode !== 'empty' && !layers.length
+          ? { hostDir, mode: ws.mode }
+          : undefined;
       // /home/user: a plain dir on the disk, or on a snapshot an overlay whose upper is that dir.
       let homeDir = slot.homeDir;
       let homeSource: CaptureSource = { area: 'home', kind: 'full', dir: slot.homeDir };
@@ -567,7 +716,7 @@ export class NamespacesBackend implements BackendV1 {
       // into the launch namespace made then (an overlay's lowers need not: its mount holds them).
       // If that fails, the first exec makes a new namespace.
       const added = [
-        ...(workspaceDir === join(dir, 'ws') ? [workspaceDir] : []),
+        ...(workspaceDir === join(dir, 'ws') && !ahead ? [workspaceDir] : []),
         ...(homeDir !== slot.homeDir ? [homeDir] : []),
         ...roMounts.map(([host]) => host),
       ];
