@@ -42,13 +42,21 @@ export interface FakeDnsOptions {
 
 interface Pool {
   /** First usable address (the network address + 1) as a 32-bit number. */
-  first: number;
+  readonly first: number;
   /** Usable addresses: the network and broadcast addresses are never handed out. */
-  size: number;
-  cidr: [ipaddr.IPv4, number];
+  readonly size: number;
 }
 
+/** Pools already checked, by their CIDR text (every sandbox's DNS uses the same one). */
+const pools = new Map<string, Pool>();
+
 function parsePool(pool: string): Pool {
+  let parsed = pools.get(pool);
+  if (!parsed) pools.set(pool, (parsed = Object.freeze(checkPool(pool))));
+  return parsed;
+}
+
+function checkPool(pool: string): Pool {
   let cidr: [ipaddr.IPv4, number];
   try {
     cidr = ipaddr.IPv4.parseCIDR(pool);
@@ -73,7 +81,7 @@ function parsePool(pool: string): Pool {
         'synthetic address can ever be dialled directly',
     );
   }
-  return { first: network + 1, size: 2 ** (32 - bits) - 2, cidr };
+  return { first: network + 1, size: 2 ** (32 - bits) - 2 };
 }
 
 const mask = (bits: number): number => (bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0);

@@ -28,6 +28,8 @@ import {
 } from './util.js';
 
 const GiB = 1024 * MiB;
+/** What the kernel may force-charge past a memory limit while an OOM victim exits (see below). */
+const OOM_FORCE_SLACK = 64 * 1024;
 
 const airlock = testAirlock();
 
@@ -213,7 +215,11 @@ for (const backend of TIERS) {
         const peakFile = join(memDir!, v1 ? 'memory.max_usage_in_bytes' : 'memory.peak');
         // On gVisor the cgroup also holds gVisor itself: one exec's allowance on top of the limit.
         const cgroupLimit = 64 * MiB + (gvisor ? GVISOR_EXEC_OVERHEAD.memoryBytes : 0);
-        if (existsSync(peakFile)) expect(readNumber(peakFile)).toBeLessThanOrEqual(cgroupLimit);
+        // The kernel lets a task that is being OOM-killed charge the few pages it needs to exit
+        // past the limit (mm/memcontrol.c, try_charge: "force"), so the recorded peak may show a
+        // page or so above it (seen once: one 4 KiB page on gVisor). An escape would be megabytes.
+        if (existsSync(peakFile))
+          expect(readNumber(peakFile)).toBeLessThanOrEqual(cgroupLimit + OOM_FORCE_SLACK);
         // The host process is unaffected and the sandbox still works.
         expect(process.memoryUsage().rss).toBeLessThan(1 * GiB);
         const after = await sbx.exec(`perl -e '$x = "a" x (8*1024*1024); print length $x'`);
