@@ -1,7 +1,9 @@
 // The launch namespace bwrap starts in (launcher.privileged.ts): it holds the base (root tmpfs, /usr,
 // /dev/null, /proc), the shared dirs, and one sandbox's own tree; nothing of the host's other mounts
 // or of any other sandbox. The main thread's own mount namespace never changes.
+import { execFileSync } from 'node:child_process';
 import {
+  closeSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -89,6 +91,53 @@ describe.skipIf(!canRunNamespaces)(`launch namespaces (${SKIP_REASON})`, () => {
         .split('\n')
         .filter((m) => m.includes(' - tmpfs airlock-launch ')),
     ).toEqual([]);
+  });
+
+  it('makes network namespaces off the main thread: only lo, up; every thread stays in the host netns', async () => {
+    const l = Launcher.get();
+    if (!(l instanceof Launcher)) throw new Error(l.failed);
+    const host = readlinkSync('/proc/self/ns/net');
+    const fd = await l.netns();
+    try {
+      const ns = readlinkSync(`/proc/self/fd/${fd}`);
+      expect(ns).toMatch(/^net:\[\d+\]$/);
+      expect(ns).not.toBe(host);
+      const links = execFileSync('nsenter', [`--net=/proc/${process.pid}/fd/${fd}`, 'ip', '-o', 'link'], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+        .trim()
+        .split('\n');
+      expect(links).toHaveLength(1);
+      expect(links[0]).toMatch(/^1: lo: <LOOPBACK,UP,LOWER_UP>/);
+    } finally {
+      closeSync(fd);
+    }
+    for (const t of readdirSync('/proc/self/task'))
+      expect(readlinkSync(`/proc/self/task/${t}/ns/net`)).toBe(host);
+  });
+
+  it('answers calls made without waiting and calls that wait, each with its own reply', async () => {
+    const l = Launcher.get();
+    if (!(l instanceof Launcher)) throw new Error(l.failed);
+    const dir = join(root, 'sandboxes', 'sbx-c');
+    mkdirSync(dir, { recursive: true });
+    const early = [l.netns(), l.netns(), l.sandboxNamespaceAsync(dir), l.netns()];
+    const waited = l.sandboxNamespace(dir); // blocks; settles the replies to the others it meets
+    const late = l.netns();
+    const fds = [...(await Promise.all(early)), waited, await late];
+    try {
+      const kinds = fds.map((fd) => readlinkSync(`/proc/self/fd/${fd}`).replace(/:.*/, ''));
+      expect(kinds).toEqual(['net', 'net', 'mnt', 'net', 'mnt', 'net']);
+      expect(new Set(fds.map((fd) => readlinkSync(`/proc/self/fd/${fd}`))).size).toBe(fds.length);
+    } finally {
+      for (const fd of fds) closeSync(fd);
+    }
+    // A failing call rejects only itself.
+    await expect(l.sandboxNamespaceAsync(join(root, 'no-such-dir', 'x'))).rejects.toThrow(
+      /launcher|open_tree/,
+    );
+    closeSync(await l.netns());
   });
 
   it('a sandbox runs the same with bwrap started from the host namespace (launchNamespaces: false)', async () => {

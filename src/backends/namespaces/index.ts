@@ -53,7 +53,13 @@ import { closeLaunchNamespace, Launcher } from './launcher.privileged.js';
 import { LayerStore } from './layers.js';
 import { HostResources, launchSharesKey, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../egress/gateway.js';
-import { createNetns, interceptTcpInNetns, recreateNetns, type NetnsHandle } from './netns.privileged.js';
+import {
+  createNetns,
+  createNetnsOff,
+  interceptTcpInNetns,
+  recreateNetns,
+  type NetnsHandle,
+} from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
@@ -410,14 +416,17 @@ export class NamespacesBackend implements BackendV1 {
         tmpDir: mkOwned(join(disk, 'tmp'), uid, 0o1777),
         homeDir: mkOwned(join(disk, 'home'), uid, 0o700),
         shmDir: mkOwned(join(disk, 'shm'), uid, 0o1777),
-        netns: (res.netns = createNetns(join(dir, 'netns'))),
+        // Off this thread where the launcher runs (its kernel work would hold up the event loop).
+        netns: (res.netns = this.launcher
+          ? await createNetnsOff(() => this.launcher!.netns(), join(dir, 'netns'))
+          : createNetns(join(dir, 'netns'))),
         ptsDir: join(dir, 'pts'),
       };
       await this.dirs.mkdirIn(slot.ptsDir, 0o755);
       mountDevpts(slot.ptsDir, MAX_PTYS);
       res.cgroup = await createCgroup(this.layout(), this.cgPrefix + id, limits);
       // The launch namespace for a sandbox that adds no mount at create (see NamespacesSandbox).
-      if (this.launcher) res.launchNs = this.launcher.sandboxNamespace(dir);
+      if (this.launcher) res.launchNs = await this.launcher.sandboxNamespaceAsync(dir);
       return slot;
     } catch (e) {
       this.trackTeardown(res.release()); // close() waits for it like for a killed sandbox's

@@ -20,7 +20,9 @@
 // a wake-up through a shared Int32Array, and an Atomics.wait for the answer: ~35 µs). The worker
 // also starts every bwrap (posix_spawn with the sandbox's identity, in its netns and launch
 // namespace; posixSpawnAs), so bwrap's parent-death signal is tied to that thread: it never exits
-// while the process lives, and if it ever died, every sandbox process would die with it.
+// while the process lives, and if it ever died, every sandbox process would die with it. Warm slots
+// ask it for their network and launch namespaces without waiting (callAsync: each request and reply
+// carries an id), so the event loop goes on meanwhile; a spawn waits for the answer.
 // If the worker cannot be started or set up, Airlock starts bwrap as before (from the host's
 // namespace) and says why once.
 import { closeSync } from 'node:fs';
@@ -41,8 +43,10 @@ type Request =
   | { op: 'share'; fd: number; path: string }
   | { op: 'sandbox'; fd: number; dir: string }
   | { op: 'add'; fd: number; mntns: number; path: string }
-  | { op: 'spawn'; call: SpawnCall; mntns: number; netns: number | undefined };
-type Reply = { ok: number } | { error: string; errno?: number };
+  | { op: 'spawn'; call: SpawnCall; mntns: number; netns: number | undefined }
+  | { op: 'netns' };
+/** Every request carries an id its reply repeats: synchronous and asynchronous calls share the port. */
+type Reply = ({ ok: number } | { error: string; errno?: number }) & { id: number };
 
 interface LauncherInit {
   readonly koffiPath: string;
@@ -63,6 +67,8 @@ function launcherWorker(
 ): void {
   const CLONE_NEWNS = 0x20000;
   const CLONE_NEWNET = 0x40000000;
+  const SIOCGIFFLAGS = 0x8913;
+  const SIOCSIFFLAGS = 0x8914;
   const MS_NOSUID = 0x2;
   const MS_NODEV = 0x4;
   const MS_NOEXEC = 0x8;
@@ -135,6 +141,10 @@ function launcherWorker(
   function restore(): void {
     if (c.setns(base, CLONE_NEWNS) !== 0)
       fatal(`cannot return to the base mount namespace (errno ${c.errno()})`);
+    restoreNet();
+  }
+
+  function restoreNet(): void {
     if (c.setns(hostNet, CLONE_NEWNET) !== 0) fatal(`cannot return to the host netns (errno ${c.errno()})`);
   }
 
@@ -194,6 +204,26 @@ function launcherWorker(
           c.close(r.fd);
         }
       }
+      case 'netns': {
+        // A sandbox's network namespace with only `lo` (up), held by the returned fd (see
+        // netns.privileged.ts: the same steps, off the main thread).
+        check(c.unshare(CLONE_NEWNET), 'unshare(CLONE_NEWNET)');
+        try {
+          const s = check(c.socket(2 /* AF_INET */, 2 /* SOCK_DGRAM */, 0), 'socket');
+          try {
+            const ifr = Buffer.alloc(40); // struct ifreq: char name[16]; short flags at offset 16
+            ifr.write('lo', 0, 'ascii');
+            check(c.ioctl(s, SIOCGIFFLAGS, ifr), 'SIOCGIFFLAGS lo');
+            ifr.writeInt16LE(ifr.readInt16LE(16) | 1 /* IFF_UP */, 16);
+            check(c.ioctl(s, SIOCSIFFLAGS, ifr), 'SIOCSIFFLAGS lo');
+          } finally {
+            c.close(s);
+          }
+          return check(c.open('/proc/thread-self/ns/net', O_RDONLY_CLOEXEC), 'open netns');
+        } finally {
+          restoreNet();
+        }
+      }
       case 'spawn': {
         check(c.setns(r.mntns, CLONE_NEWNS), 'setns(mnt)');
         try {
@@ -226,12 +256,13 @@ function launcherWorker(
     Atomics.wait(ctrl, 0, 0);
     Atomics.store(ctrl, 0, 0);
     for (let m = wt.receiveMessageOnPort(port); m; m = wt.receiveMessageOnPort(port)) {
+      const r = m.message as Request & { id: number };
       let reply: Reply;
       try {
-        reply = { ok: handle(m.message as Request) };
+        reply = { id: r.id, ok: handle(r) };
       } catch (e) {
         const errno = (e as { errno?: number }).errno;
-        reply = { error: (e as Error).message, ...(errno !== undefined ? { errno } : {}) };
+        reply = { id: r.id, error: (e as Error).message, ...(errno !== undefined ? { errno } : {}) };
       }
       port.postMessage(reply);
       Atomics.store(ctrl, 1, 1);
@@ -254,6 +285,9 @@ export class Launcher {
   private readonly ctrl = new Int32Array(new SharedArrayBuffer(12));
   private readonly port: MessagePort;
   private readonly worker: Worker;
+  private nextId = 1;
+  /** Asynchronous calls waiting for their reply (the port keeps Node alive only while there are some). */
+  private readonly pending = new Map<number, { resolve(n: number): void; reject(e: Error): void }>();
   /** Host dirs already cloned into the base. */
   private readonly shared = new Set<string>();
 
@@ -281,6 +315,7 @@ export class Launcher {
       stderr: false,
     });
     this.worker.unref(); // it lives as long as the process, and never keeps it alive
+    port1.on('message', (reply: Reply) => this.settle(reply));
     port1.unref();
     // Set up synchronously before first use (tens of ms, once per process).
     if (Atomics.wait(this.ctrl, 2, 0, START_TIMEOUT_MS) === 'timed-out' || Atomics.load(this.ctrl, 2) !== 1) {
@@ -289,16 +324,49 @@ export class Launcher {
     }
   }
 
-  private call(r: Request): number {
-    Atomics.store(this.ctrl, 1, 0);
-    this.port.postMessage(r);
+  /** Hand `r` to the worker; its reply comes back with the same id. */
+  private post(r: Request): number {
+    const id = this.nextId++;
+    this.port.postMessage({ ...r, id });
     Atomics.store(this.ctrl, 0, 1);
     Atomics.notify(this.ctrl, 0);
-    Atomics.wait(this.ctrl, 1, 0);
-    const reply = receiveMessageOnPort(this.port)?.message as Reply | undefined;
-    if (!reply) throw new AirlockError('INTERNAL', 'the launcher thread gave no answer');
-    if ('ok' in reply) return reply.ok;
-    throw Object.assign(new AirlockError('INTERNAL', `launcher: ${reply.error}`), { errno: reply.errno });
+    return id;
+  }
+
+  /** A call that blocks this thread until the worker has answered it (replies to others are settled). */
+  private call(r: Request): number {
+    Atomics.store(this.ctrl, 1, 0);
+    const id = this.post(r);
+    for (;;) {
+      // ctrl[1] is set after every reply: wake, clear it, then take what is there.
+      Atomics.wait(this.ctrl, 1, 0);
+      Atomics.store(this.ctrl, 1, 0);
+      for (let m = receiveMessageOnPort(this.port); m; m = receiveMessageOnPort(this.port)) {
+        const reply = m.message as Reply;
+        if (reply.id === id) return unwrap(reply);
+        this.settle(reply);
+      }
+    }
+  }
+
+  /** A call this thread does not wait for (the worker runs requests one at a time, in order). */
+  private callAsync(r: Request): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      if (this.pending.size === 0) this.port.ref();
+      this.pending.set(this.post(r), { resolve, reject });
+    });
+  }
+
+  private settle(reply: Reply): void {
+    const p = this.pending.get(reply.id);
+    if (!p) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.port.unref();
+    try {
+      p.resolve(unwrap(reply));
+    } catch (e) {
+      p.reject(e as Error);
+    }
   }
 
   /** A detached clone of host dir `path` (recursive with `recursive`): closed by the worker. */
@@ -321,8 +389,22 @@ export class Launcher {
    * caller closes when the sandbox is gone.
    */
   sandboxNamespace(dir: string): number {
+    return this.call(Launcher.sandboxRequest(dir));
+  }
+
+  /** sandboxNamespace() without blocking this thread meanwhile (warm slots). */
+  async sandboxNamespaceAsync(dir: string): Promise<number> {
+    return this.callAsync(Launcher.sandboxRequest(dir));
+  }
+
+  private static sandboxRequest(dir: string): Request {
     if (dirname(dir) === '/') throw new AirlockError('INTERNAL', `launcher: ${dir} has no parent dir`);
-    return this.call({ op: 'sandbox', fd: Launcher.clone(dir, true), dir });
+    return { op: 'sandbox', fd: Launcher.clone(dir, true), dir };
+  }
+
+  /** A new network namespace with only `lo` (up), made on the worker: an fd held by the caller. */
+  netns(): Promise<number> {
+    return this.callAsync({ op: 'netns' });
   }
 
   /** Add the mount at host path `path` (under the sandbox's dir) to its launch namespace `mntns`. */
@@ -334,6 +416,11 @@ export class Launcher {
   spawn(call: SpawnCall, mntns: number, netns: number | undefined): number {
     return this.call({ op: 'spawn', call, mntns, netns });
   }
+}
+
+function unwrap(reply: Reply): number {
+  if ('ok' in reply) return reply.ok;
+  throw Object.assign(new AirlockError('INTERNAL', `launcher: ${reply.error}`), { errno: reply.errno });
 }
 
 /**

@@ -1,10 +1,12 @@
 // SECURITY-CRITICAL (privileged): one network namespace per sandbox, shared by all its execs (so a
 // server started in one exec is reachable on localhost from the next), containing only `lo`.
 //
-// The namespace is made on Node's main thread: unshare(CLONE_NEWNET) moves only the calling thread,
-// we bring `lo` up, open /proc/thread-self/ns/net (the fd keeps the namespace alive: no mount, so the
-// host mount table, which every bwrap copies and parses, does not grow with each sandbox; and the
-// namespace dies with Airlock), and setns() back. To start a process inside it, `withNetns` switches the main thread in, runs a
+// The namespace is made by one thread: unshare(CLONE_NEWNET) moves only the calling thread, we bring
+// `lo` up, open /proc/thread-self/ns/net (the fd keeps the namespace alive: no mount, so the host
+// mount table, which every bwrap copies and parses, does not grow with each sandbox; and the
+// namespace dies with Airlock), and setns() back. That thread is the launcher's worker where it runs
+// (createNetnsOff: the same steps in launcher.privileged.ts, so the event loop is not held up),
+// else Node's main thread (createNetns). To start a process inside it, `withNetns` switches the main thread in, runs a
 // synchronous spawn (the child inherits the thread's namespace at fork), and switches back. Both are
 // synchronous, so no other JavaScript runs while the thread is switched; if switching back ever
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
@@ -95,6 +97,18 @@ export function createNetns(link?: string): NetnsHandle {
   } finally {
     restoreOrAbort(c);
   }
+  return handleFor(fd, link);
+}
+
+/**
+ * createNetns() made by another thread (`make`: the launcher's worker, which does the same steps and
+ * returns the fd), so this one is not held up by the kernel's work (about 0.65 ms).
+ */
+export async function createNetnsOff(make: () => Promise<number>, link?: string): Promise<NetnsHandle> {
+  return handleFor(await make(), link);
+}
+
+function handleFor(fd: number, link: string | undefined): NetnsHandle {
   if (link !== undefined) {
     try {
       rmSync(link, { force: true });
