@@ -104,6 +104,8 @@ interface Slot {
   wsUserns?: { readonly owner: WsOwner; readonly fd: Promise<number | undefined> };
   /** The last create's workspace, mounted ahead (prepareWorkspace); only a create asking for it uses it. */
   ws?: WsAhead;
+  /** prepareWorkspace in progress (rejects if it left the slot half mounted). */
+  preparing?: Promise<void>;
 }
 
 /** A workspace over a host dir, as a create asked for it (the dir already resolved and checked). */
@@ -458,20 +460,24 @@ export class NamespacesBackend implements BackendV1 {
         if (this.wsOwner) for (const slot of this.pool) if (!slot.ws) prepareWsUserns(slot, this.wsOwner);
         if (this.interceptAhead) for (const slot of this.pool) prepareInterception(slot);
         const plan = this.wsAhead;
-        // A slot being mounted into is out of the pool meanwhile (a create never takes it half done).
+        // A create that takes a slot being mounted into waits for that first (see create).
         for (const slot of plan ? this.pool.filter((s) => !s.ws) : []) {
-          const i = this.pool.indexOf(slot);
-          if (i < 0) continue;
-          this.pool.splice(i, 1);
+          if (!this.pool.includes(slot)) continue; // taken meanwhile
+          const preparing = this.prepareWorkspace(slot, plan!);
+          slot.preparing = preparing;
           try {
-            await this.prepareWorkspace(slot, plan!);
-            this.pool.push(slot);
+            await preparing;
           } catch (e) {
-            // Half mounted and not undone: not a slot to hand out.
-            discardLayerUserns(slot);
-            discardUserns(takeWsUserns(slot)?.fd);
-            this.trackTeardown(slot.res.release());
+            // Half mounted and not undone: not a slot to hand out (a create that took it meanwhile
+            // releases it itself).
+            const i = this.pool.indexOf(slot);
+            if (i >= 0) {
+              this.pool.splice(i, 1);
+              this.discardSlot(slot);
+            }
             throw e;
+          } finally {
+            slot.preparing = undefined;
           }
         }
       } catch (e) {
@@ -567,12 +573,20 @@ export class NamespacesBackend implements BackendV1 {
       const seen = statSync(join(slot.dir, 'lower'));
       if (seen.dev !== st.dev || seen.ino !== st.ino)
         throw new Error(`${plan.hostDir} changed while mounted`);
-      if (slot.res.launchNs !== undefined) this.launcher!.addMount(slot.res.launchNs, m.workspaceDir);
+      if (slot.res.launchNs !== undefined)
+        await this.launcher!.addMountAsync(slot.res.launchNs, m.workspaceDir);
       slot.ws = { plan, dev: st.dev, ino: st.ino, owner, ...m };
     } catch (e) {
       this.ctx.logger.debug({ err: (e as Error).message }, 'workspace not mounted ahead');
       await this.dropWorkspace(slot); // throws if it cannot be undone
     }
+  }
+
+  /** Release a slot that will never be handed out. */
+  private discardSlot(slot: Slot): void {
+    discardLayerUserns(slot);
+    discardUserns(takeWsUserns(slot)?.fd);
+    this.trackTeardown(slot.res.release());
   }
 
   /**
@@ -615,7 +629,18 @@ export class NamespacesBackend implements BackendV1 {
     if (layers.length) this.layerStore.resolveChain(layers, ws, this.name);
 
     const want = this.hostLimits(spec.limits);
-    const slot = this.pool.pop() ?? (await this.prepareSlot(want));
+    let slot = this.pool.pop() ?? (await this.prepareSlot(want));
+    // A slot whose workspace is being mounted ahead: that is nearly done; wait for it.
+    if (
+      slot.preparing &&
+      !(await slot.preparing.then(
+        () => true,
+        () => false,
+      ))
+    ) {
+      this.discardSlot(slot);
+      slot = await this.prepareSlot(want);
+    }
     if (layers.length) this.forksSeen = true;
     else discardLayerUserns(slot);
     let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)

@@ -412,6 +412,11 @@ export class Launcher {
     this.call({ op: 'add', fd: Launcher.clone(path, false), mntns, path });
   }
 
+  /** addMount() without blocking this thread meanwhile (warm slots). */
+  async addMountAsync(mntns: number, path: string): Promise<void> {
+    await this.callAsync({ op: 'add', fd: Launcher.clone(path, false), mntns, path });
+  }
+
   /** posix_spawn `call` in launch namespace `mntns` (and netns `netns`): the pid. */
   spawn(call: SpawnCall, mntns: number, netns: number | undefined): number {
     return this.call({ op: 'spawn', call, mntns, netns });
