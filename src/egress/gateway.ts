@@ -240,11 +240,13 @@ export class SandboxEgress {
     this.o.secrets?.revoke(); // lease-bound: from now on no sentinel is ever swapped
     for (const s of this.sockets) s.destroy();
     for (const t of this.relayed) t.close();
+    this.udp?.close();
+    // Every listener stops accepting now (server.close() closes its handle at once); the promise
+    // resolves once their handles and every relayed connection are closed.
     await Promise.all([
       ...this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))),
-      ...[...this.relayed].map((t) => t.done), // every relayed connection is closed
+      ...[...this.relayed].map((t) => t.done),
     ]);
-    this.udp?.close();
   }
 
   // ---- plumbing ----------------------------------------------------------------------------------

@@ -530,8 +530,14 @@ export class SandboxBase {
       clearTimeout(this.ttlTimer);
       for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
       try {
-        await this.hooks.onKill?.().catch(() => {});
-        await this.backend.destroy();
+        // Egress first: its synchronous part revokes the secret lease and closes the listeners at
+        // once; the wait for their handles to close then overlaps the backend's teardown.
+        const egressClosed = this.hooks.onKill?.().catch(() => {});
+        try {
+          await this.backend.destroy();
+        } finally {
+          await egressClosed;
+        }
       } finally {
         this.hooks.onGone(this.id);
       }
