@@ -41,12 +41,14 @@ while (my $line = <STDIN>) {
   if ($line eq "u\n") {
     my ($r, $w);
     unless (pipe($r, $w)) { print "err pipe: $!\n"; next }
+    my $helper = $$;
     my $pid = fork();
     unless (defined $pid) { print "err fork: $!\n"; close $r; close $w; next }
     if ($pid == 0) {
       close $r; close STDIN; close STDOUT;
+      # Die with the helper; if it is already gone (the parent is not it any more), go now.
       syscall($prctl, 1, 9) == 0 or syscall(60, 1);
-      getppid() > 1 or syscall(60, 1);
+      getppid() == $helper or syscall(60, 1);
       syscall($unshare, 0x10000000) == 0 or syscall(60, 1);
       syswrite($w, "1");
       select(undef, undef, undef, undef) while 1;
