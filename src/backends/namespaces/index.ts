@@ -509,8 +509,9 @@ export class NamespacesBackend implements BackendV1 {
     mode: 'ro' | 'rw',
     lowers: string[],
     rootMode: number,
-  ): Promise<{ workspaceDir: string; wsSource: CaptureSource }> {
+  ): Promise<{ workspaceDir: string; wsSource: CaptureSource; hostLower?: string }> {
     const { dir, disk, uid } = slot;
+    let hostLower: string | undefined;
     if (host) {
       const lower = join(dir, 'lower');
       mkdirSync(lower, { mode: 0o755 });
@@ -525,7 +526,8 @@ export class NamespacesBackend implements BackendV1 {
           { hostDir: host.dir },
           'idmapped mount unavailable; workspace keeps host owners',
         );
-      lowers.push(mapped ? lower : host.dir);
+      hostLower = mapped ? lower : host.dir;
+      lowers.push(hostLower);
     }
     const workspaceDir = join(dir, 'ws');
     mkdirSync(workspaceDir, { mode: 0o755 });
@@ -537,12 +539,20 @@ export class NamespacesBackend implements BackendV1 {
         lowers.push(empty);
       }
       mountOverlay(workspaceDir, lowers);
-      return { workspaceDir, wsSource: { area: 'workspace', kind: 'none', dir: workspaceDir } };
+      return {
+        workspaceDir,
+        wsSource: { area: 'workspace', kind: 'none', dir: workspaceDir },
+        ...(hostLower ? { hostLower } : {}),
+      };
     }
     const upper = mkOwned(join(disk, 'upper'), uid, rootMode);
     const work = mkOwned(join(disk, 'work'), 0, 0o700);
     mountOverlay(workspaceDir, lowers, { dir: upper, work });
-    return { workspaceDir, wsSource: { area: 'workspace', kind: 'diff', dir: upper } };
+    return {
+      workspaceDir,
+      wsSource: { area: 'workspace', kind: 'diff', dir: upper },
+      ...(hostLower ? { hostLower } : {}),
+    };
   }
 
   /**
@@ -562,15 +572,16 @@ export class NamespacesBackend implements BackendV1 {
     const same = w && w.owner.uid === owner.uid && w.owner.gid === owner.gid;
     if (!same) discardUserns(w?.fd);
     try {
-      const m = await this.mountWorkspace(
+      const { hostLower, ...m } = await this.mountWorkspace(
         slot,
         { dir: plan.hostDir, owner, prepared: same ? w!.fd : undefined },
         plan.mode === 'ro' ? 'ro' : 'rw',
         [],
         0o755,
       );
-      // What is mounted must be the dir that was stat'ed (not one renamed into its place meanwhile).
-      const seen = statSync(join(slot.dir, 'lower'));
+      // What is mounted must be the dir that was stat'ed (not one renamed into its place meanwhile):
+      // the idmapped clone, or where the filesystem cannot idmap, the host dir itself.
+      const seen = statSync(hostLower!);
       if (seen.dev !== st.dev || seen.ino !== st.ino)
         throw new Error(`${plan.hostDir} changed while mounted`);
       if (slot.res.launchNs !== undefined)
@@ -584,8 +595,7 @@ export class NamespacesBackend implements BackendV1 {
 
   /** Release a slot that will never be handed out. */
   private discardSlot(slot: Slot): void {
-    discardLayerUserns(slot);
-    discardUserns(takeWsUserns(slot)?.fd);
+    discardSlotUserns(slot);
     this.trackTeardown(slot.res.release());
   }
 
@@ -811,10 +821,7 @@ export class NamespacesBackend implements BackendV1 {
     this.refillTimer = undefined;
     while (this.refilling) await this.refilling;
     const slots = this.pool.splice(0);
-    for (const s of slots) {
-      discardLayerUserns(s);
-      discardUserns(takeWsUserns(s)?.fd);
-    }
+    for (const s of slots) discardSlotUserns(s);
     await Promise.allSettled(slots.map((s) => s.res.release()));
     await this.teardownsSettled();
   }
@@ -921,6 +928,12 @@ function prepareInterception(slot: Slot): void {
   if (slot.intercepting) return;
   interceptTcpInNetns(slot.netns, TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
   slot.intercepting = true;
+}
+
+/** Close the user namespaces a slot holds made ahead (it is released, not handed out). */
+function discardSlotUserns(slot: Slot): void {
+  discardLayerUserns(slot);
+  discardUserns(takeWsUserns(slot)?.fd);
 }
 
 function discardLayerUserns(slot: Slot): void {

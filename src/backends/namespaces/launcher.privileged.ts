@@ -31,6 +31,7 @@ import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from '
 import type * as WorkerThreads from 'node:worker_threads';
 import { AirlockError } from '../../core/errors.js';
 import { bindLibc, koffiPath, libc, type Koffi, type SyncLibc } from './libc.privileged.js';
+import { loUp } from './netns.privileged.js';
 import { posixSpawnAs, withIdentity, type SpawnCall } from './spawn.privileged.js';
 
 const OPEN_TREE_CLONE = 1;
@@ -64,11 +65,10 @@ function launcherWorker(
   loadKoffi: () => Koffi,
   bind: typeof bindLibc,
   spawnAs: typeof posixSpawnAs,
+  up: typeof loUp,
 ): void {
   const CLONE_NEWNS = 0x20000;
   const CLONE_NEWNET = 0x40000000;
-  const SIOCGIFFLAGS = 0x8913;
-  const SIOCSIFFLAGS = 0x8914;
   const MS_NOSUID = 0x2;
   const MS_NODEV = 0x4;
   const MS_NOEXEC = 0x8;
@@ -205,20 +205,11 @@ function launcherWorker(
         }
       }
       case 'netns': {
-        // A sandbox's network namespace with only `lo` (up), held by the returned fd (see
-        // netns.privileged.ts: the same steps, off the main thread).
+        // A sandbox's network namespace with only `lo` (up), held by the returned fd: createNetns's
+        // steps (netns.privileged.ts), off the main thread.
         check(c.unshare(CLONE_NEWNET), 'unshare(CLONE_NEWNET)');
         try {
-          const s = check(c.socket(2 /* AF_INET */, 2 /* SOCK_DGRAM */, 0), 'socket');
-          try {
-            const ifr = Buffer.alloc(40); // struct ifreq: char name[16]; short flags at offset 16
-            ifr.write('lo', 0, 'ascii');
-            check(c.ioctl(s, SIOCGIFFLAGS, ifr), 'SIOCGIFFLAGS lo');
-            ifr.writeInt16LE(ifr.readInt16LE(16) | 1 /* IFF_UP */, 16);
-            check(c.ioctl(s, SIOCSIFFLAGS, ifr), 'SIOCSIFFLAGS lo');
-          } finally {
-            c.close(s);
-          }
+          up(c);
           return check(c.open('/proc/thread-self/ns/net', O_RDONLY_CLOEXEC), 'open netns');
         } finally {
           restoreNet();
@@ -276,7 +267,7 @@ const LAUNCHER_SOURCE = [
   'const __name = (f) => f;',
   `const wt = require('node:worker_threads');`,
   withIdentity.toString(),
-  `(${launcherWorker.toString()})(wt, require('node:fs'), () => require(wt.workerData.koffiPath), ${bindLibc.toString()}, ${posixSpawnAs.toString()});`,
+  `(${launcherWorker.toString()})(wt, require('node:fs'), () => require(wt.workerData.koffiPath), ${bindLibc.toString()}, ${posixSpawnAs.toString()}, ${loUp.toString()});`,
 ].join('\n');
 
 /** The process's launcher (see the header); undefined (with the reason) where it cannot run. */

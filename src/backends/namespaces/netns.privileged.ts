@@ -18,9 +18,6 @@ import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from './net
 const CLONE_NEWNET = 0x40000000;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
-const SIOCGIFFLAGS = 0x8913;
-const SIOCSIFFLAGS = 0x8914;
-const IFF_UP = 0x1;
 /** `lo`'s interface index in every network namespace (the kernel's LOOPBACK_IFINDEX). */
 const LOOPBACK_IFINDEX = 1;
 
@@ -80,24 +77,44 @@ export function createNetns(link?: string): NetnsHandle {
     throw new AirlockError('INTERNAL', `unshare(CLONE_NEWNET) failed: errno ${c.errno()}`);
   let fd: number;
   try {
-    const s = c.socket(AF_INET, SOCK_DGRAM, 0);
-    if (s < 0) throw new AirlockError('INTERNAL', `socket failed: errno ${c.errno()}`);
     try {
-      const ifr = Buffer.alloc(40); // struct ifreq: char name[16]; short flags at offset 16
-      ifr.write('lo', 0, 'ascii');
-      if (c.ioctl(s, SIOCGIFFLAGS, ifr) !== 0)
-        throw new AirlockError('INTERNAL', `SIOCGIFFLAGS lo: errno ${c.errno()}`);
-      ifr.writeInt16LE(ifr.readInt16LE(16) | IFF_UP, 16);
-      if (c.ioctl(s, SIOCSIFFLAGS, ifr) !== 0)
-        throw new AirlockError('INTERNAL', `SIOCSIFFLAGS lo: errno ${c.errno()}`);
-    } finally {
-      c.close(s);
+      loUp(c);
+    } catch (e) {
+      throw new AirlockError('INTERNAL', (e as Error).message, { cause: e });
     }
     fd = openSync('/proc/thread-self/ns/net', 'r'); // O_CLOEXEC (libuv): never inherited
   } finally {
     restoreOrAbort(c);
   }
   return handleFor(fd, link);
+}
+
+/**
+ * Bring `lo` up in the calling thread's network namespace. Self-contained (it refers to nothing
+ * outside its body): the launcher's worker runs its source for createNetnsOff. Throws an Error with
+ * `errno`.
+ */
+export function loUp(c: Pick<Libc, 'socket' | 'ioctl' | 'close' | 'errno'>): void {
+  const AF_INET = 2;
+  const SOCK_DGRAM = 2;
+  const SIOCGIFFLAGS = 0x8913;
+  const SIOCSIFFLAGS = 0x8914;
+  const IFF_UP = 0x1;
+  const fail = (what: string): never => {
+    const errno = c.errno();
+    throw Object.assign(new Error(`${what}: errno ${errno}`), { errno });
+  };
+  const s = c.socket(AF_INET, SOCK_DGRAM, 0);
+  if (s < 0) fail('socket');
+  try {
+    const ifr = Buffer.alloc(40); // struct ifreq: char name[16]; short flags at offset 16
+    ifr.write('lo', 0, 'ascii');
+    if (c.ioctl(s, SIOCGIFFLAGS, ifr) !== 0) fail('SIOCGIFFLAGS lo');
+    ifr.writeInt16LE(ifr.readInt16LE(16) | IFF_UP, 16);
+    if (c.ioctl(s, SIOCSIFFLAGS, ifr) !== 0) fail('SIOCSIFFLAGS lo');
+  } finally {
+    c.close(s);
+  }
 }
 
 /**
