@@ -30,6 +30,8 @@ function runDetached(cmd: string, args: readonly string[]): Promise<void> {
   });
 }
 const WARMUP = 3;
+/** Interleaved rounds of the one-shot and fork rows (see gvisorBench). */
+const ROUNDS = 5;
 
 export interface GvisorReport {
   readonly runsc: string;
@@ -45,9 +47,14 @@ export interface GvisorReport {
   };
 }
 
-async function timed(n: number, f: () => Promise<void>, after?: () => Promise<void>): Promise<number[]> {
+async function timed(
+  n: number,
+  f: () => Promise<void>,
+  after?: () => Promise<void>,
+  warmup = WARMUP,
+): Promise<number[]> {
   const out: number[] = [];
-  for (let i = 0; i < WARMUP + n; i++) {
+  for (let i = 0; i < warmup + n; i++) {
     const t0 = performance.now();
     await f();
     const ms = performance.now() - t0;
@@ -116,19 +123,40 @@ export async function gvisorBench(opts: { runs: number; log: (s: string) => void
   let seq = 0;
   try {
     log(`gvisor: one-shot ×${n}: runsc do, runsc run, Airlock create→exec→kill (platform ${platform})`);
-    const doSamples = await timed(n, async () => {
-      await run(runsc, [...g, 'do', '/bin/true']);
-    });
+    // Interleaved rounds (as P1's): a host whose speed drifts within the run moves every row alike.
     const trueBundle = rawBundle(join(tmp, 'true'), ['/bin/true']);
-    const runSamples = await timed(n, async () => {
-      await run(runsc, [...g, 'run', '--bundle', trueBundle, `true-${++seq}`]);
-    });
-    const oneShot = await timed(n, async () => {
-      const sbx = await Sandbox.create({ backend: 'gvisor' }, { airlock });
-      const r = await sbx.exec(['/usr/bin/true']);
-      await sbx.kill();
-      if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
-    });
+    const rounds = n >= 10 ? ROUNDS : 1;
+    const per = Math.ceil(n / rounds);
+    const doSamples: number[] = [];
+    const runSamples: number[] = [];
+    const oneShot: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const w = r === 0 ? WARMUP : 1;
+      doSamples.push(
+        ...(await timed(per, () => run(runsc, [...g, 'do', '/bin/true']).then(() => {}), undefined, w)),
+      );
+      runSamples.push(
+        ...(await timed(
+          per,
+          () => run(runsc, [...g, 'run', '--bundle', trueBundle, `true-${++seq}`]).then(() => {}),
+          undefined,
+          w,
+        )),
+      );
+      oneShot.push(
+        ...(await timed(
+          per,
+          async () => {
+            const sbx = await Sandbox.create({ backend: 'gvisor' }, { airlock });
+            const r = await sbx.exec(['/usr/bin/true']);
+            await sbx.kill();
+            if (r.exitCode !== 0) throw new Error(`exec failed: ${r.stderr}`);
+          },
+          undefined,
+          w,
+        )),
+      );
+    }
 
     log(`gvisor: exec on a live sandbox ×${n}`);
     const live = await Sandbox.create({ backend: 'gvisor' }, { airlock });
@@ -145,34 +173,6 @@ export async function gvisorBench(opts: { runs: number; log: (s: string) => void
     await runDetached(runsc, [...g, 'run', '--detach', '--bundle', sleepBundle, 'ckpt-src']);
     await run(runsc, [...g, 'checkpoint', '--compression', 'none', '--image-path', image, 'ckpt-src']);
     await run(runsc, [...g, 'delete', '--force', 'ckpt-src']).catch(() => {});
-    // Foreground `runsc restore` until `runsc state` says running: the same method Airlock uses.
-    let restoring: ReturnType<typeof spawn> | undefined;
-    let restored = '';
-    const restoreSamples = await timed(
-      nFork,
-      async () => {
-        restored = `restored-${++seq}`;
-        restoring = spawn(
-          runsc,
-          [...g, 'restore', '--image-path', image, '--bundle', sleepBundle, restored],
-          {
-            stdio: 'ignore',
-          },
-        );
-        for (;;) {
-          const st = await run(runsc, [...g, 'state', restored]).catch(() => ({ stdout: '' }));
-          if (/"status":\s*"running"/.test(st.stdout)) break;
-          if (restoring.exitCode !== null) throw new Error('raw runsc restore failed');
-          await new Promise((r) => setTimeout(r, 5));
-        }
-      },
-      async () => {
-        const exited = new Promise((r) => restoring!.once('exit', r));
-        restoring!.kill('SIGKILL');
-        await exited;
-        await run(runsc, [...g, 'delete', '--force', restored]).catch(() => {});
-      },
-    );
     // Airlock: a sandbox running the same program, snapshotted with its memory, forked.
     const parent = await Sandbox.create({ backend: 'gvisor' }, { airlock });
     await parent.exec(['/bin/sleep', '100000'], { background: true, timeoutMs: 3_600_000 });
@@ -181,16 +181,48 @@ export async function gvisorBench(opts: { runs: number; log: (s: string) => void
     snaps.push(snap);
     if (!snap.memory?.processes)
       throw new Error(`the snapshot holds no process memory: ${snap.memory?.skipped}`);
+    // Foreground `runsc restore` until `runsc state` says running: the same method Airlock uses.
+    let restoring: ReturnType<typeof spawn> | undefined;
+    let restored = '';
+    const restoreOnce = async (): Promise<void> => {
+      restored = `restored-${++seq}`;
+      restoring = spawn(runsc, [...g, 'restore', '--image-path', image, '--bundle', sleepBundle, restored], {
+        stdio: 'ignore',
+      });
+      for (;;) {
+        const st = await run(runsc, [...g, 'state', restored]).catch(() => ({ stdout: '' }));
+        if (/"status":\s*"running"/.test(st.stdout)) break;
+        if (restoring.exitCode !== null) throw new Error('raw runsc restore failed');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    };
+    const unrestore = async (): Promise<void> => {
+      const exited = new Promise((r) => restoring!.once('exit', r));
+      restoring!.kill('SIGKILL');
+      await exited;
+      await run(runsc, [...g, 'delete', '--force', restored]).catch(() => {});
+    };
     let fork: Sandbox | undefined;
-    const forkSamples = await timed(
-      nFork,
-      async () => {
-        fork = await snap.fork();
-      },
-      async () => {
-        await fork?.kill();
-      },
-    );
+    const restoreSamples: number[] = [];
+    const forkSamples: number[] = [];
+    const forkRounds = nFork >= 10 ? ROUNDS : 1;
+    for (let r = 0; r < forkRounds; r++) {
+      const w = r === 0 ? WARMUP : 1;
+      const k = Math.ceil(nFork / forkRounds);
+      restoreSamples.push(...(await timed(k, restoreOnce, unrestore, w)));
+      forkSamples.push(
+        ...(await timed(
+          k,
+          async () => {
+            fork = await snap.fork();
+          },
+          async () => {
+            await fork?.kill();
+          },
+          w,
+        )),
+      );
+    }
     await parent.kill();
     return {
       runsc: info.version,
@@ -227,7 +259,7 @@ export function formatGvisor(r: GvisorReport): string {
   const ratio = r.oneShot.airlock.p50 / r.oneShot.runscDo.p50;
   const forkRatio = r.fork.airlock.p50 / r.fork.runscRestore.p50;
   return [
-    `runsc ${r.runsc}, platform ${r.platform}`,
+    `runsc ${r.runsc}, platform ${r.platform}; rows measured in ${ROUNDS} interleaved rounds`,
     '',
     '| measure | p50 | p99 | vs baseline (p50) |',
     '|---|---|---|---|',
