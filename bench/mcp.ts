@@ -14,7 +14,8 @@
 // in the Server's handler (no sandbox, no stdio hop): in this process with SSE answers (the SDK
 // server's default) and with JSON answers (enableJsonResponse), and in a child process (JSON answers).
 // What the SDK client and server cost there is the floor of any Streamable HTTP path with that client.
-// Latency: SEQUENTIAL calls one at a time after WARMUP, p50/p99. Throughput: N calls kept in flight on
+// Latency: SEQUENTIAL calls one at a time after WARMUP, p50/p99, in interleaved rounds across the paths
+// (all open at once). Throughput: N calls kept in flight on
 // one session for DURATION_MS each, calls/s. CPU per call: CPU time (user + sys) each process used
 // during the throughput phases, divided by the calls made: where the time goes. Targets (issue):
 // <= 1 ms added p50 for a per-server boundary, >= 2,000 calls/s.
@@ -41,6 +42,8 @@ const UID_RANGE = { first: 3_820_000, count: 4096 } as const;
 const TOOL = 'echo';
 const ARGS = { text: 'bench' } as const;
 const IN_FLIGHT = [16, 64] as const;
+/** Interleaved rounds of the sequential calls of every path (see mcpBench). */
+const SEQUENTIAL_ROUNDS = 5;
 /**
  * Calls and durations of a full run; `--quick` uses the second set (the whole bench within 2 min).
  * The warm-up is long enough for V8 to optimise both ends of every path, as in long-lived processes:
@@ -232,23 +235,32 @@ async function callOnce(client: Caller): Promise<void> {
   if (r.isError) throw new Error(`${TOOL} failed: ${JSON.stringify(r.content).slice(0, 300)}`);
 }
 
-async function measure(
-  label: string,
-  client: Caller,
-  probe: CpuProbe,
-  log: (s: string) => void,
-): Promise<PathReport> {
+/** The first call's answer is checked, then WARMUP calls. */
+async function warm(label: string, client: Caller): Promise<void> {
   const first = (await client.callTool({ name: TOOL, arguments: ARGS })) as CallToolResult;
   const text = first.content.map((c) => (c.type === 'text' ? c.text : '')).join('');
   if (!text.includes(ARGS.text)) throw new Error(`${label}: ${TOOL} returned ${JSON.stringify(first)}`);
   for (let i = 0; i < WARMUP; i++) await callOnce(client);
-  log(`mcp: ${label}: ${SEQUENTIAL} sequential calls`);
-  const seq: number[] = [];
-  for (let i = 0; i < SEQUENTIAL; i++) {
+}
+
+/** `n` calls one at a time: the latency of each (ms). */
+async function sequentialCalls(client: Caller, n: number): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
     const t0 = performance.now();
     await callOnce(client);
-    seq.push(performance.now() - t0);
+    out.push(performance.now() - t0);
   }
+  return out;
+}
+
+/** N calls kept in flight for DURATION_MS, for each N of IN_FLIGHT. */
+async function throughputOf(
+  label: string,
+  client: Caller,
+  probe: CpuProbe,
+  log: (s: string) => void,
+): Promise<Throughput[]> {
   const throughput: Throughput[] = [];
   for (const n of IN_FLIGHT) {
     log(`mcp: ${label}: ${n} in flight for ${DURATION_MS / 1000} s`);
@@ -283,12 +295,16 @@ async function measure(
       },
     });
   }
-  const report = { label, sequential: summarize(seq), throughput };
-  log(
-    `mcp: ${label}: p50 ${fmt(report.sequential.p50)}, ` +
-      throughput.map((t) => `${t.callsPerS.toFixed(0)} calls/s @${t.inFlight}`).join(', '),
-  );
-  return report;
+  return throughput;
+}
+
+/** `f` once: later calls get the first call's promise. */
+function once(f: () => unknown): () => Promise<void> {
+  let p: Promise<void> | undefined;
+  return () =>
+    (p ??= Promise.resolve()
+      .then(f)
+      .then(() => {}));
 }
 
 // ---- the four paths -------------------------------------------------------------------------------
@@ -314,25 +330,23 @@ const cli = (args: string[]): string[] => [
   ...args,
 ];
 
-/** A connected stdio client; `f` gets it and the pid of the process it launched. */
-async function withStdioClient<T>(
+/** A connected stdio client, the pid of the process it launched, and that process's stderr tail. */
+async function openStdioClient(
   command: string,
   args: string[],
   env: Record<string, string>,
-  f: (c: Client, pid: () => number | null) => Promise<T>,
-): Promise<T> {
+): Promise<{ client: Client; pid: () => number | null; close: () => Promise<void> }> {
   const transport = new StdioClientTransport({ command, args, cwd: ROOT, env, stderr: 'pipe' });
   let tail = '';
   transport.stderr?.on('data', (b: Buffer) => (tail = (tail + b.toString()).slice(-4000)));
   const client = new Client({ name: 'bench', version: '1' });
   try {
     await client.connect(transport);
-    return await f(client, () => transport.pid);
   } catch (e) {
-    throw new Error(`${(e as Error).message}\n--- stderr of ${args.join(' ')}:\n${tail}`, { cause: e });
-  } finally {
     await client.close();
+    throw new Error(`${(e as Error).message}\n--- stderr of ${args.join(' ')}:\n${tail}`, { cause: e });
   }
+  return { client, pid: () => transport.pid, close: () => client.close() };
 }
 
 async function httpClient(url: string, token: string): Promise<Client> {
@@ -478,138 +492,156 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
   const server = FIXTURE('hostile-server.ts');
   const [node, ...fixtureArgs] = server;
 
-  log('mcp: direct (fixture on the host, no sandbox, no gateway)');
-  const direct = await withStdioClient(node!, fixtureArgs, baseEnv(), (c, pid) =>
-    measure('direct stdio (baseline)', c, { server: () => processCpuMs(pid() ?? 0) }, log),
-  );
-
-  log("mcp: SDK client to the SDK Streamable HTTP server (no Airlock): the protocol's own cost");
-  const sdkOnly: PathReport[] = [];
-  for (const json of [false, true]) {
-    const srv = await sdkServerInline(json);
-    try {
-      const c = await httpClient(srv.url, 'none');
-      try {
-        sdkOnly.push(
-          await measure(
-            `SDK only (no Airlock), in-process, ${json ? 'JSON' : 'SSE'} answers`,
-            c,
-            { server: () => 0 },
-            log,
-          ),
-        );
-      } finally {
-        await c.close();
-      }
-    } finally {
-      srv.close();
-    }
-  }
-  {
-    const srv = await sdkServerProcess();
-    try {
-      const c = await httpClient(srv.url, 'none');
-      try {
-        sdkOnly.push(
-          await measure(
-            'SDK only (no Airlock), own process, JSON answers',
-            c,
-            { gatewayPid: () => srv.child.pid, server: () => 0 },
-            log,
-          ),
-        );
-      } finally {
-        await c.close();
-      }
-    } finally {
-      await stopChild(srv.child);
-    }
-  }
-
-  log('mcp: through `airlock mcp` (a child process; per-server boundary)');
-  const viaCli = await withStdioClient(
-    process.execPath,
-    cli(['mcp', '--lockfile', `${STATE_DIR}/no-lockfile/airlock.lock.json`, '--', ...server]),
-    airlockEnv(),
-    (c, pid) => measure('airlock mcp (stdio)', c, { gatewayPid: pid, server: sandboxCpuMs }, log),
-  );
-
-  log('mcp: through the HTTP gateway (in this process; per-server boundary)');
-  const airlock = new Airlock({ stateDir: STATE_DIR, uidRange: UID_RANGE });
-  let http: PathReport;
-  let httpLean: PathReport;
+  // Every path is opened first and stays open, so that their sequential calls can be measured in
+  // interleaved rounds (as P1's): a host whose speed drifts within the run (this VM's does, by ±20 %
+  // within minutes) then moves every path alike, and "added to direct" compares like with like.
+  const paths: Array<{ label: string; client: Caller; probe: CpuProbe }> = [];
+  const closers: Array<() => Promise<void>> = [];
+  const close = (f: () => unknown): number => closers.push(once(f));
+  /** Paths that share what they opened (closers[from, to)), closed once their throughput is measured. */
+  const groups: Array<{ paths: number; from: number; to: number }> = [];
+  let mark = { paths: 0, from: 0 };
+  const group = (): void => {
+    groups.push({ paths: paths.length - mark.paths, from: mark.from, to: closers.length });
+    mark = { paths: paths.length, from: closers.length };
+  };
+  let gatewayTail = (): string => '';
+  const seq = new Map<string, number[]>();
+  const reports = new Map<string, PathReport>();
   try {
+    log('mcp: opening every path');
+    // No Airlock: the fixture over stdio (the baseline), then the SDK's own client and server.
+    const direct = await openStdioClient(node!, fixtureArgs, baseEnv());
+    close(direct.close);
+    paths.push({
+      label: 'direct stdio (baseline)',
+      client: direct.client,
+      probe: { server: () => processCpuMs(direct.pid() ?? 0) },
+    });
+    group();
+    for (const json of [false, true]) {
+      const srv = await sdkServerInline(json);
+      close(() => srv.close());
+      const c = await httpClient(srv.url, 'none');
+      close(() => c.close());
+      paths.push({
+        label: `SDK only (no Airlock), in-process, ${json ? 'JSON' : 'SSE'} answers`,
+        client: c,
+        probe: { server: () => 0 },
+      });
+      group();
+    }
+    const sdkProc = await sdkServerProcess();
+    close(() => stopChild(sdkProc.child));
+    const sdkProcClient = await httpClient(sdkProc.url, 'none');
+    close(() => sdkProcClient.close());
+    paths.push({
+      label: 'SDK only (no Airlock), own process, JSON answers',
+      client: sdkProcClient,
+      probe: { gatewayPid: () => sdkProc.child.pid, server: () => 0 },
+    });
+    group();
+    // `airlock mcp`: a child process; per-server boundary.
+    const viaCli = await openStdioClient(
+      process.execPath,
+      cli(['mcp', '--lockfile', `${STATE_DIR}/no-lockfile/airlock.lock.json`, '--', ...server]),
+      airlockEnv(),
+    );
+    close(viaCli.close);
+    paths.push({
+      label: 'airlock mcp (stdio)',
+      client: viaCli.client,
+      probe: { gatewayPid: viaCli.pid, server: sandboxCpuMs },
+    });
+    group();
+    // The HTTP gateway in this process; per-server boundary.
+    const airlock = new Airlock({ stateDir: STATE_DIR, uidRange: UID_RANGE });
+    close(() => airlock.close());
     const gw = await startGateway(airlock, {
       bench: { command: node, args: fixtureArgs, airlock: { boundary: 'per-server', namespace: false } },
     });
-    try {
-      const c = await httpClient(gw.url, gw.tokens.alice!);
-      try {
-        http = await measure('HTTP gateway, in-process', c, { server: sandboxCpuMs }, log);
-      } finally {
-        await c.close();
-      }
-      const lean = await leanHttpClient(gw.url, gw.tokens.alice!);
-      try {
-        httpLean = await measure(
-          'HTTP gateway, in-process, lean client',
-          lean,
-          { server: sandboxCpuMs },
-          log,
-        );
-      } finally {
-        lean.close();
-      }
-    } finally {
-      await gw.close();
-    }
-  } finally {
-    await airlock.close();
-  }
+    close(() => gw.close());
+    const gwSdk = await httpClient(gw.url, gw.tokens.alice!);
+    close(() => gwSdk.close());
+    paths.push({ label: 'HTTP gateway, in-process', client: gwSdk, probe: { server: sandboxCpuMs } });
+    const gwLean = await leanHttpClient(gw.url, gw.tokens.alice!);
+    close(() => gwLean.close());
+    paths.push({
+      label: 'HTTP gateway, in-process, lean client',
+      client: gwLean,
+      probe: { server: sandboxCpuMs },
+    });
+    group();
+    // `airlock gateway`: HTTP, its own process; per-server boundary.
+    const gp = await startGatewayProcess(server);
+    gatewayTail = gp.tail;
+    close(() => stopChild(gp.child));
+    const gpProbe: CpuProbe = { gatewayPid: () => gp.child.pid, server: sandboxCpuMs };
+    const gpSdk = await httpClient(gp.url, gp.token);
+    close(() => gpSdk.close());
+    paths.push({ label: 'HTTP gateway, own process', client: gpSdk, probe: gpProbe });
+    const gpLean = await leanHttpClient(gp.url, gp.token);
+    close(() => gpLean.close());
+    paths.push({ label: 'HTTP gateway, own process, lean client', client: gpLean, probe: gpProbe });
+    group();
 
-  log('mcp: through `airlock gateway` (HTTP, its own process; per-server boundary)');
-  const gp = await startGatewayProcess(server);
-  let httpProcess: PathReport;
-  let httpProcessLean: PathReport;
-  try {
-    const c = await httpClient(gp.url, gp.token);
-    try {
-      httpProcess = await measure(
-        'HTTP gateway, own process',
-        c,
-        { gatewayPid: () => gp.child.pid, server: sandboxCpuMs },
-        log,
-      );
-    } finally {
-      await c.close();
+    for (const p of paths) {
+      log(`mcp: ${p.label}: ${WARMUP} warm-up calls`);
+      await warm(p.label, p.client);
+      seq.set(p.label, []);
     }
-    const lean = await leanHttpClient(gp.url, gp.token);
-    try {
-      httpProcessLean = await measure(
-        'HTTP gateway, own process, lean client',
-        lean,
-        { gatewayPid: () => gp.child.pid, server: sandboxCpuMs },
-        log,
-      );
-    } finally {
-      lean.close();
+    const rounds = SEQUENTIAL >= 500 ? SEQUENTIAL_ROUNDS : 1;
+    for (let r = 0; r < rounds; r++) {
+      log(`mcp: sequential calls, round ${r + 1}/${rounds}: ${paths.length} paths ×${SEQUENTIAL / rounds}`);
+      for (const p of paths)
+        seq.get(p.label)!.push(...(await sequentialCalls(p.client, SEQUENTIAL / rounds)));
+    }
+    // Throughput, one path at a time; each group's resources are closed once its paths are done, so
+    // that no later path shares this process with clients and servers it does not use.
+    let at = 0;
+    for (const g of groups) {
+      for (const p of paths.slice(at, at + g.paths)) {
+        const report: PathReport = {
+          label: p.label,
+          sequential: summarize(seq.get(p.label)!),
+          throughput: await throughputOf(p.label, p.client, p.probe, log),
+        };
+        reports.set(p.label, report);
+        log(
+          `mcp: ${p.label}: p50 ${fmt(report.sequential.p50)}, ` +
+            report.throughput.map((t) => `${t.callsPerS.toFixed(0)} calls/s @${t.inFlight}`).join(', '),
+        );
+      }
+      at += g.paths;
+      for (const c of closers.slice(g.from, g.to).reverse()) await c().catch(() => {});
     }
   } catch (e) {
-    throw new Error(`${(e as Error).message}\n--- stderr of airlock gateway:\n${gp.tail()}`, { cause: e });
+    const tail = gatewayTail();
+    throw tail
+      ? new Error(`${(e as Error).message}\n--- stderr of airlock gateway:\n${tail}`, { cause: e })
+      : e;
   } finally {
-    await stopChild(gp.child);
+    for (const close of closers.reverse())
+      await Promise.resolve()
+        .then(close)
+        .catch(() => {});
   }
+  const get = (label: string): PathReport => reports.get(label)!;
   return {
     tool: TOOL,
     warmup: WARMUP,
     durationMs: DURATION_MS,
-    direct,
-    cli: viaCli,
-    http,
-    httpLean,
-    httpProcess,
-    httpProcessLean,
-    sdkOnly,
+    direct: get('direct stdio (baseline)'),
+    cli: get('airlock mcp (stdio)'),
+    http: get('HTTP gateway, in-process'),
+    httpLean: get('HTTP gateway, in-process, lean client'),
+    httpProcess: get('HTTP gateway, own process'),
+    httpProcessLean: get('HTTP gateway, own process, lean client'),
+    sdkOnly: [
+      get('SDK only (no Airlock), in-process, SSE answers'),
+      get('SDK only (no Airlock), in-process, JSON answers'),
+      get('SDK only (no Airlock), own process, JSON answers'),
+    ],
   };
 }
 
