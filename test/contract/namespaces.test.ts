@@ -90,8 +90,10 @@ describe.skipIf(!canRunNamespaces)(`namespaces tier (${SKIP_REASON})`, () => {
       expect(r.stderr).toBe('');
       return r.stdout;
     };
+    /** Sandboxes that are not warm slots: ours, and earlier ones whose release is still to come. */
     const used: string[] = [];
     const first = async (hostDir: string, mode: 'cow' | 'ro' = 'cow'): Promise<string> => {
+      used.push(...wsMounts().filter((m) => !used.includes(m)));
       const sbx = await Sandbox.create({ workspace: { mode, hostDir } }, { airlock });
       used.push(sbx.id);
       await sbx.kill();
@@ -178,6 +180,38 @@ describe.skipIf(!canRunNamespaces)(`namespaces tier (${SKIP_REASON})`, () => {
       for (let i = 0; i < 200 && wsMounts().some((m) => used.includes(m)); i++) await sleep(10);
       expect(wsMounts().filter((m) => used.includes(m))).toEqual([]);
     });
+  });
+
+  // A killed sandbox's host state is released a little later, in a batch with others' (see
+  // deferTeardown): never left behind, whether or not close() comes.
+  it("a killed sandbox's host state goes soon without close(), and before close() resolves", async () => {
+    const sandboxes = join(TEST_STATE_DIR, 'sandboxes');
+    const mountsOf = (id: string): string[] =>
+      readFileSync('/proc/self/mountinfo', 'utf8')
+        .split('\n')
+        .map((l) => l.split(' ')[4] ?? '')
+        .filter((m) => m.startsWith(`${sandboxes}/${id}/`));
+    const gone = (id: string): void => {
+      expect(existsSync(join(sandboxes, id))).toBe(false);
+      expect(mountsOf(id)).toEqual([]);
+    };
+    // Alone (no batch fills up, no close): its release starts on its own.
+    const a = await Sandbox.create({ workspace: { mode: 'cow', hostDir: ownedDir(0) } }, { airlock });
+    expect((await a.exec('echo x > /workspace/y && cat /workspace/y')).stdout).toBe('x\n');
+    await a.kill();
+    for (let i = 0; i < 500 && existsSync(join(sandboxes, a.id)); i++) await sleep(10);
+    gone(a.id);
+    // Several killed just before close(): all released by the time it resolves.
+    const own = testAirlock();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const s = await Sandbox.create({}, { airlock: own });
+      ids.push(s.id);
+      await s.exec('true');
+      await s.kill();
+    }
+    await own.close();
+    for (const id of ids) gone(id);
   });
 
   // Each exec's process is moved into the sandbox's cgroups (memory, pids, cpu, freezer) before

@@ -142,6 +142,12 @@ interface WsOwner {
 
 /** When the warm pool is refilled after a create if no process of the new sandbox has started. */
 const REFILL_FALLBACK_MS = 10;
+/**
+ * Killed sandboxes' host state is released in batches (see deferTeardown): once this many wait, or
+ * TEARDOWN_DELAY_MS after the first of them, whichever comes first.
+ */
+const TEARDOWN_BATCH = 8;
+const TEARDOWN_DELAY_MS = 100;
 
 /** Pseudo-terminals per sandbox (its own devpts instance). */
 const MAX_PTYS = 64;
@@ -206,6 +212,9 @@ export class NamespacesBackend implements BackendV1 {
   private refilling: Promise<void> | undefined;
   /** Releases of killed sandboxes' host state still in progress (see NamespacesSandbox.destroy). */
   private readonly teardowns = new Set<Promise<void>>();
+  /** Releases of killed sandboxes' host state not started yet (see deferTeardown). */
+  private readonly deferred: Array<() => Promise<void>> = [];
+  private teardownTimer: NodeJS.Timeout | undefined;
   /** Set by the first sandbox on a snapshot: from then on warm slots also prepare layerUserns. */
   private forksSeen = false;
   /** Whether the last create asked for transparent egress: warm slots then prepare it. */
@@ -256,8 +265,38 @@ export class NamespacesBackend implements BackendV1 {
     this.teardowns.add(t);
   }
 
-  /** Resolves once every teardown started so far (and any started meanwhile) has settled. */
+  /**
+   * A killed sandbox's host state (its disk, mounts, netns, cgroup dirs, uid lease; every process of
+   * it is gone by now), released together with others' a little later: a release is kernel work
+   * (unmounts, each with an RCU grace period, cgroup removal, netns teardown) that slows whatever runs
+   * beside it, and released in batches it lands on fewer of the sandboxes that run meanwhile, and costs
+   * less in all (measured, back-to-back create → exec → kill, batches of 8: p50 -0.8 ms plain and
+   * -1.2 ms with egress and overlay, mean -0.2 / -0.7 ms, p90 +0.5 / +1.1 ms). At most TEARDOWN_BATCH
+   * wait, none longer than TEARDOWN_DELAY_MS; close() and whatever needs them gone start them at once.
+   */
+  private deferTeardown(release: () => Promise<void>): void {
+    this.deferred.push(release);
+    if (this.deferred.length >= TEARDOWN_BATCH) this.startTeardowns();
+    else this.teardownTimer ??= setTimeout(() => this.startTeardowns(), TEARDOWN_DELAY_MS);
+  }
+
+  private startTeardowns(): void {
+    clearTimeout(this.teardownTimer);
+    this.teardownTimer = undefined;
+    for (const release of this.deferred.splice(0)) {
+      let p: Promise<void>;
+      try {
+        p = release();
+      } catch (e) {
+        p = Promise.reject(e);
+      }
+      this.trackTeardown(p);
+    }
+  }
+
+  /** Resolves once every teardown started or deferred so far (and any started meanwhile) has settled. */
   private async teardownsSettled(): Promise<void> {
+    this.startTeardowns();
     while (this.teardowns.size) await Promise.allSettled([...this.teardowns]);
   }
 
@@ -800,7 +839,7 @@ export class NamespacesBackend implements BackendV1 {
         ...(slot.intercepting
           ? { intercepting: { address: TRANSPARENT_ADDRESS, port: TRANSPARENT_PORT } }
           : {}),
-        teardown: (release) => this.trackTeardown(release),
+        teardown: (release) => this.deferTeardown(release),
         processStarted: () => this.processStarted(),
         ...(this.launcher ? { launcher: this.launcher } : {}),
       });

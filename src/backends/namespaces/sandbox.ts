@@ -99,9 +99,10 @@ export interface NamespacesSandboxParts {
   readonly intercepting?: { readonly address: string; readonly port: number };
   /**
    * Takes the release of the host state once every process is gone (mounts, dirs, cgroup dirs, uid
-   * lease): the backend tracks it until it settles, so that close() waits for it.
+   * lease), to start it soon (batched with others') and track it until it settles, so that close()
+   * waits for it.
    */
-  readonly teardown: (release: Promise<void>) => void;
+  readonly teardown: (release: () => Promise<void>) => void;
   /** Told each time a process of the sandbox has started (the backend then refills its warm pool). */
   readonly processStarted?: () => void;
   /** Starts bwrap in a mount namespace of the sandbox's own; absent: from the host's (as before). */
@@ -350,7 +351,7 @@ export class NamespacesSandbox implements BackendSandbox {
       // dirs, uid lease) is released after kill resolves, tracked by the backend: its close() waits
       // for it, and if Airlock dies first the sandbox dir is an orphan the next reaper removes.
       await this.p.res.cgroup?.killAll();
-      this.p.teardown(this.p.res.release());
+      this.p.teardown(() => this.p.res.release());
     })();
     return this.destroyed;
   }
