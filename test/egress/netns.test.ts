@@ -5,6 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
 import { createNetns, interceptTcpInNetns } from '../../src/backends/namespaces/netns.privileged.js';
@@ -112,8 +113,10 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
 
   it('transparent sandboxes intercept; a proxy-only one and one without a policy made after them do not', async () => {
     // Several transparent sandboxes in a row: the warm pool has seen nothing else when the next come.
+    const mine: string[] = [];
     for (let i = 0; i < 3; i++) {
       const s = await airlock.create({ network: { allow: [ALLOWED.name] } });
+      mine.push(s.id);
       try {
         const r = await s.exec(`curl -sS -m 10 --noproxy '*' http://${ALLOWED.name}/from-${i}`);
         expect(r.exitCode, r.stderr).toBe(0);
@@ -121,8 +124,15 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
         if (haveTools) {
           expect(show(inNetns(netnsOf(s))).rules).toContain('dnat to');
           if (i > 0) {
-            // The warm slot refilled after a transparent create holds the interception already.
-            const prepared = readdirSync(join(STATE_DIR, 'sandboxes')).filter((d) => d !== s.id);
+            // The warm slot refilled after a transparent create holds the interception already. (The
+            // dirs of sandboxes killed before, ours or earlier tests', go with their release, which
+            // comes in batches: wait until those are gone.)
+            let prepared: string[] = [];
+            for (let k = 0; k < 300; k++) {
+              prepared = readdirSync(join(STATE_DIR, 'sandboxes')).filter((d) => !mine.includes(d));
+              if (prepared.length === 1) break;
+              await sleep(10);
+            }
             expect(prepared).toHaveLength(1);
             expect(show(inNetns(join(STATE_DIR, 'sandboxes', prepared[0]!, 'netns'))).rules).toContain(
               `dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`,
