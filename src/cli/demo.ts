@@ -263,7 +263,9 @@ export async function demoCommand(io: Io = processIo): Promise<number> {
     throw e;
   } finally {
     try {
-      await (sbx ? sbx.kill() : airlock.killAll());
+      // Every sandbox of this runtime, and its host state released now (not batched for later:
+      // this process is about to exit).
+      await airlock.killAll();
     } finally {
       trap.dispose();
     }

@@ -59,7 +59,9 @@ export async function runCommand(
     throw e;
   } finally {
     try {
-      await (sbx ? sbx.kill() : airlock.killAll());
+      // Every sandbox of this runtime, and its host state released now (not batched for later:
+      // this process is about to exit).
+      await airlock.killAll();
     } finally {
       trap.dispose();
       if (flags.stdin) process.stdin.destroy();
