@@ -269,10 +269,11 @@ export class NamespacesBackend implements BackendV1 {
    * A killed sandbox's host state (its disk, mounts, netns, cgroup dirs, uid lease; every process of
    * it is gone by now), released together with others' a little later: a release is kernel work
    * (unmounts, each with an RCU grace period, cgroup removal, netns teardown) that slows whatever runs
-   * beside it, and released in batches it lands on fewer of the sandboxes that run meanwhile, and costs
-   * less in all (measured, back-to-back create → exec → kill, batches of 8: p50 -0.8 ms plain and
-   * -1.2 ms with egress and overlay, mean -0.2 / -0.7 ms, p90 +0.5 / +1.1 ms). At most TEARDOWN_BATCH
-   * wait, none longer than TEARDOWN_DELAY_MS; close() and whatever needs them gone start them at once.
+   * beside it; released in batches it lands on fewer of the sandboxes that run meanwhile (measured,
+   * back-to-back create → exec → kill, batches of 8: p50 -0.8 ms plain and -1.2 ms with egress and
+   * overlay, mean -0.2 / -0.7 ms, p90 +0.5 / +1.1 ms). At most TEARDOWN_BATCH wait, none longer than
+   * TEARDOWN_DELAY_MS (this timer keeps the process alive until they have started); close() and
+   * whatever needs them gone start them at once.
    */
   private deferTeardown(release: () => Promise<void>): void {
     this.deferred.push(release);
