@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Sandbox } from '../../src/index.js';
+import { Airlock, Sandbox } from '../../src/index.js';
 import { canRunNamespaces, SKIP_REASON, TEST_STATE_DIR, testAirlock } from '../helpers.js';
 import { sandboxContract } from './sandbox.contract.js';
 
@@ -212,6 +212,26 @@ describe.skipIf(!canRunNamespaces)(`namespaces tier (${SKIP_REASON})`, () => {
     }
     await own.close();
     for (const id of ids) gone(id);
+  });
+
+  // Killed sandboxes hold their uids until their batched release: a create that finds every uid
+  // leased runs those releases first instead of failing.
+  it('a uid range held only by killed sandboxes is reclaimed for the next create', async () => {
+    // Two uids of our own, outside every other range the tests and benches use.
+    const small = new Airlock({
+      stateDir: TEST_STATE_DIR,
+      uidRange: { first: 3_990_000, count: 2 },
+      warmPool: 0,
+    });
+    try {
+      for (let i = 0; i < 5; i++) {
+        const s = await Sandbox.create({}, { airlock: small });
+        expect((await s.exec('echo ok')).stdout).toBe('ok\n');
+        await s.kill();
+      }
+    } finally {
+      await small.close();
+    }
   });
 
   // Each exec's process is moved into the sandbox's cgroups (memory, pids, cpu, freezer) before

@@ -284,15 +284,7 @@ export class NamespacesBackend implements BackendV1 {
   private startTeardowns(): void {
     clearTimeout(this.teardownTimer);
     this.teardownTimer = undefined;
-    for (const release of this.deferred.splice(0)) {
-      let p: Promise<void>;
-      try {
-        p = release();
-      } catch (e) {
-        p = Promise.reject(e);
-      }
-      this.trackTeardown(p);
-    }
+    for (const release of this.deferred.splice(0)) this.trackTeardown(Promise.resolve().then(release));
   }
 
   /** Resolves once every teardown started or deferred so far (and any started meanwhile) has settled. */
@@ -435,7 +427,13 @@ export class NamespacesBackend implements BackendV1 {
     }
     const id = `sbx-${randomBytes(8).toString('hex')}`;
     const owner = selfOwner();
-    const uid = await this.dirs.leaseUid(this.uidRange, id, owner);
+    const uid = await this.dirs.leaseUid(this.uidRange, id, owner).catch(async (e: unknown) => {
+      // Killed sandboxes keep their uids until their (batched) release: run those now, then retry.
+      if (!AirlockError.is(e, 'CAPACITY_EXHAUSTED') || !(this.deferred.length || this.teardowns.size))
+        throw e;
+      await this.teardownsSettled();
+      return this.dirs.leaseUid(this.uidRange, id, owner);
+    });
     const dir = this.dirs.sandboxDir(id);
     const res = new HostResources(dir, uid, this.dirs);
     try {
