@@ -128,7 +128,8 @@ export class EgressGateway {
 
 /** One sandbox's listeners and state. close() stops them and revokes its secrets. */
 export class SandboxEgress {
-  private readonly servers: Array<Server | HttpServer> = [];
+  /** The listening servers (each owns a socket in the sandbox's netns). */
+  private readonly servers: Server[] = [];
   private udp: UdpSocket | undefined;
   private readonly sockets = new Set<Socket>();
   /** Tunnels handed to the zero-copy relay (their sockets are no longer in `sockets`). */
@@ -140,9 +141,16 @@ export class SandboxEgress {
   private activity = 0;
   /** Bytes reserved for request bodies being buffered for a secret swap. */
   private bufferedBytes = 0;
-  private readonly mitmServer: HttpServer;
+  /**
+   * The HTTP parsers connections are handed to (they never listen), each made at its first use:
+   * most sandboxes never need one, and the proxy port's first byte decides between HTTP and SOCKS.
+   */
+  private readonly httpServers: HttpServer[] = [];
+  private proxyHttpServer: HttpServer | undefined;
+  /** Requests inside intercepted TLS (hosts with a bound secret). */
+  private mitmServerLazy: HttpServer | undefined;
   /** Intercepted plain HTTP: one server for the sandbox, the decided target per connection. */
-  private readonly transparentHttp: HttpServer;
+  private transparentHttpLazy: HttpServer | undefined;
   private readonly transparentHttpTargets = new WeakMap<Socket, { host: string; port: number }>();
   /** Client-side TLS sockets of intercepted connections → where their requests may go. */
   private readonly intercepted = new WeakMap<
@@ -165,26 +173,13 @@ export class SandboxEgress {
       pool: SYNTHETIC_POOL,
     });
     // Proxy: one port, SOCKS5 sniffed by its first byte, everything else is HTTP.
-    const http = this.httpServer((req, res) => this.guard(this.onProxyRequest(req, res), res));
-    http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
-      this.guard(this.onConnect(req, sock, head), sock),
-    );
-    // noDelay: the http servers below never accept, so the option they set on accepted sockets (no
+    // noDelay: the http servers never accept, so the option they set on accepted sockets (no
     // Nagle: a response's last small write, e.g. the final chunk, must not wait for an ACK) is set here.
     const proxy = createServer({ noDelay: true }, (sock) =>
-      this.track(sock, () => this.onProxyConnection(sock, http)),
+      this.track(sock, () => this.onProxyConnection(sock, this.proxyHttp)),
     );
     proxy.listen({ fd: listen('tcp', PROXY_ADDRESS, PROXY_PORT) });
-    this.servers.push(proxy, http);
-    // Requests inside intercepted TLS (hosts with a bound secret) are served here.
-    this.mitmServer = this.httpServer((req, res) => this.guard(this.onMitmRequest(req, res), res));
-    this.servers.push(this.mitmServer);
-    this.transparentHttp = this.httpServer((req, res) => {
-      const t = this.transparentHttpTargets.get(req.socket);
-      if (!t) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
-      this.guard(this.forward('transparent-http', req, res, t.host, t.port, req.url ?? '/'), res);
-    });
-    this.servers.push(this.transparentHttp);
+    this.servers.push(proxy);
     if (transparent) {
       o.plumbing.interceptTcp(TRANSPARENT_ADDRESS, TRANSPARENT_PORT);
       const t = createServer({ noDelay: true }, (sock) =>
@@ -243,6 +238,9 @@ export class SandboxEgress {
     this.udp?.close();
     // Every listener stops accepting now (server.close() closes its handle at once); the promise
     // resolves once their handles and every relayed connection are closed.
+    // The HTTP parsers hold no handle: close() only stops their timers (no callback: it would get
+    // an ERR_SERVER_NOT_RUNNING error, whose stack trace is costly, for nothing).
+    for (const s of this.httpServers) s.close();
     await Promise.all([
       ...this.servers.map((s) => new Promise<void>((r) => s.close(() => r()))),
       ...[...this.relayed].map((t) => t.done),
@@ -250,6 +248,31 @@ export class SandboxEgress {
   }
 
   // ---- plumbing ----------------------------------------------------------------------------------
+
+  private get proxyHttp(): HttpServer {
+    if (!this.proxyHttpServer) {
+      const http = this.httpServer((req, res) => this.guard(this.onProxyRequest(req, res), res));
+      http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
+        this.guard(this.onConnect(req, sock, head), sock),
+      );
+      this.proxyHttpServer = http;
+    }
+    return this.proxyHttpServer;
+  }
+
+  private get mitmServer(): HttpServer {
+    this.mitmServerLazy ??= this.httpServer((req, res) => this.guard(this.onMitmRequest(req, res), res));
+    return this.mitmServerLazy;
+  }
+
+  private get transparentHttp(): HttpServer {
+    this.transparentHttpLazy ??= this.httpServer((req, res) => {
+      const t = this.transparentHttpTargets.get(req.socket);
+      if (!t) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
+      this.guard(this.forward('transparent-http', req, res, t.host, t.port, req.url ?? '/'), res);
+    });
+    return this.transparentHttpLazy;
+  }
 
   private httpServer(onRequest: (req: IncomingMessage, res: ServerResponse) => void): HttpServer {
     const s = createHttpServer(
@@ -269,6 +292,10 @@ export class SandboxEgress {
         sock.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       sock.destroy();
     });
+    this.httpServers.push(s);
+    // Made by a connection still being handled when the sandbox's egress closed: stop its timer at
+    // once (its socket is destroyed already), or it would keep the process alive.
+    if (this.closed) s.close();
     return s;
   }
 

@@ -3,12 +3,17 @@
 // gets what its own spec asks for (no policy: `lo` alone, no route, no nft table; proxy only: no
 // interception), whatever sandboxes came before it on the same warm pool; nothing is left behind.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
-import { createNetns, interceptTcpInNetns } from '../../src/backends/namespaces/netns.privileged.js';
+import {
+  createNetns,
+  interceptTcpInNetns,
+  prepareEgressInNetns,
+  socketInNetns,
+} from '../../src/backends/namespaces/netns.privileged.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../src/egress/gateway.js';
 import { canRunNamespaces, NO_RESIDUE, residue, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import {
@@ -24,7 +29,10 @@ assertPrivateNetns();
 
 const STATE_DIR = `${TEST_STATE_DIR}-egress-netns`;
 const ENETUNREACH = 101;
-const haveTools = ['/usr/sbin/nft', '/usr/sbin/ip', '/usr/bin/nsenter'].every((p) => existsSync(p));
+const ECONNREFUSED = 111;
+const haveTools = ['/usr/sbin/nft', '/usr/sbin/ip', '/usr/bin/ss', '/usr/bin/nsenter'].every((p) =>
+  existsSync(p),
+);
 const CONNECT_PL = readFileSync(join(import.meta.dirname, '..', 'fixtures', 'connect.pl'), 'utf8');
 
 /** What `ip` and `nft` show inside the network namespace bound at `file` (or entered by `pre`). */
@@ -43,6 +51,19 @@ function show(nsArgs: string[]): { rules: string; addrs: string; routes: string 
 }
 
 const inNetns = (file: string): string[] => ['nsenter', `--net=${file}`];
+
+/** The TCP listeners and bound UDP sockets in a netns ("address:port", sorted), by ss(8). */
+function listening(nsArgs: string[]): string[] {
+  const r = spawnSync(nsArgs[0]!, [...nsArgs.slice(1), 'ss', '-H', '-n', '-l', '-t', '-u'], {
+    encoding: 'utf8',
+  });
+  expect(r.status, r.stderr).toBe(0);
+  return r.stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => l.trim().split(/\s+/)[4]!)
+    .sort();
+}
 const netnsOf = (s: Sandbox): string => join(STATE_DIR, 'sandboxes', s.id, 'netns');
 
 async function connectInside(s: Sandbox, host: string, port: string): Promise<string> {
@@ -111,6 +132,39 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
     },
   );
 
+  it('listeners made ahead in a netns are handed out once, and closed when dropped or released', () => {
+    const fds = (): number => readdirSync('/proc/self/fd').length;
+    const sockets = [
+      { kind: 'tcp', address: '127.0.0.1', port: 3128 },
+      { kind: 'udp', address: '127.0.0.1', port: 53 },
+    ] as const;
+    const ns = createNetns();
+    const before = fds();
+    try {
+      prepareEgressInNetns(ns, sockets);
+      expect(ns.hasSocketsAhead).toBe(true);
+      expect(fds()).toBe(before + 2);
+      // The first ask gets the listener made ahead; a second one would be a new socket on a port
+      // that listener holds.
+      const tcp = socketInNetns(ns, 'tcp', '127.0.0.1', 3128);
+      expect(() => socketInNetns(ns, 'tcp', '127.0.0.1', 3128)).toThrow(
+        /bind 127\.0\.0\.1:3128 in netns: errno 98/,
+      );
+      closeSync(tcp);
+      // Dropped: closed, so the port is free again.
+      ns.dropSockets();
+      expect(ns.hasSocketsAhead).toBe(false);
+      expect(fds()).toBe(before);
+      closeSync(socketInNetns(ns, 'udp', '127.0.0.1', 53));
+      // Not taken: closed with the handle.
+      prepareEgressInNetns(ns, sockets);
+      expect(fds()).toBe(before + 2);
+    } finally {
+      ns.close();
+    }
+    expect(fds()).toBe(before - 1);
+  });
+
   it('transparent sandboxes intercept; a proxy-only one and one without a policy made after them do not', async () => {
     // Several transparent sandboxes in a row: the warm pool has seen nothing else when the next come.
     const mine: string[] = [];
@@ -134,8 +188,11 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
               await sleep(10);
             }
             expect(prepared).toHaveLength(1);
-            expect(show(inNetns(join(STATE_DIR, 'sandboxes', prepared[0]!, 'netns'))).rules).toContain(
-              `dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`,
+            const slotNetns = inNetns(join(STATE_DIR, 'sandboxes', prepared[0]!, 'netns'));
+            expect(show(slotNetns).rules).toContain(`dnat to ${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`);
+            // ... and the egress listeners, made ahead (the next transparent create takes them).
+            expect(listening(slotNetns)).toEqual(
+              [`127.0.0.1:53`, `127.0.0.1:3128`, `${TRANSPARENT_ADDRESS}:${TRANSPARENT_PORT}`].sort(),
             );
           }
         }
@@ -167,7 +224,17 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       // No policy: only `lo`, no route — connections fail before any packet is made.
       expect(await connectInside(bare, '1.1.1.1', '80')).toMatch(new RegExp(`^errno=${ENETUNREACH} `));
       expect(await connectInside(bare, ALLOWED.address, '80')).toMatch(new RegExp(`^errno=${ENETUNREACH} `));
+      // Made from a slot whose egress listeners were made ahead: they are gone, its ports are its own.
+      expect(await connectInside(bare, '127.0.0.1', '3128')).toMatch(new RegExp(`^errno=${ECONNREFUSED} `));
+      const own = await bare.exec([
+        'perl',
+        '-MIO::Socket::IP',
+        '-e',
+        'IO::Socket::IP->new(LocalHost => "127.0.0.1", LocalPort => 3128, Listen => 1) or die "$!\\n"; print "bound"',
+      ]);
+      expect(own.stdout, own.stderr).toBe('bound');
       if (haveTools) {
+        expect(listening(inNetns(netnsOf(bare)))).toEqual([]);
         const ns = show(inNetns(netnsOf(bare)));
         expect(ns.rules).toBe('');
         expect(ns.addrs).toContain('127.0.0.1/8');
@@ -176,6 +243,21 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       }
     } finally {
       await bare.kill();
+    }
+    // After a proxy-only sandbox, the warm slot holds that egress's listeners but no interception:
+    // one without a policy keeps that netns, without the listeners.
+    const proxied = await airlock.create({ network: { allow: [ALLOWED.name], transparent: false } });
+    try {
+      await proxied.exec('true'); // refilled by now
+    } finally {
+      await proxied.kill();
+    }
+    const bare2 = await airlock.create({});
+    try {
+      expect(await connectInside(bare2, '127.0.0.1', '3128')).toMatch(new RegExp(`^errno=${ECONNREFUSED} `));
+      if (haveTools) expect(listening(inNetns(netnsOf(bare2)))).toEqual([]);
+    } finally {
+      await bare2.kill();
     }
   });
 

@@ -47,6 +47,11 @@ function restoreOrAbort(c: Libc): void {
  */
 export class NetnsHandle {
   #fd: number;
+  /**
+   * Listening sockets made ahead in this namespace (prepareEgressInNetns), by socketKey: the egress
+   * listeners of a warm slot, taken by the sandbox's egress when it attaches.
+   */
+  readonly #ahead = new Map<string, number>();
   constructor(
     fd: number,
     /** Where a symlink to the fd (/proc/<pid>/fd/<n>) is kept for inspection (nsenter --net=…). */
@@ -58,14 +63,40 @@ export class NetnsHandle {
     if (this.#fd < 0) throw new AirlockError('INTERNAL', 'network namespace already released');
     return this.#fd;
   }
+  /** Whether sockets made ahead wait here. */
+  get hasSocketsAhead(): boolean {
+    return this.#ahead.size > 0;
+  }
+  /** A socket made ahead for this kind and address, now owned by the caller (it closes it). */
+  takeSocket(kind: 'tcp' | 'udp', address: string, port: number): number | undefined {
+    const key = socketKey(kind, address, port);
+    const fd = this.#ahead.get(key);
+    this.#ahead.delete(key);
+    return fd;
+  }
+  /**
+   * Close the sockets made ahead that nobody took. A sandbox without egress must never get them:
+   * they would hold its ports (3128, 53) and take connections nobody answers.
+   */
+  dropSockets(): void {
+    for (const fd of this.#ahead.values()) closeSync(fd);
+    this.#ahead.clear();
+  }
+  /** @internal prepareEgressInNetns only. */
+  keepSocket(kind: 'tcp' | 'udp', address: string, port: number, fd: number): void {
+    this.#ahead.set(socketKey(kind, address, port), fd);
+  }
   /** Drop this process's reference (the namespace dies with its last process or reference). */
   close(): void {
     if (this.#fd < 0) return;
+    this.dropSockets();
     closeSync(this.#fd);
     this.#fd = -1;
     if (this.link !== undefined) rmSync(this.link, { force: true });
   }
 }
+
+const socketKey = (kind: string, address: string, port: number): string => `${kind} ${address}:${port}`;
 
 /**
  * Create a netns with only `lo` (up), held by the returned handle. `link`, if given, becomes a symlink
@@ -165,43 +196,87 @@ const SOCK_CLOEXEC = 0o2000000;
 const SOL_SOCKET = 1;
 const SO_REUSEADDR = 2;
 
+export interface NetnsSocket {
+  readonly kind: 'tcp' | 'udp';
+  readonly address: string;
+  readonly port: number;
+}
+
 /**
  * A socket bound to `address`:`port` (IPv4) INSIDE the netns `ns`, owned by this (Airlock)
  * process: sandboxed code can connect to it but can neither kill nor replace it. TCP sockets are
- * listening. Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`.
+ * listening. Returns the fd, for `net.Server.listen({ fd })` / `dgram` `bind({ fd })`: the one made
+ * ahead for it (prepareEgressInNetns) if there is one.
  */
 export function socketInNetns(ns: NetnsHandle, kind: 'tcp' | 'udp', address: string, port: number): number {
+  const ahead = ns.takeSocket(kind, address, port);
+  if (ahead !== undefined) return ahead;
+  const octets = ipv4Octets(address);
+  return withNetns(ns, () => bindHere(libc(), { kind, address, port }, octets));
+}
+
+/**
+ * Ahead of a sandbox that will want them (a warm slot): transparent interception (if `intercept`;
+ * see interceptTcpInNetns) and then these listening sockets, in ONE switch into the netns. The
+ * sockets wait in the handle (takeSocket) until the sandbox's egress takes them or they are
+ * dropped. All or nothing: on failure nothing is kept (the interception may be half made: the
+ * caller then must not hand this netns out as intercepting).
+ */
+export function prepareEgressInNetns(
+  ns: NetnsHandle,
+  sockets: readonly NetnsSocket[],
+  intercept?: { readonly address: string; readonly port: number },
+): void {
+  const octets = sockets.map((s) => ipv4Octets(s.address));
+  const plan = intercept && interceptPlan(intercept.address, intercept.port);
+  const made: number[] = [];
+  try {
+    withNetns(ns, () => {
+      const c = libc();
+      if (plan) interceptHere(c, plan);
+      sockets.forEach((s, i) => made.push(bindHere(c, s, octets[i]!)));
+    });
+  } catch (e) {
+    for (const fd of made) closeSync(fd);
+    throw e;
+  }
+  sockets.forEach((s, i) => ns.keepSocket(s.kind, s.address, s.port, made[i]!));
+}
+
+function ipv4Octets(address: string): number[] {
   const octets = address.split('.').map(Number);
   if (octets.length !== 4 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255)) {
     throw new AirlockError('INTERNAL', `socketInNetns: "${address}" is not an IPv4 address`);
   }
-  return withNetns(ns, () => {
-    const c = libc();
-    const fd = c.socket(
-      AF_INET,
-      (kind === 'tcp' ? SOCK_STREAM : SOCK_DGRAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
-      0,
-    );
-    if (fd < 0) throw new AirlockError('INTERNAL', `socket in netns: errno ${c.errno()}`);
-    try {
-      const one = Buffer.alloc(4);
-      one.writeInt32LE(1);
-      c.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4);
-      // struct sockaddr_in { sa_family_t family; in_port_t port (BE); struct in_addr addr; char zero[8] }
-      const sa = Buffer.alloc(16);
-      sa.writeUInt16LE(AF_INET, 0);
-      sa.writeUInt16BE(port, 2);
-      for (let i = 0; i < 4; i++) sa[4 + i] = octets[i]!;
-      if (c.bind(fd, sa, 16) !== 0)
-        throw new AirlockError('INTERNAL', `bind ${address}:${port} in netns: errno ${c.errno()}`);
-      if (kind === 'tcp' && c.listen(fd, 1024) !== 0)
-        throw new AirlockError('INTERNAL', `listen in netns: errno ${c.errno()}`);
-      return fd;
-    } catch (e) {
-      c.close(fd);
-      throw e;
-    }
-  });
+  return octets;
+}
+
+/** The socket, made in the calling thread's netns (inside withNetns). */
+function bindHere(c: Libc, s: NetnsSocket, octets: readonly number[]): number {
+  const fd = c.socket(
+    AF_INET,
+    (s.kind === 'tcp' ? SOCK_STREAM : SOCK_DGRAM) | SOCK_NONBLOCK | SOCK_CLOEXEC,
+    0,
+  );
+  if (fd < 0) throw new AirlockError('INTERNAL', `socket in netns: errno ${c.errno()}`);
+  try {
+    const one = Buffer.alloc(4);
+    one.writeInt32LE(1);
+    c.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, one, 4);
+    // struct sockaddr_in { sa_family_t family; in_port_t port (BE); struct in_addr addr; char zero[8] }
+    const sa = Buffer.alloc(16);
+    sa.writeUInt16LE(AF_INET, 0);
+    sa.writeUInt16BE(s.port, 2);
+    for (let i = 0; i < 4; i++) sa[4 + i] = octets[i]!;
+    if (c.bind(fd, sa, 16) !== 0)
+      throw new AirlockError('INTERNAL', `bind ${s.address}:${s.port} in netns: errno ${c.errno()}`);
+    if (s.kind === 'tcp' && c.listen(fd, 1024) !== 0)
+      throw new AirlockError('INTERNAL', `listen in netns: errno ${c.errno()}`);
+    return fd;
+  } catch (e) {
+    c.close(fd);
+    throw e;
+  }
 }
 
 const POLLIN = 0x1;
@@ -244,31 +319,41 @@ export function originalDestination(fd: number): { address: string; port: number
  * Netlink requests from this process (netlink.privileged.ts), no ip(8)/nft(8) processes.
  */
 export function interceptTcpInNetns(ns: NetnsHandle, address: string, port: number): void {
-  const routes = routeMessages(LOOPBACK_IFINDEX, address);
-  const rules = nftMessages(address, port);
-  withNetns(ns, () => {
-    const c = libc();
-    // The sockets belong to the namespace they are made in; the requests are answered in send().
-    const rt = netlinkSocket(c, 'route');
+  const plan = interceptPlan(address, port);
+  withNetns(ns, () => interceptHere(libc(), plan));
+}
+
+interface InterceptPlan {
+  readonly routes: Buffer[];
+  readonly rules: Buffer[];
+}
+
+function interceptPlan(address: string, port: number): InterceptPlan {
+  return { routes: routeMessages(LOOPBACK_IFINDEX, address), rules: nftMessages(address, port) };
+}
+
+/** Interception, in the calling thread's netns (inside withNetns). */
+function interceptHere(c: Libc, { routes, rules }: InterceptPlan): void {
+  // The sockets belong to the namespace they are made in; the requests are answered in send().
+  const rt = netlinkSocket(c, 'route');
+  try {
+    netlinkRequest(c, rt, routes, 'transparent egress: address/route');
+  } finally {
+    c.close(rt);
+  }
+  let nf: number;
+  try {
+    nf = netlinkSocket(c, 'netfilter');
     try {
-      netlinkRequest(c, rt, routes, 'transparent egress: address/route');
+      netlinkRequest(c, nf, rules, 'transparent egress: nftables');
     } finally {
-      c.close(rt);
+      c.close(nf);
     }
-    let nf: number;
-    try {
-      nf = netlinkSocket(c, 'netfilter');
-      try {
-        netlinkRequest(c, nf, rules, 'transparent egress: nftables');
-      } finally {
-        c.close(nf);
-      }
-    } catch (e) {
-      throw new AirlockError(
-        'BACKEND_UNAVAILABLE',
-        `transparent egress needs nf_tables with NAT in the kernel, or set network.transparent: false (${(e as Error).message})`,
-        { cause: e },
-      );
-    }
-  });
+  } catch (e) {
+    throw new AirlockError(
+      'BACKEND_UNAVAILABLE',
+      `transparent egress needs nf_tables with NAT in the kernel, or set network.transparent: false (${(e as Error).message})`,
+      { cause: e },
+    );
+  }
 }
