@@ -22,7 +22,7 @@ import { densityBench, type DensityReport } from './density.js';
 import { egressBench, formatEgress, type EgressReport } from './egress.js';
 import { forkBench, formatFork, type ForkReport } from './fork.js';
 import { formatLifecycle, lifecycle, type LifecycleReport } from './lifecycle.js';
-import { formatMcp, mcpBench, type McpReport } from './mcp.js';
+import { airlockPaths, formatMcp, mcpBench, type McpReport } from './mcp.js';
 import { peerBench, type PeerReport } from './peer.js';
 import {
   machineFacts,
@@ -630,7 +630,7 @@ function p5(d: DensityReport, chart: (n: string, t: string, svg: string) => Char
 function p6(m: McpReport): Section {
   const base = m.direct;
   const best = (p: McpReport['direct']): number => Math.max(...p.throughput.map((t) => t.callsPerS));
-  const paths = [m.cli, m.http, m.httpLean, m.httpProcess, m.httpProcessLean];
+  const paths = airlockPaths(m);
   return {
     id: 'P6',
     title: 'MCP: added latency per tools/call and calls/s',

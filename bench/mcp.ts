@@ -9,10 +9,14 @@
 //                no namespace. Client and gateway share this process's CPU and event loop.
 //   http-process the same HTTP gateway as its own process (`airlock gateway --config`), so the CPU
 //                columns separate the client's cost from the gateway's
-// and, to tell Airlock's cost from the protocol's, no Airlock at all: the SDK's Client +
+// Each HTTP gateway path three times: the SDK client with Node's global fetch (the SDK's default),
+// the SDK client with Airlock's gatewayFetch (src/mcp/client-fetch.ts, what the README recommends:
+// the global fetch costs the client about 0.3 ms of CPU per call), and a lean client of node:http.
+// And, to tell Airlock's cost from the protocol's, no Airlock at all: the SDK's Client +
 // StreamableHTTPClientTransport to the SDK's own StreamableHTTPServerTransport serving an `echo` tool
 // in the Server's handler (no sandbox, no stdio hop): in this process with SSE answers (the SDK
-// server's default) and with JSON answers (enableJsonResponse), and in a child process (JSON answers).
+// server's default) and with JSON answers (enableJsonResponse), and in a child process (JSON answers;
+// with the global fetch and with gatewayFetch).
 // What the SDK client and server cost there is the floor of any Streamable HTTP path with that client.
 // Latency: SEQUENTIAL calls one at a time after WARMUP, p50/p99, in interleaved rounds across the paths
 // (all open at once). Throughput: N calls kept in flight on
@@ -20,9 +24,10 @@
 // during the throughput phases, divided by the calls made: where the time goes. Targets (issue):
 // <= 1 ms added p50 for a per-server boundary, >= 2,000 calls/s.
 //
-// The HTTP clients give fetch no AbortSignal: the SDK's client transport passes one signal to every
-// fetch, and undici keeps a listener on it per request until GC (a client-side leak that prints
+// The SDK clients on the global fetch give it no AbortSignal: the SDK's client transport passes one
+// signal to every fetch, and undici keeps a listener on it per request until GC (a client-side leak that prints
 // thousands of MaxListenersExceededWarning lines under load; the bench never aborts a call).
+// gatewayFetch gets the signal: it removes its listener once the answer is read.
 // AIRLOCK_MCP_BENCH_CPU_PROF=<dir> writes V8 CPU profiles of the `airlock mcp` and `airlock gateway`
 // children.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -33,7 +38,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { Airlock } from '../src/index.js';
+import { Airlock, gatewayFetch, type GatewayFetch } from '../src/index.js';
 import { FIXTURE, ROOT, startGateway } from '../test/mcp/harness.js';
 import { fmt, summarize, type Summary } from './stats.js';
 
@@ -89,10 +94,14 @@ export interface McpReport {
   readonly durationMs: number;
   readonly direct: PathReport;
   readonly cli: PathReport;
+  /** The SDK client with Node's global fetch (its default). */
   readonly http: PathReport;
+  /** The SDK client with Airlock's gatewayFetch (what the README recommends). */
+  readonly httpFetch?: PathReport;
   /** The same gateway with a lean HTTP client (no SDK client cost on these 2 shared cores). */
   readonly httpLean: PathReport;
   readonly httpProcess: PathReport;
+  readonly httpProcessFetch?: PathReport;
   readonly httpProcessLean: PathReport;
   /** No Airlock: SDK client to an SDK Streamable HTTP server (the protocol's own cost). */
   readonly sdkOnly: PathReport[];
@@ -349,15 +358,35 @@ async function openStdioClient(
   return { client, pid: () => transport.pid, close: () => client.close() };
 }
 
-async function httpClient(url: string, token: string): Promise<Client> {
+/**
+ * The SDK's client over its Streamable HTTP transport, with Node's global fetch (the SDK's default),
+ * or with `f` (Airlock's gatewayFetch, which the README recommends for the gateway).
+ */
+async function httpClient(url: string, token: string, f?: GatewayFetch): Promise<Client> {
   const client = new Client({ name: 'bench', version: '1' });
   await client.connect(
     new StreamableHTTPClientTransport(new URL(url), {
       requestInit: { headers: { authorization: `Bearer ${token}` } },
-      fetch: (input, init) => fetch(input, { ...init, signal: null }),
+      fetch: f ?? ((input, init) => fetch(input, { ...init, signal: null })),
     }),
   );
   return client;
+}
+
+/** httpClient() with a gatewayFetch of its own, closed with it. */
+async function httpClientGatewayFetch(
+  url: string,
+  token: string,
+): Promise<{ client: Client; close(): Promise<void> }> {
+  const f = gatewayFetch();
+  const client = await httpClient(url, token, f);
+  return {
+    client,
+    close: async () => {
+      await client.close();
+      f.close();
+    },
+  };
 }
 
 /**
@@ -540,6 +569,13 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
       client: sdkProcClient,
       probe: { gatewayPid: () => sdkProc.child.pid, server: () => 0 },
     });
+    const sdkProcFetch = await httpClientGatewayFetch(sdkProc.url, 'none');
+    close(sdkProcFetch.close);
+    paths.push({
+      label: 'SDK only (no Airlock), own process, JSON answers, gatewayFetch',
+      client: sdkProcFetch.client,
+      probe: { gatewayPid: () => sdkProc.child.pid, server: () => 0 },
+    });
     group();
     // `airlock mcp`: a child process; per-server boundary.
     const viaCli = await openStdioClient(
@@ -564,6 +600,13 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
     const gwSdk = await httpClient(gw.url, gw.tokens.alice!);
     close(() => gwSdk.close());
     paths.push({ label: 'HTTP gateway, in-process', client: gwSdk, probe: { server: sandboxCpuMs } });
+    const gwFetch = await httpClientGatewayFetch(gw.url, gw.tokens.alice!);
+    close(gwFetch.close);
+    paths.push({
+      label: 'HTTP gateway, in-process, gatewayFetch',
+      client: gwFetch.client,
+      probe: { server: sandboxCpuMs },
+    });
     const gwLean = await leanHttpClient(gw.url, gw.tokens.alice!);
     close(() => gwLean.close());
     paths.push({
@@ -580,6 +623,9 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
     const gpSdk = await httpClient(gp.url, gp.token);
     close(() => gpSdk.close());
     paths.push({ label: 'HTTP gateway, own process', client: gpSdk, probe: gpProbe });
+    const gpFetch = await httpClientGatewayFetch(gp.url, gp.token);
+    close(gpFetch.close);
+    paths.push({ label: 'HTTP gateway, own process, gatewayFetch', client: gpFetch.client, probe: gpProbe });
     const gpLean = await leanHttpClient(gp.url, gp.token);
     close(() => gpLean.close());
     paths.push({ label: 'HTTP gateway, own process, lean client', client: gpLean, probe: gpProbe });
@@ -634,13 +680,16 @@ export async function mcpBench(opts: { log: (s: string) => void; quick?: boolean
     direct: get('direct stdio (baseline)'),
     cli: get('airlock mcp (stdio)'),
     http: get('HTTP gateway, in-process'),
+    httpFetch: get('HTTP gateway, in-process, gatewayFetch'),
     httpLean: get('HTTP gateway, in-process, lean client'),
     httpProcess: get('HTTP gateway, own process'),
+    httpProcessFetch: get('HTTP gateway, own process, gatewayFetch'),
     httpProcessLean: get('HTTP gateway, own process, lean client'),
     sdkOnly: [
       get('SDK only (no Airlock), in-process, SSE answers'),
       get('SDK only (no Airlock), in-process, JSON answers'),
       get('SDK only (no Airlock), own process, JSON answers'),
+      get('SDK only (no Airlock), own process, JSON answers, gatewayFetch'),
     ],
   };
 }
@@ -652,9 +701,22 @@ const ratio = (x: number, base: number): string => `${(x / base).toFixed(2)}×`;
 const added = (x: number, base: number): string => `${x - base >= 0 ? '+' : ''}${(x - base).toFixed(2)} ms`;
 const ms3 = (x: number | undefined): string => (x === undefined ? '—' : x.toFixed(3));
 
+/** Every path through Airlock, in report order (a report from before gatewayFetch has fewer). */
+export function airlockPaths(r: McpReport): PathReport[] {
+  return [
+    r.cli,
+    r.http,
+    r.httpFetch,
+    r.httpLean,
+    r.httpProcess,
+    r.httpProcessFetch,
+    r.httpProcessLean,
+  ].filter((p): p is PathReport => p !== undefined);
+}
+
 export function formatMcp(r: McpReport): string {
   const base = r.direct;
-  const paths = [r.direct, ...(r.sdkOnly ?? []), r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean];
+  const paths = [r.direct, ...(r.sdkOnly ?? []), ...airlockPaths(r)];
   const seqRow = (p: PathReport): string => {
     const s = p.sequential;
     const b = base.sequential;
@@ -701,7 +763,8 @@ export function formatMcp(r: McpReport): string {
     '',
   ];
   const sdkIn = r.sdkOnly?.find((p) => p.label.includes('in-process, JSON'));
-  const sdkOwn = r.sdkOnly?.find((p) => p.label.includes('own process'));
+  const sdkOwn = r.sdkOnly?.find((p) => p.label === 'SDK only (no Airlock), own process, JSON answers');
+  const sdkOwnFetch = r.sdkOnly?.find((p) => p.label.endsWith('own process, JSON answers, gatewayFetch'));
   if (sdkIn && sdkOwn) {
     lines.push(
       'What Airlock adds over the SDK alone (same SDK client, same JSON answers; the SDK-only server ' +
@@ -713,6 +776,7 @@ export function formatMcp(r: McpReport): string {
         [
           [r.http, sdkIn],
           [r.httpProcess, sdkOwn],
+          ...(r.httpProcessFetch && sdkOwnFetch ? [[r.httpProcessFetch, sdkOwnFetch] as const] : []),
         ] as const
       ).map(
         ([p, b]) =>
@@ -725,7 +789,7 @@ export function formatMcp(r: McpReport): string {
       '',
     );
   }
-  for (const p of [r.cli, r.http, r.httpLean, r.httpProcess, r.httpProcessLean]) {
+  for (const p of airlockPaths(r)) {
     const add = p.sequential.p50 - base.sequential.p50;
     const best = Math.max(...p.throughput.map((t) => t.callsPerS));
     lines.push(

@@ -62,6 +62,7 @@ export {
 export { scanDefinitions, highestSeverity, type Finding, type Severity, type ScanInput } from './mcp/scan.js';
 export { GatewayCore, type GatewayOptions as McpGatewayOptions, type ServerSetup } from './mcp/gateway.js';
 export { HttpFront, type HttpFrontOptions } from './mcp/http.js';
+export { gatewayFetch, type GatewayFetch, type GatewayFetchOptions } from './mcp/client-fetch.js';
 export { serveStdio } from './mcp/stdio.js';
 export { gatewaySetups, serverSetup } from './mcp/setup.js';
 export {
