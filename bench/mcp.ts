@@ -11,7 +11,7 @@
 //                columns separate the client's cost from the gateway's
 // Each HTTP gateway path three times: the SDK client with Node's global fetch (the SDK's default),
 // the SDK client with Airlock's gatewayFetch (src/mcp/client-fetch.ts, what the README recommends:
-// the global fetch costs the client about 0.3 ms of CPU per call), and a lean client of node:http.
+// on the global fetch the client spends 0.2-0.3 ms more CPU per call), and a lean client of node:http.
 // And, to tell Airlock's cost from the protocol's, no Airlock at all: the SDK's Client +
 // StreamableHTTPClientTransport to the SDK's own StreamableHTTPServerTransport serving an `echo` tool
 // in the Server's handler (no sandbox, no stdio hop): in this process with SSE answers (the SDK
