@@ -14,7 +14,8 @@
 // object), a body that is absent, a string, or bytes. It honours the AbortSignal (before and after
 // the response head; an aborted event stream errors). Redirects are returned, never followed (as
 // `redirect: 'manual'`, but not opaque: the SDK follows same-origin ones itself); `redirect: 'error'`
-// rejects on one. No cookies, cache or credentials modes: none applies to an MCP endpoint.
+// rejects on one. No cookies, cache or credentials modes, and no content decoding (it sends no
+// Accept-Encoding, so a server answers uncompressed): none applies to an MCP endpoint.
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { Readable } from 'node:stream';
