@@ -68,7 +68,7 @@ export function gatewayFetch(opts: GatewayFetchOptions = {}): GatewayFetch {
         }
       };
       /** The signal matters until the body is read (a streamed body: until the stream ends). */
-      const done = (): void => signal?.removeEventListener('abort', onAbort);
+      const done = signal ? whenAborted(signal, onAbort) : (): void => {};
       const fail = (e: Error): void => {
         done();
         if (settled) return;
@@ -127,7 +127,6 @@ export function gatewayFetch(opts: GatewayFetchOptions = {}): GatewayFetch {
           r.on('close', () => r.complete || fail(new Error('the response ended early')));
         },
       );
-      signal?.addEventListener('abort', onAbort, { once: true });
       req.on('error', fail);
       req.end(body ?? undefined);
     });
@@ -138,6 +137,35 @@ export function gatewayFetch(opts: GatewayFetchOptions = {}): GatewayFetch {
       https.destroy();
     },
   });
+}
+
+/**
+ * The requests in flight on each signal, and the one 'abort' listener that reaches them all: the SDK
+ * gives every request of a transport the same signal, and a listener per request would trip Node's
+ * MaxListenersExceededWarning from the 11th call in flight.
+ */
+const inFlight = new WeakMap<AbortSignal, { readonly calls: Set<() => void>; readonly fire: () => void }>();
+
+/** Call `f` if `signal` aborts, until the returned function is called (idempotent). */
+function whenAborted(signal: AbortSignal, f: () => void): () => void {
+  let entry = inFlight.get(signal);
+  if (!entry) {
+    const calls = new Set<() => void>();
+    const fire = (): void => {
+      inFlight.delete(signal);
+      for (const g of calls) g();
+    };
+    entry = { calls, fire };
+    inFlight.set(signal, entry);
+    signal.addEventListener('abort', fire, { once: true });
+  }
+  const { calls, fire } = entry;
+  calls.add(f);
+  return () => {
+    if (!calls.delete(f) || calls.size) return;
+    signal.removeEventListener('abort', fire);
+    if (inFlight.get(signal)?.calls === calls) inFlight.delete(signal);
+  };
 }
 
 function abortReason(signal: AbortSignal): unknown {

@@ -156,6 +156,20 @@ describe('gatewayFetch', () => {
     await expect.poll(() => gone.includes('/never')).toBe(true);
     expect(getEventListeners(waiting.signal, 'abort')).toHaveLength(0);
 
+    // Many requests on one signal (the SDK gives all of a transport's requests the same one): one
+    // listener for them all (a listener each trips Node's MaxListenersExceededWarning at 11), and
+    // aborting it ends every one.
+    const shared = new AbortController();
+    const many = Array.from({ length: 20 }, () => f(`${base}/never`, { signal: shared.signal }));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(getEventListeners(shared.signal, 'abort')).toHaveLength(1);
+    shared.abort();
+    const settled = await Promise.allSettled(many);
+    expect(settled.map((x) => x.status === 'rejected' && (x.reason as Error).name)).toEqual(
+      Array(20).fill('AbortError'),
+    );
+    expect(getEventListeners(shared.signal, 'abort')).toHaveLength(0);
+
     // An event stream is handed over as it comes; aborting ends it with an error.
     const streaming = new AbortController();
     const r = await f(`${base}/stream`, { signal: streaming.signal });
