@@ -27,7 +27,7 @@
 // The SDK clients on the global fetch give it no AbortSignal: the SDK's client transport passes one
 // signal to every fetch, and undici keeps a listener on it per request until GC (a client-side leak that prints
 // thousands of MaxListenersExceededWarning lines under load; the bench never aborts a call).
-// gatewayFetch gets the signal: it removes its listener once the answer is read.
+// gatewayFetch gets the signal: one listener per signal, removed once no call is in flight.
 // AIRLOCK_MCP_BENCH_CPU_PROF=<dir> writes V8 CPU profiles of the `airlock mcp` and `airlock gateway`
 // children.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
