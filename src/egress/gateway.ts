@@ -250,13 +250,10 @@ export class SandboxEgress {
   // ---- plumbing ----------------------------------------------------------------------------------
 
   private get proxyHttp(): HttpServer {
-    if (!this.proxyHttpServer) {
-      const http = this.httpServer((req, res) => this.guard(this.onProxyRequest(req, res), res));
-      http.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) =>
-        this.guard(this.onConnect(req, sock, head), sock),
-      );
-      this.proxyHttpServer = http;
-    }
+    this.proxyHttpServer ??= this.httpServer((req, res) => this.guard(this.onProxyRequest(req, res), res)).on(
+      'connect',
+      (req: IncomingMessage, sock: Socket, head: Buffer) => this.guard(this.onConnect(req, sock, head), sock),
+    );
     return this.proxyHttpServer;
   }
 

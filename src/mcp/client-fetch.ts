@@ -44,8 +44,9 @@ export function gatewayFetch(opts: GatewayFetchOptions = {}): GatewayFetch {
       body === undefined || body === null || typeof body === 'string' || body instanceof Uint8Array;
     // (A Request carries its own body and options.)
     if (!(typeof input === 'string' || input instanceof URL) || !plainBody) return fetch(input, init);
-    const url = new URL(input);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') return fetch(input, init);
+    // Not an absolute http(s) URL: the global fetch rejects it (or serves it) as fetch does.
+    const url = URL.canParse(String(input)) ? new URL(input) : undefined;
+    if (url?.protocol !== 'http:' && url?.protocol !== 'https:') return fetch(input, init);
     const signal = init.signal ?? undefined;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
 

@@ -201,6 +201,8 @@ describe('gatewayFetch', () => {
 
   it('hands what it does not handle itself to the global fetch', async () => {
     expect(await (await f('data:text/plain,plain%20data')).text()).toBe('plain data');
+    // Not a URL: a rejected promise, as from fetch (not an exception thrown at the call).
+    await expect(f('not a url')).rejects.toThrow(TypeError);
     const viaRequest = await f(new Request(`${base}/echo`, { method: 'POST', body: 'in a Request' }));
     expect(await viaRequest.json()).toMatchObject({ body: 'in a Request' });
     const blob = await f(`${base}/echo`, { method: 'POST', body: new Blob(['a blob']) });

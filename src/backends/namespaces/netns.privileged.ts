@@ -82,9 +82,12 @@ export class NetnsHandle {
     for (const fd of this.#ahead.values()) closeSync(fd);
     this.#ahead.clear();
   }
-  /** @internal prepareEgressInNetns only. */
+  /** @internal prepareEgressInNetns only. A socket it replaces is closed (never leaked). */
   keepSocket(kind: 'tcp' | 'udp', address: string, port: number, fd: number): void {
-    this.#ahead.set(socketKey(kind, address, port), fd);
+    const key = socketKey(kind, address, port);
+    const old = this.#ahead.get(key);
+    if (old !== undefined) closeSync(old);
+    this.#ahead.set(key, fd);
   }
   /** Drop this process's reference (the namespace dies with its last process or reference). */
   close(): void {
