@@ -37,6 +37,7 @@ export class OutputCapture {
   private spillFile: string | undefined;
   private spilled = 0;
   private spillError: Error | undefined;
+  private awaitingDrain = false;
   private readonly decoder = new StringDecoder('utf8');
   private readonly done: Promise<void>;
 
@@ -116,10 +117,15 @@ export class OutputCapture {
     const part = chunk.length > room ? chunk.subarray(0, room) : chunk;
     this.spilled += part.length;
     if (this.opts.budget) this.opts.budget.left -= part.length;
-    if (!this.spill.write(part)) {
-      // Backpressure: stop reading from the sandbox until the disk catches up.
+    if (!this.spill.write(part) && !this.awaitingDrain) {
+      // Backpressure: stop reading from the sandbox until the disk catches up. One wait at a time:
+      // the early chunks are written at once, and a paused source may still deliver a chunk.
+      this.awaitingDrain = true;
       this.source.pause();
-      this.spill.once('drain', () => this.source.resume());
+      this.spill.once('drain', () => {
+        this.awaitingDrain = false;
+        this.source.resume();
+      });
     }
   }
 

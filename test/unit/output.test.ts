@@ -284,6 +284,28 @@ describe('OutputCapture backpressure', () => {
   }, 60_000);
 });
 
+describe('OutputCapture backpressure, many chunks at once', () => {
+  it('waits for one drain at a time when the spill file starts with many chunks (no listener pile-up)', async () => {
+    // 16 chunks of 64 KiB are kept in memory up to maxBytes, then written to the spill file at once:
+    // each write past the file stream's buffer says "wait for drain"; one wait is enough.
+    const warnings: Error[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const data = Buffer.alloc(4 * MiB);
+      for (let i = 0; i < data.length; i += 4) data.writeUInt32BE(i, i);
+      const run = start(source(chunked(data, 64 * 1024)), { maxBytes: MiB, onText: undefined });
+      const r = await run.capture.finish();
+      expect(r.truncated).toBe(true);
+      expect(readFileSync(run.spillFile).equals(data)).toBe(true);
+      await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on the next tick
+      expect(warnings.map((w) => `${w.name}: ${w.message}`)).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
+
 describe('collectBytes', () => {
   it('collects up to the cap, inclusive', async () => {
     const data = Buffer.from('0123456789');
