@@ -97,8 +97,8 @@ export class Upstream {
   /** When the sandbox's TTL was last restarted by a call (performance.now()). */
   private ttlResetAt = -Infinity;
   private onNotification: ((n: Notification) => void) | undefined;
-  /** Aborted (and replaced) when a message from the server was too large to read: see frameLost. */
-  private lost = new AbortController();
+  /** The signals of the requests in flight, every one aborted by frameLost. */
+  private readonly inFlight = new Set<AbortController>();
 
   private constructor(
     readonly launch: ServerLaunch,
@@ -221,39 +221,32 @@ export class Upstream {
    */
   frameLost(info: FrameErrorInfo): void {
     if (!['oversized', 'string_too_long', 'too_deep', 'too_many_keys'].includes(info.code)) return;
-    const c = this.lost;
-    this.lost = new AbortController();
-    c.abort(
-      new AirlockError(
-        'MCP_SERVER_FAILED',
-        `MCP server ${this.launch.name} sent a message Airlock cannot read (${info.reason}); pending requests failed`,
-      ),
+    const reason = new AirlockError(
+      'MCP_SERVER_FAILED',
+      `MCP server ${this.launch.name} sent a message Airlock cannot read (${info.reason}); pending requests failed`,
     );
+    for (const c of [...this.inFlight]) c.abort(reason);
   }
 
   /**
-   * Runs one request with a signal of its own, aborted by the caller's signal or by `lost`. The SDK
-   * adds an 'abort' listener to the signal it is given and never removes it, and AbortSignal.any keeps
-   * its result reachable from the long-lived `lost` signal on Node 20: either way every request (and
-   * its result) would stay in memory for as long as the server runs. Our listeners go with the request.
+   * Runs one request with a signal of its own, aborted by the caller's signal or by frameLost. The SDK
+   * adds an 'abort' listener to the signal it is given and never removes it, so that signal must be the
+   * request's own: a long-lived one would keep every request (and its result) in memory for as long as
+   * the server runs. A set of controllers rather than a listener per request on one shared signal: 64
+   * calls in flight would otherwise trip Node's MaxListenersExceededWarning (a false leak report).
    */
   private async withLost<T>(opts: RequestOptions, run: (o: RequestOptions) => Promise<T>): Promise<T> {
     const own = new AbortController();
-    const sources = [this.lost.signal, ...(opts.signal ? [opts.signal] : [])];
-    const unlink: Array<() => void> = [];
-    for (const s of sources) {
-      if (s.aborted) {
-        own.abort(s.reason);
-        break;
-      }
-      const onAbort = (): void => own.abort(s.reason);
-      s.addEventListener('abort', onAbort, { once: true });
-      unlink.push(() => s.removeEventListener('abort', onAbort));
-    }
+    const caller = opts.signal;
+    const onAbort = (): void => own.abort(caller!.reason);
+    if (caller?.aborted) own.abort(caller.reason);
+    else caller?.addEventListener('abort', onAbort, { once: true });
+    this.inFlight.add(own);
     try {
       return await run({ ...opts, signal: own.signal });
     } finally {
-      for (const u of unlink) u();
+      this.inFlight.delete(own);
+      caller?.removeEventListener('abort', onAbort);
     }
   }
 

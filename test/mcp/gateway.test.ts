@@ -291,6 +291,56 @@ if (!canRunNamespaces) {
       });
     });
 
+    describe('calls in flight', () => {
+      it('keeps 24 calls in flight on one server without a MaxListenersExceededWarning', async () => {
+        const warnings: string[] = [];
+        const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
+        process.on('warning', onWarning);
+        try {
+          const c = await gw.client('alice');
+          // One server per session (h is per-session): all 24 sleep there at once.
+          const rs = await Promise.all(
+            Array.from({ length: 24 }, () => c.callTool({ name: 'h__sleep', arguments: { ms: 1000 } })),
+          );
+          expect(rs.map(text)).toEqual(Array.from({ length: 24 }, () => 'slept 1000 ms'));
+          await new Promise((r) => setImmediate(r)); // warnings are emitted on the next tick
+          expect(warnings).toEqual([]);
+        } finally {
+          process.off('warning', onWarning);
+        }
+      });
+
+      it('fails the calls in flight at once when the server sends a message too large to read, then serves the next', async () => {
+        // A gateway of its own: the fixture needs ~0.75 GB to make a 68 MB answer (over the 512 MiB default).
+        const big = await startGateway(airlock, {
+          b: hostile({ limits: { memoryBytes: 2048 * 1024 * 1024 } }),
+        });
+        try {
+          const c = await big.client('alice');
+          const sleeps = Array.from({ length: 3 }, () =>
+            rpcError(
+              c.callTool({ name: 'b__sleep', arguments: { ms: 600_000 } }, undefined, { timeout: 120_000 }),
+            ),
+          );
+          // Sent after the sleeps: once it is answered, they have reached the server.
+          expect(text(await c.callTool({ name: 'b__echo', arguments: { text: 'before' } }))).toContain(
+            'before',
+          );
+          // 68 MB of text in one JSON-RPC line: over the 64 MiB a server's message may have.
+          const flood = await rpcError(c.callTool({ name: 'b__flood', arguments: { bytes: 68_000_000 } }));
+          const lost = /MCP server b sent a message Airlock cannot read .*pending requests failed/;
+          expect(flood.message).toMatch(lost);
+          for (const e of await Promise.all(sleeps)) expect(e.message).toMatch(lost);
+          // The server itself lives on: the next call is answered.
+          expect(text(await c.callTool({ name: 'b__echo', arguments: { text: 'after' } }))).toContain(
+            'after',
+          );
+        } finally {
+          await big.close();
+        }
+      }, 90_000);
+    });
+
     describe('boundaries', () => {
       it('per-session: session B does not see what session A wrote', async () => {
         const a = await gw.client('alice');
