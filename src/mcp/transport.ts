@@ -37,6 +37,7 @@ export class StreamTransport implements Transport {
   private started = false;
   private closed = false;
   private corked = false;
+  private drainWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
 
   constructor(
     private readonly input: Readable,
@@ -80,9 +81,9 @@ export class StreamTransport implements Transport {
     }
     this.onframeerror?.({ code: ev.code, reason: ev.reason, ...(ev.id !== undefined ? { id: ev.id } : {}) });
     if (this.opts.answerBrokenRequests && ev.id !== undefined) {
-      void this.writeLine(
+      this.writeLine(
         serializeMessage(jsonRpcErrorFor({ ok: false, code: ev.code, reason: ev.reason, id: ev.id })),
-      );
+      ).catch(() => {}); // the transport closed first: nobody is left to answer
     }
   }
 
@@ -92,7 +93,7 @@ export class StreamTransport implements Transport {
   }
 
   private writeLine(line: string): Promise<void> {
-    return new Promise((resolve) => {
+    return new Promise((resolve, reject) => {
       if (this.output.destroyed || this.output.writableEnded) return resolve();
       this.bytesOut += Buffer.byteLength(line);
       // Lines written in the same turn of the event loop (many calls in flight) leave in one write
@@ -103,9 +104,16 @@ export class StreamTransport implements Transport {
         setImmediate(this.uncork);
       }
       if (this.output.write(line)) resolve();
-      else this.output.once('drain', resolve);
+      // A slow peer: every send held up waits for the same 'drain' (one listener, however many).
+      else if (this.drainWaiters.push({ resolve, reject }) === 1) this.output.once('drain', this.drained);
     });
   }
+
+  private readonly drained = (): void => {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w.resolve();
+  };
 
   private readonly uncork = (): void => {
     this.corked = false;
@@ -117,6 +125,11 @@ export class StreamTransport implements Transport {
     this.closed = true;
     this.input.off('data', this.onData);
     this.input.off('end', this.onEnd);
+    // Sends still waiting for the peer to read will not be read now: they fail instead of hanging.
+    this.output.off('drain', this.drained);
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w.reject(new Error('transport closed'));
     this.onclose?.();
   }
 }
