@@ -1,6 +1,8 @@
 // E1: egress cost, beside its baselines measured in the same run.
 //   Throughput: a 100 MB download from a test server on 203.0.113.10:80 (a separate Node process), read
-//   directly by this process (Node http.get) and by curl on the host, vs curl inside a sandbox through
+//   directly by this process (Node http.get) and by curl on the host, by the same curl through a bare
+//   userspace relay on the host (socat with 1 MiB buffers: the least any proxy must add, the floor of a
+//   relay on this machine), vs curl inside a sandbox through
 //   the proxy (HTTP_PROXY) and through the transparent path (--noproxy '*': nftables + DNS); both are
 //   plain HTTP, which the gateway vets request by request (response bodies of a sandbox without secrets
 //   are then moved by the splice relay, see src/egress/plain-http.ts). The same download through a CONNECT
@@ -57,6 +59,11 @@ export interface EgressReport {
   readonly downloadMiB: number;
   readonly direct: Throughput; // Node http.get from this process
   readonly hostCurl: Throughput; // curl on the host, same client as in the sandbox
+  /**
+   * The same curl on the host through socat (1 MiB buffers) to the same server: a relay that vets
+   * nothing, the floor of any proxy. Absent when socat is not installed (or in older reports).
+   */
+  readonly relayFloor?: Throughput;
   readonly proxy: Throughput;
   readonly transparent: Throughput;
   /** The same download through a CONNECT tunnel (curl --proxytunnel): the tunnel relay. */
@@ -162,6 +169,40 @@ function nodeDownload(): Promise<number> {
 
 const CURL_FMT = `-w '%{size_download} %{time_total}'`;
 
+/** Where the bare relay (the floor row) listens, on this private namespace's loopback. */
+const RELAY_FLOOR_PORT = 8081;
+
+/** socat relaying 127.0.0.1:RELAY_FLOOR_PORT to the test server, or undefined without socat. */
+async function startRelayFloor(log: (s: string) => void): Promise<ChildProcess | undefined> {
+  const argv = [
+    '-b',
+    String(1 << 20),
+    `TCP-LISTEN:${RELAY_FLOOR_PORT},bind=127.0.0.1,reuseaddr,fork`,
+    `TCP:${SERVER_ADDRESS}:80`,
+  ];
+  const c = spawn('socat', argv, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const failed = await new Promise<boolean>((resolve) => {
+    c.once('error', () => resolve(true));
+    c.once('spawn', () => resolve(false));
+  });
+  if (failed) {
+    log('egress: socat is not installed (scripts/bench-setup.sh installs it): no bare-relay floor row');
+    return undefined;
+  }
+  // Wait until it listens (a refused connect means not yet).
+  for (let i = 0; i < 100; i++) {
+    const up = await new Promise<boolean>((resolve) => {
+      const s = connect({ host: '127.0.0.1', port: RELAY_FLOOR_PORT });
+      s.once('connect', () => (s.destroy(), resolve(true)));
+      s.once('error', () => resolve(false));
+    });
+    if (up) return c;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  c.kill();
+  throw new Error('socat (the bare-relay floor) did not listen within 2 s');
+}
+
 function parseCurl(out: string): number {
   const [size, secs] = out.trim().split(/\s+/).map(Number) as [number, number];
   if (size !== DOWNLOAD_MIB * 2 ** 20) throw new Error(`curl downloaded ${size} bytes: ${out}`);
@@ -239,6 +280,7 @@ async function hostLatency(n: number): Promise<number[]> {
 async function measure(log: (s: string) => void): Promise<EgressReport> {
   assertPrivateNetns();
   const server = await startServer();
+  const relayFloor = await startRelayFloor(log);
   const airlock = new Airlock({
     stateDir: '/var/tmp/airlock-egress-bench',
     uidRange: { first: 3_810_000, count: 4096 },
@@ -271,6 +313,21 @@ async function measure(log: (s: string) => void): Promise<EgressReport> {
               await hostRun(['sh', '-c', `curl -sS -o /dev/null ${CURL_FMT} http://${SERVER_ADDRESS}/big`]),
             ),
         ],
+        ...(relayFloor
+          ? ([
+              [
+                'curl on the host through a bare relay (socat)',
+                async () =>
+                  parseCurl(
+                    await hostRun([
+                      'sh',
+                      '-c',
+                      `curl -sS -o /dev/null ${CURL_FMT} http://127.0.0.1:${RELAY_FLOOR_PORT}/big`,
+                    ]),
+                  ),
+              ],
+            ] as Array<[string, () => Promise<number>]>)
+          : []),
         ['sandbox curl through the proxy', () => sandboxCurl(s, '')],
         ['sandbox curl, transparent path', () => sandboxCurl(s, "--noproxy '*'")],
         [
@@ -290,13 +347,22 @@ async function measure(log: (s: string) => void): Promise<EgressReport> {
           cpu[j]!.push((c.user + c.system) / 1000 / (DOWNLOAD_MIB / 1024));
         }
       }
-      const [direct, hostCurl, proxy, transparent, viaConnect, viaSocks5] = paths.map(([label], j) => {
+      const measured = paths.map(([label], j) => {
         log(
           `egress: ${label}: ${xs[j]!.map((x) => x.toFixed(0)).join(', ')} MiB/s; ` +
             `CPU of this process ${median(cpu[j]!).toFixed(0)} ms/GiB`,
         );
         return throughput(label, xs[j]!, cpu[j]!);
-      }) as [Throughput, Throughput, Throughput, Throughput, Throughput, Throughput];
+      });
+      const floor = relayFloor ? measured.splice(2, 1)[0] : undefined;
+      const [direct, hostCurl, proxy, transparent, viaConnect, viaSocks5] = measured as [
+        Throughput,
+        Throughput,
+        Throughput,
+        Throughput,
+        Throughput,
+        Throughput,
+      ];
 
       log(`egress: latency: ${PROXY_WARMUP} warm-up requests through the proxy`);
       await sandboxLatency(s, '127.0.0.1', 3128, `http://${NAME}/small`, 0, PROXY_WARMUP);
@@ -325,6 +391,7 @@ async function measure(log: (s: string) => void): Promise<EgressReport> {
           downloadMiB: DOWNLOAD_MIB,
           direct,
           hostCurl,
+          ...(floor ? { relayFloor: floor } : {}),
           proxy,
           transparent,
           connect: viaConnect,
@@ -339,6 +406,7 @@ async function measure(log: (s: string) => void): Promise<EgressReport> {
     }
   } finally {
     await airlock.close();
+    relayFloor?.kill();
     server.kill();
   }
 }
@@ -366,6 +434,7 @@ export function formatEgress(r: EgressReport): string {
     '|---|---|---|---|---|',
     row(r.direct),
     row(r.hostCurl),
+    ...(r.relayFloor ? [row(r.relayFloor)] : []),
     row(r.proxy),
     row(r.transparent),
     row(r.connect),
@@ -377,6 +446,16 @@ export function formatEgress(r: EgressReport): string {
       `SOCKS5 ${pct(r.socks5.mibPerS, base)} (${verdict(r.socks5.mibPerS >= 0.8 * base)}).`,
     '(proxy and transparent are plain HTTP, vetted request by request, their Content-Length bodies moved by ' +
       'the splice relay; CONNECT and SOCKS5 are tunnels.)',
+    ...(r.relayFloor
+      ? [
+          `Beside the same client (curl) on the host: direct ${r.hostCurl.mibPerS.toFixed(0)} MiB/s; through a ` +
+            `bare relay that vets nothing (socat, 1 MiB buffers) ${r.relayFloor.mibPerS.toFixed(0)} MiB/s ` +
+            `(${pct(r.relayFloor.mibPerS, r.hostCurl.mibPerS)}): a relay is a third process on the bytes' path, ` +
+            `on 2 cores beside the server and the client. The proxy moves ` +
+            `${pct(r.proxy.mibPerS, r.hostCurl.mibPerS)} of host curl direct, ` +
+            `${(r.proxy.mibPerS / r.relayFloor.mibPerS).toFixed(2)}× the bare relay.`,
+        ]
+      : []),
     '',
     `Latency: ${l.requests} sequential GETs of 3 bytes, one python http.client, a new connection each.`,
     '',
