@@ -5,8 +5,8 @@
 //   relay on this machine), vs curl inside a sandbox through
 //   the proxy (HTTP_PROXY) and through the transparent path (--noproxy '*': nftables + DNS); both are
 //   plain HTTP, which the gateway vets request by request (response bodies of a sandbox without secrets
-//   are then moved by the splice relay, see src/egress/plain-http.ts). The same download through a CONNECT
-//   tunnel (curl --proxytunnel) and through SOCKS5 measures the tunnel relay (zero-copy splice(2) when
+//   are then moved by the fd relay, see src/egress/plain-http.ts). The same download through a CONNECT
+//   tunnel (curl --proxytunnel) and through SOCKS5 measures the tunnel relay (the fd relay when
 //   nothing needs inspecting), which is what HTTPS and other TCP take.
 //   Latency: 1,000 sequential small requests by one python client (a new connection each), from inside
 //   a sandbox through the proxy, vs the same client on the host straight to the same server (those two
@@ -445,7 +445,7 @@ export function formatEgress(r: EgressReport): string {
       `CONNECT tunnel ${pct(r.connect.mibPerS, base)} (${verdict(r.connect.mibPerS >= 0.8 * base)}), ` +
       `SOCKS5 ${pct(r.socks5.mibPerS, base)} (${verdict(r.socks5.mibPerS >= 0.8 * base)}).`,
     '(proxy and transparent are plain HTTP, vetted request by request, their Content-Length bodies moved by ' +
-      'the splice relay; CONNECT and SOCKS5 are tunnels.)',
+      'the fd relay; CONNECT and SOCKS5 are tunnels.)',
     ...(r.relayFloor
       ? [
           `Beside the same client (curl) on the host: direct ${r.hostCurl.mibPerS.toFixed(0)} MiB/s; through a ` +

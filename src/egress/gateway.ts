@@ -23,7 +23,7 @@ import { canonicalHost } from './address.js';
 import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
-import { flushed, RELAY_FDS, SpliceRelay, type RelayedTunnel } from './relay.privileged.js';
+import { flushed, RELAY_FDS, FdRelay, type RelayedTunnel } from './relay.privileged.js';
 import { forwardPlain } from './plain-http.js';
 import { parseClientHello } from './sni.js';
 import {
@@ -58,8 +58,8 @@ export const SYNTHETIC_POOL = '198.18.0.0/15';
 
 /** Slowloris: a request head (or a SOCKS5 handshake) must arrive within this. */
 const HEADERS_TIMEOUT_MS = 10_000;
-/** File descriptors one sandbox may hold in the gateway at once: client + upstream sockets, and the
- * two pipes of each tunnel handed to the zero-copy relay. */
+/** File descriptors one sandbox may hold in the gateway at once: client + upstream sockets, whether
+ * Node holds them or the fd relay (a tunnel handed to it holds duplicates of its two sockets). */
 const MAX_SOCKETS_PER_SANDBOX = 4096;
 /** Request headers into which a bound secret's real value may be swapped (credential headers only). */
 const SWAP_HEADERS = /^(authorization|x-api-key|api-key|x-auth-token|private-token|x-goog-api-key|cookie)$/i;
@@ -78,10 +78,10 @@ export interface EgressGatewayOptions {
   /** Extra CAs trusted for upstream TLS when intercepting (tests use a private test CA). */
   readonly upstreamCa?: readonly string[];
   /**
-   * Let the kernel move the bytes of tunnels nothing needs to inspect (splice(2), see
-   * relay.privileged.ts). Default true; false keeps every byte in Node streams.
+   * Let a worker thread move the bytes of tunnels nothing needs to inspect on the raw fds, off
+   * Node's streams (see relay.privileged.ts). Default true; false keeps every byte in Node streams.
    */
-  readonly zeroCopy?: boolean;
+  readonly fdRelay?: boolean;
   readonly logger: Logger;
 }
 
@@ -100,7 +100,7 @@ export class EgressGateway {
   readonly resolver: Resolver;
   readonly dialer: Dialer;
   /** undefined: not made yet; null: not available here (or turned off). */
-  private relayInstance: SpliceRelay | null | undefined;
+  private relayInstance: FdRelay | null | undefined;
   constructor(readonly opts: EgressGatewayOptions) {
     this.resolver = opts.resolver ?? systemResolver;
     this.dialer = opts.dialer ?? systemDialer;
@@ -111,11 +111,10 @@ export class EgressGateway {
     return new SandboxEgress(this, o);
   }
 
-  /** The zero-copy relay shared by every sandbox of this runtime, if there is one. */
-  get relay(): SpliceRelay | undefined {
+  /** The fd relay shared by every sandbox of this runtime, if there is one. */
+  get relay(): FdRelay | undefined {
     if (this.relayInstance === undefined) {
-      this.relayInstance =
-        this.opts.zeroCopy === false ? null : (SpliceRelay.create(this.opts.logger) ?? null);
+      this.relayInstance = this.opts.fdRelay === false ? null : (FdRelay.create(this.opts.logger) ?? null);
     }
     return this.relayInstance ?? undefined;
   }
@@ -132,7 +131,7 @@ export class SandboxEgress {
   private readonly servers: Server[] = [];
   private udp: UdpSocket | undefined;
   private readonly sockets = new Set<Socket>();
-  /** Tunnels handed to the zero-copy relay (their sockets are no longer in `sockets`). */
+  /** Tunnels handed to the fd relay (their sockets are no longer in `sockets`). */
   private readonly relayed = new Set<RelayedTunnel>();
   private readonly dns: FakeDns;
   private closed = false;
@@ -303,7 +302,7 @@ export class SandboxEgress {
     sock.on('error', () => {});
   }
 
-  /** File descriptors this sandbox holds in the gateway (a relayed tunnel also holds two pipes). */
+  /** File descriptors this sandbox holds in the gateway (a relayed tunnel: RELAY_FDS). */
   private fds(): number {
     return this.sockets.size + RELAY_FDS * this.relayed.size;
   }
@@ -406,10 +405,10 @@ export class SandboxEgress {
 
   /**
    * Relay client <-> upstream, then report one event with the byte counts. With no secrets and no
-   * canaries nothing needs to see the bytes, so the kernel moves them (zero-copy relay); otherwise
-   * they go through Node and what the sandbox sends is inspected.
+   * canaries nothing needs to see the bytes, so the fd relay's worker moves them; otherwise they
+   * go through Node and what the sandbox sends is inspected.
    */
-  private splice(
+  private relayTunnel(
     protocol: EgressProtocol,
     client: Socket,
     r: Extract<VetResult, { ok: true }>,
@@ -419,14 +418,14 @@ export class SandboxEgress {
   ): void {
     this.hold(r.socket);
     if (!this.o.secrets && this.gw.relay) {
-      this.guard(this.zeroCopy(this.gw.relay, protocol, client, r, port, started, early), client);
+      this.guard(this.fdRelay(this.gw.relay, protocol, client, r, port, started, early), client);
       return;
     }
-    this.streamSplice(protocol, client, r, port, started, early);
+    this.streamRelay(protocol, client, r, port, started, early);
   }
 
-  private async zeroCopy(
-    relay: SpliceRelay,
+  private async fdRelay(
+    relay: FdRelay,
     protocol: EgressProtocol,
     client: Socket,
     r: Extract<VetResult, { ok: true }>,
@@ -437,11 +436,11 @@ export class SandboxEgress {
     const up = r.socket;
     // What Node still has to write (the CONNECT / SOCKS reply) must reach the kernel first.
     await Promise.all([flushed(client), flushed(up)]);
-    // A relayed tunnel holds two pipes more than its sockets: only if the sandbox's fd budget allows.
+    // A relayed tunnel holds RELAY_FDS instead of its two sockets: only if the sandbox's fd budget allows.
     const fits = this.fds() + RELAY_FDS - 2 <= MAX_SOCKETS_PER_SANDBOX;
     const tunnel =
       !this.closed && fits ? relay.take(client, up, { upPrefix: early, idleMs: IDLE_TIMEOUT_MS }) : undefined;
-    if (!tunnel) return this.streamSplice(protocol, client, r, port, started, early);
+    if (!tunnel) return this.streamRelay(protocol, client, r, port, started, early);
     this.sockets.delete(client); // destroyed by take(); the tunnel counts for them now
     this.sockets.delete(up);
     this.relayed.add(tunnel);
@@ -451,7 +450,7 @@ export class SandboxEgress {
   }
 
   /** The relay through Node streams (the only one when bytes must be inspected). */
-  private streamSplice(
+  private streamRelay(
     protocol: EgressProtocol,
     client: Socket,
     r: Extract<VetResult, { ok: true }>,
@@ -592,7 +591,7 @@ export class SandboxEgress {
         this.intercept('socks5', sock, res, r.port, buf.subarray(r.consumed));
         return;
       }
-      this.splice('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
+      this.relayTunnel('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
     } catch {
       sock.destroy();
     } finally {
@@ -620,7 +619,7 @@ export class SandboxEgress {
       this.intercept('connect', sock, res, target.port, head);
       return;
     }
-    this.splice('connect', sock, res, target.port, started, head);
+    this.relayTunnel('connect', sock, res, target.port, started, head);
   }
 
   // ---- proxy: HTTP absolute-form ----------------------------------------------------------------
@@ -1005,7 +1004,7 @@ export class SandboxEgress {
     }
     if (protocol === 'transparent-http') {
       // Plain HTTP goes through the forwarding path: every request on the connection is vetted,
-      // its Host pinned to the decided host and checked for sentinels. A raw splice would forward
+      // its Host pinned to the decided host and checked for sentinels. A raw relay would forward
       // later (pipelined / keep-alive) requests whose Host header was never looked at.
       sock.unshift(first);
       this.transparentHttpTargets.set(sock, { host, port: dst.port });
@@ -1022,7 +1021,7 @@ export class SandboxEgress {
       this.intercept('transparent-tls', sock, res, dst.port, first);
       return;
     }
-    this.splice(protocol, sock, res, dst.port, started, first);
+    this.relayTunnel(protocol, sock, res, dst.port, started, first);
   }
 }
 

@@ -8,8 +8,8 @@
 // connection per request, as before). The response head is parsed by parseResponseHead (strict:
 // ambiguous framing → 502) and passed on through Node's ServerResponse, so the client connection's
 // keep-alive bookkeeping stays Node's. The body then goes by its framing:
-//   - Content-Length, large: the relay worker moves exactly that many bytes upstream → client with
-//     splice(2) (SpliceRelay.copy); Node does not touch the client socket meanwhile, and ends the
+//   - Content-Length, large: the relay worker moves exactly that many bytes upstream → client on the
+//     raw fds (FdRelay.copy); Node does not touch the client socket meanwhile, and ends the
 //     response (writing nothing more) once the copy is complete. An upstream that closes early, a client
 //     that goes away, or the sandbox's egress closing ends both connections (never a hang).
 //   - Content-Length, small, or when the relay is unavailable: the same exact count in JS.
@@ -19,7 +19,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { Socket } from 'node:net';
 import { ChunkedDecoder, parseResponseHead, type HttpResponseHead } from './http-head.js';
-import { flushed, type RelayedTunnel, type SpliceRelay } from './relay.privileged.js';
+import { flushed, type RelayedTunnel, type FdRelay } from './relay.privileged.js';
 
 /** Bodies with fewer bytes left than this after the head are copied in JS (a hand-off costs a round trip). */
 const ZERO_COPY_MIN_BYTES = 256 * 1024;
@@ -39,7 +39,7 @@ export interface PlainForward {
   readonly hostKey: string;
   readonly idleMs: number;
   /** The relay, if a copy may be started now (relay available, fd budget, egress open). */
-  readonly relay: () => SpliceRelay | undefined;
+  readonly relay: () => FdRelay | undefined;
   /** Count a copy against the sandbox (closed with it); returns the release. */
   readonly track: (t: RelayedTunnel) => () => void;
   /** Called once, when the exchange is over: request body bytes sent, response body bytes delivered. */
@@ -220,7 +220,7 @@ export function forwardPlain(o: PlainForward): void {
           take(prefix);
           if (!ended) pump(take);
         };
-        return void zeroCopy(relay, prefix, total, fallback).catch(() => {
+        return void fdRelay(relay, prefix, total, fallback).catch(() => {
           req.socket.destroy();
           res.destroy();
         });
@@ -230,9 +230,9 @@ export function forwardPlain(o: PlainForward): void {
     if (!ended) pump(take);
   };
 
-  /** The body by splice(2); `fallback` runs the JS copy when the hand-off is not possible. */
-  const zeroCopy = async (
-    relay: SpliceRelay,
+  /** The body by the fd relay; `fallback` runs the JS copy when the hand-off is not possible. */
+  const fdRelay = async (
+    relay: FdRelay,
     prefix: Buffer,
     total: number,
     fallback: () => void,

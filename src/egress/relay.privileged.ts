@@ -1,21 +1,21 @@
-// SECURITY-CRITICAL (privileged: FFI). The zero-copy relay for egress tunnels that need no inspection.
+// SECURITY-CRITICAL (privileged: FFI). The fd relay for egress tunnels that need no inspection.
 //
 // When a CONNECT, SOCKS5 or transparent TLS/TCP connection has been vetted and dialled and the gateway
 // has nothing left to look for in its bytes (the sandbox has no secrets or canaries, and the host is
-// not intercepted), the gateway hands both sockets here and the kernel moves the bytes: splice(2)
-// socket → pipe → socket, one pipe per direction, so the data never enters user space. Node has no
-// splice binding, so koffi (the FFI library libc.privileged.ts already uses) binds the few libc calls
-// (relay-worker.privileged.ts), each with its exact C prototype. One worker thread per runtime runs a
-// non-blocking epoll loop for every tunnel (relay-worker.privileged.ts): nothing blocks the main loop.
+// not intercepted), the gateway hands both sockets here and a worker thread moves the bytes with plain
+// read(2)/write(2) on the raw fds, off Node's streams and main loop (relay-worker.privileged.ts says
+// why not splice(2)). koffi (the FFI library libc.privileged.ts already uses) binds the few libc
+// calls, each with its exact C prototype. One worker thread per runtime runs a non-blocking epoll loop
+// for every tunnel: nothing blocks the main loop.
 //
 // Ownership of file descriptors:
-//   - take() (main thread) dups each socket's fd (close-on-exec) and makes the two pipes, destroys the
-//     Node sockets (their own fds close; the connections live on in the dups), and hands the six fds to
-//     the worker. Bytes Node had already read but nobody consumed go first, in order (the "prefix").
+//   - take() (main thread) dups each socket's fd (close-on-exec), destroys the Node sockets (their own
+//     fds close; the connections live on in the dups), and hands the two fds to the worker. Bytes Node had already read but nobody consumed go first, in order (the "prefix").
 //   - From then on only the worker closes them: when both directions have ended, on any socket error,
 //     after idleMs without a byte moved, or when the main thread closes the tunnel (the sandbox's egress
 //     closes: lease end, kill). It then reports the bytes delivered in each direction.
-//   - Half-close: EOF from one side becomes shutdown(SHUT_WR) on the other (after the pipe drained);
+//   - Half-close: EOF from one side becomes shutdown(SHUT_WR) on the other (after the bytes read before
+//     it were written);
 //     the other direction keeps flowing until it ends too.
 //   - If the worker ever dies, the main thread closes the fds of every tunnel it had not reported ended.
 //
@@ -54,18 +54,19 @@ export interface RelayedTunnel {
 }
 
 /**
- * Pipe capacity per direction: the bytes one splice pair can move (1 MiB halves the CPU per byte
- * against the default 64 KiB). What sits in a pipe because the receiver is slow escapes the kernel's
- * TCP memory accounting, so the worker reads in large steps only while all tunnels together hold less
- * than RELAY_BUDGET_BYTES, and in SMALL_READ_BYTES steps beyond (as much as a default pipe holds).
+ * The most one read takes (the worker's scratch buffer). Large reads matter on fast links: socat on
+ * loopback moved 495-823 MiB/s with its default 8 KiB buffer, 1,356-2,313 with 1 MiB. What
+ * a slow receiver has not taken waits in the worker's memory, outside the kernel's TCP memory
+ * accounting, so the worker reads in large steps only while all tunnels together hold less than
+ * RELAY_BUDGET_BYTES, and in SMALL_READ_BYTES steps beyond.
  */
-const PIPE_BYTES = 1024 * 1024;
+const READ_BYTES = 1024 * 1024;
 const SMALL_READ_BYTES = 64 * 1024;
 const RELAY_BUDGET_BYTES = 64 * 1024 * 1024;
 /** How long the worker may take to close a tunnel before it is considered broken and stopped. */
 const CLOSE_TIMEOUT_MS = 5_000;
-/** File descriptors one relayed tunnel holds: two sockets and two pipes. */
-export const RELAY_FDS = 6;
+/** File descriptors one relayed tunnel holds: its two sockets. */
+export const RELAY_FDS = 2;
 
 // Linux constants (same on x86_64 and aarch64).
 const O_NONBLOCK = 0o4000;
@@ -73,7 +74,6 @@ const O_CLOEXEC = 0o2000000;
 const F_GETFL = 3;
 const F_SETFL = 4;
 const F_DUPFD_CLOEXEC = 1030;
-const F_SETPIPE_SZ = 1031;
 const EFD_NONBLOCK = O_NONBLOCK;
 const EFD_CLOEXEC = O_CLOEXEC;
 
@@ -93,7 +93,7 @@ interface Pending {
 }
 
 /** Main-thread side: hands socket pairs to the worker and reports when each tunnel ends. */
-export class SpliceRelay {
+export class FdRelay {
   private live: Live | undefined;
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
@@ -106,15 +106,15 @@ export class SpliceRelay {
   ) {}
 
   /** The relay, or undefined where splice(2) through koffi is not available (streams are used then). */
-  static create(logger: Logger): SpliceRelay | undefined {
+  static create(logger: Logger): FdRelay | undefined {
     if (process.platform !== 'linux' || (process.arch !== 'x64' && process.arch !== 'arm64'))
       return undefined;
     try {
       const req = createRequire(import.meta.url);
       const koffiPath = req.resolve('koffi');
-      return new SpliceRelay(bindRelayLibc(req(koffiPath) as Koffi), koffiPath, logger);
+      return new FdRelay(bindRelayLibc(req(koffiPath) as Koffi), koffiPath, logger);
     } catch (e) {
-      logger.warn({ err: (e as Error).message }, 'egress: zero-copy relay unavailable; using streams');
+      logger.warn({ err: (e as Error).message }, 'egress: fd relay unavailable; using streams');
       return undefined;
     }
   }
@@ -129,7 +129,7 @@ export class SpliceRelay {
     try {
       this.start();
     } catch (e) {
-      this.logger.warn({ err: (e as Error).message }, 'egress: zero-copy relay did not start');
+      this.logger.warn({ err: (e as Error).message }, 'egress: fd relay did not start');
     }
   }
 
@@ -150,10 +150,10 @@ export class SpliceRelay {
     let live: Live;
     try {
       live = this.start();
-      fds.push(this.dup(fa), this.dup(fb), ...this.pipe(), ...this.pipe());
+      fds.push(this.dup(fa), this.dup(fb));
     } catch (e) {
       for (const fd of fds) this.c.close(fd);
-      this.logger.warn({ err: (e as Error).message }, 'egress: zero-copy hand-off failed; using streams');
+      this.logger.warn({ err: (e as Error).message }, 'egress: relay hand-off failed; using streams');
       return undefined;
     }
     // Nothing below can fail. Bytes Node read but nobody consumed go first; then Node lets go.
@@ -182,7 +182,7 @@ export class SpliceRelay {
         // closes every fd it held), so a sandbox's tunnels can never outlive it.
         setTimeout(() => {
           if (!this.pending.has(id)) return;
-          this.logger.error({ tunnel: id }, 'egress: zero-copy relay did not close a tunnel; stopping it');
+          this.logger.error({ tunnel: id }, 'egress: fd relay did not close a tunnel; stopping it');
           void p.live.worker.terminate();
         }, CLOSE_TIMEOUT_MS).unref();
       },
@@ -207,10 +207,10 @@ export class SpliceRelay {
     let live: Live;
     try {
       live = this.start();
-      fds.push(this.dup(fa), this.dup(fb), ...this.pipe());
+      fds.push(this.dup(fa), this.dup(fb));
     } catch (e) {
       for (const fd of fds) this.c.close(fd);
-      this.logger.warn({ err: (e as Error).message }, 'egress: zero-copy hand-off failed; using streams');
+      this.logger.warn({ err: (e as Error).message }, 'egress: relay hand-off failed; using streams');
       return undefined;
     }
     let prefix = Buffer.concat([o.prefix ?? Buffer.alloc(0), ...unread(from)]);
@@ -254,7 +254,7 @@ export class SpliceRelay {
           koffiPath: this.koffiPath,
           epollEventSize: x64 ? 12 : 16,
           epollDataOffset: x64 ? 4 : 8,
-          bigReadBytes: PIPE_BYTES,
+          bigReadBytes: READ_BYTES,
           smallReadBytes: SMALL_READ_BYTES,
           budgetBytes: RELAY_BUDGET_BYTES,
         } satisfies RelayInit,
@@ -275,7 +275,7 @@ export class SpliceRelay {
     atProcessExit.add(onProcessExit);
     if (atProcessExit.size === 1) process.once('exit', runAtProcessExit);
     worker.on('message', (m: EndMessage) => this.onEnd(m));
-    worker.on('error', (e) => this.logger.error({ err: e.message }, 'egress: zero-copy relay failed'));
+    worker.on('error', (e) => this.logger.error({ err: e.message }, 'egress: fd relay failed'));
     worker.on('exit', () => this.onWorkerExit(live));
     worker.unref(); // ref'd only while it carries a tunnel
     this.live = live;
@@ -320,14 +320,6 @@ export class SpliceRelay {
       throw new Error(`fcntl: errno ${this.c.errno()}`);
     }
     return d;
-  }
-
-  private pipe(): [number, number] {
-    const b = Buffer.alloc(8);
-    if (this.c.pipe2(b, O_CLOEXEC | O_NONBLOCK) < 0) throw new Error(`pipe2: errno ${this.c.errno()}`);
-    const [r, w] = [b.readInt32LE(0), b.readInt32LE(4)];
-    this.c.fcntl(w, F_SETPIPE_SZ, 'int', PIPE_BYTES); // best effort: the default 64 KiB also works
-    return [r, w];
   }
 }
 

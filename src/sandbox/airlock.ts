@@ -408,7 +408,7 @@ export class Airlock {
   async killAll(): Promise<void> {
     await Promise.allSettled([...this.live.values()].map((s) => s.kill()));
     await Promise.allSettled(Object.values(this.backends).map((b) => b.close()));
-    // The egress gateway's zero-copy relay worker (it carries nothing once every sandbox is gone).
+    // The egress gateway's fd relay worker (it carries nothing once every sandbox is gone).
     const gw = this.gatewayInstance;
     this.gatewayInstance = undefined; // a later create makes a new one
     await gw?.close().catch(() => {});

@@ -169,14 +169,14 @@ export function listenFd(kind: 'tcp' | 'udp', port: number): number {
 }
 
 /** A gateway for gateway-level tests: the test resolver and guarded dialer, no TLS interception. */
-export function testGateway(zeroCopy = true): EgressGateway {
+export function testGateway(fdRelay = true): EgressGateway {
   return new EgressGateway({
     resolver: testResolver(),
     dialer: guardedDialer(),
     ca: () => {
       throw new Error('no interception in these tests');
     },
-    zeroCopy,
+    fdRelay,
     logger: silentLogger,
   });
 }

@@ -1,6 +1,6 @@
 // Plain-HTTP forwarding of a sandbox without secrets (src/egress/plain-http.ts): the response head is
 // parsed by the gateway, the body moved without Node's HTTP machinery (Content-Length bodies by the
-// splice relay). Most cases drive the gateway directly, its proxy and transparent listeners bound in
+// fd relay). Most cases drive the gateway directly, its proxy and transparent listeners bound in
 // this test's private network namespace and the clients in this process, so bytes, closes, file
 // descriptors and the relay are observable. The upstream is a raw TCP server, so framing (chunked,
 // close-delimited, interim responses, a death mid-body) is exactly what each case says. The last cases
@@ -169,8 +169,8 @@ interface Attached {
   close(): Promise<void>;
 }
 
-function attach(zeroCopy = true, port = PORT): Attached {
-  const gw = testGateway(zeroCopy);
+function attach(fdRelay = true, port = PORT): Attached {
+  const gw = testGateway(fdRelay);
   const proxyPort = nextPort++;
   const transparentPort = nextPort++;
   const dnsPort = nextPort++;
@@ -330,12 +330,12 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
   const protocol = path === 'proxy' ? 'http' : 'transparent-http';
 
   it.each([
-    ['zero-copy relay', true],
-    ['Node streams (zeroCopy: false)', false],
+    ['fd relay', true],
+    ['Node streams (fdRelay: false)', false],
   ])(
     '%s: a 48 MiB Content-Length body arrives intact, then a second request reuses the connection',
-    async (_what, zeroCopy) => {
-      const a = attach(zeroCopy);
+    async (_what, fdRelay) => {
+      const a = attach(fdRelay);
       const agent = new Agent({ keepAlive: true, maxSockets: 1 });
       try {
         const size = 48 * MiB + 5;
@@ -452,12 +452,12 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
   });
 
   it.each([
-    ['zero-copy relay', true],
-    ['Node streams (zeroCopy: false)', false],
+    ['fd relay', true],
+    ['Node streams (fdRelay: false)', false],
   ])(
     '%s: pipelined requests (large, small, large) are answered in order, each body intact',
-    async (_w, zeroCopy) => {
-      const a = attach(zeroCopy);
+    async (_w, fdRelay) => {
+      const a = attach(fdRelay);
       try {
         const sizes = [3 * MiB + 1, 1000, 2 * MiB];
         const port = path === 'proxy' ? a.proxyPort : a.transparentPort;
@@ -497,13 +497,13 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
   });
 
   it.each([
-    ['Content-Length, zero-copy relay', 'die', true],
+    ['Content-Length, fd relay', 'die', true],
     ['Content-Length, Node streams', 'die', false],
     ['chunked', 'chunkdie', true],
   ])(
     'the upstream dying mid-body (%s): the client sees a truncated response and a closed connection, no hang',
-    async (_w, kind, zeroCopy) => {
-      const a = attach(zeroCopy);
+    async (_w, kind, fdRelay) => {
+      const a = attach(fdRelay);
       try {
         const size = 8 * MiB; // 16 MiB announced (or a chunk of 16 MiB), 8 MiB sent, then a reset
         const r = await get(a, path, `/${kind}/${size}`);
@@ -538,7 +538,7 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
       });
       await until(() => res !== undefined && upstream.conns.length > conns);
       await until(() => a.gw.relay?.size === 1);
-      expect(a.gw.relay?.size).toBe(1); // the body is in the zero-copy relay
+      expect(a.gw.relay?.size).toBe(1); // the body is in the fd relay
       const conn = upstream.conns.at(-1)!;
       expect(conn.open).toBe(true);
       res!.socket.destroy(); // the client goes away
@@ -555,7 +555,7 @@ describe.each<Path>(['proxy', 'transparent'])('plain HTTP without secrets, %s pa
     }
   });
 
-  it('closing the attachment (lease end) during a zero-copy body closes the client and the upstream', async () => {
+  it('closing the attachment (lease end) during a body in the fd relay closes the client and the upstream', async () => {
     const a = attach();
     try {
       let res: IncomingMessage | undefined;

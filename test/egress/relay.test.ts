@@ -1,5 +1,5 @@
-// The zero-copy tunnel relay (src/egress/relay.privileged.ts): CONNECT and SOCKS5 tunnels of a sandbox
-// without secrets or canaries are moved by splice(2) in the relay's worker. Most cases drive the
+// The fd tunnel relay (src/egress/relay.privileged.ts): CONNECT and SOCKS5 tunnels of a sandbox
+// without secrets or canaries are moved by the fd relay's worker thread. Most cases drive the
 // gateway directly (its listeners bound in this test's private network namespace, clients in this
 // process), so every byte, every close and every file descriptor is observable: large transfers both
 // ways with hashes, half-close in each direction, byte counts in the audit event, closing the
@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { silentLogger, type EgressPlumbing } from '../../src/core/backend.js';
 import type { EgressEvent } from '../../src/egress/events.js';
 import { EgressGateway, type SandboxEgress } from '../../src/egress/gateway.js';
-import { SpliceRelay } from '../../src/egress/relay.privileged.js';
+import { FdRelay } from '../../src/egress/relay.privileged.js';
 import { NetworkPolicySchema } from '../../src/policy/network.js';
 import { canRunNamespaces } from '../helpers.js';
 import { startEgressWorld, until, type EgressWorld } from './harness.js';
@@ -147,8 +147,8 @@ interface Attached {
   readonly fds: number[];
 }
 
-function newGateway(zeroCopy = true): EgressGateway {
-  return testGateway(zeroCopy);
+function newGateway(fdRelay = true): EgressGateway {
+  return testGateway(fdRelay);
 }
 
 function attach(gw: EgressGateway, allow: string[] = [`${ALLOWED.name}:${TARGET_PORT}`]): Attached {
@@ -271,14 +271,14 @@ afterAll(async () => {
   await target?.close();
 });
 
-describe('zero-copy tunnel relay (gateway level)', () => {
+describe('fd tunnel relay (gateway level)', () => {
   it.each([
-    ['zero-copy relay', true],
-    ['Node streams (zeroCopy: false)', false],
+    ['fd relay', true],
+    ['Node streams (fdRelay: false)', false],
   ])(
     'CONNECT, %s: 64 MiB each way at once arrive intact; the event counts exactly the bytes sent',
-    async (_what, zeroCopy) => {
-      const gw = newGateway(zeroCopy);
+    async (_what, fdRelay) => {
+      const gw = newGateway(fdRelay);
       const a = attach(gw);
       try {
         const size = 64 * MiB;
@@ -289,7 +289,7 @@ describe('zero-copy tunnel relay (gateway level)', () => {
         s.write(Buffer.concat([header, up]));
         await until(() => target.conns.length > 0 && target.conns.at(-1)!.bytesIn > 0, 10_000);
         // Zero-copy means the relay carries it (and Node streams do not).
-        expect(gw.relay?.size).toBe(zeroCopy ? 1 : undefined);
+        expect(gw.relay?.size).toBe(fdRelay ? 1 : undefined);
         const down = await got;
         s.end();
         await closed(s);
@@ -587,13 +587,23 @@ describe('zero-copy tunnel relay (gateway level)', () => {
     expect(newFds(allowed)).toBe('');
   }, 90_000);
 
-  it('a tunnel idle for idleMs is closed by the relay (both connections)', async () => {
-    const relay = SpliceRelay.create(silentLogger)!;
+  /** A relay of its own, and a loopback server that keeps every connection it accepts. */
+  const relayAndServer = async (): Promise<{
+    relay: FdRelay;
+    accepted: Socket[];
+    port: number;
+    server: Server;
+  }> => {
+    const relay = FdRelay.create(silentLogger)!;
     expect(relay).toBeDefined();
     const accepted: Socket[] = [];
     const server = createServer({ allowHalfOpen: true }, (s) => accepted.push(s.on('error', () => {})));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    const port = (server.address() as { port: number }).port;
+    return { relay, accepted, port: (server.address() as { port: number }).port, server };
+  };
+
+  it('a tunnel idle for idleMs is closed by the relay (both connections)', async () => {
+    const { relay, accepted, port, server } = await relayAndServer();
     try {
       const client = await dial(port);
       const upstream = await dial(port);
@@ -612,6 +622,38 @@ describe('zero-copy tunnel relay (gateway level)', () => {
       await new Promise((r) => server.close(r));
     }
   });
+
+  it('a receiver that stops reading: the relay stops reading too, keeps what it could not write, and delivers every byte in order later', async () => {
+    const { relay, accepted, port, server } = await relayAndServer();
+    try {
+      const client = await dial(port);
+      client.pause(); // the sandbox's side reads nothing for now
+      await until(() => accepted.length === 1);
+      const upstream = await dial(port);
+      await until(() => accepted.length === 2);
+      const [sandboxSide, host] = accepted as [Socket, Socket];
+      const t = relay.take(sandboxSide, upstream, { idleMs: 60_000 })!;
+      expect(t).toBeDefined();
+      // More than the kernel buffers on the way (client receive + relay send + relay receive) hold.
+      const body = randomBytes(48 * MiB);
+      host.end(body);
+      // Backpressure reaches the host: with the client not reading, the relay takes no more, so the
+      // host's own send buffer stays full (a relay that kept reading would have taken everything).
+      await until(() => host.writableLength > 0, 10_000);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(host.writableLength).toBeGreaterThan(0);
+      expect(host.writableFinished).toBe(false);
+      const got = drain(client); // reads again
+      expect(await got).toEqual({ sha: sha(body), bytes: body.length });
+      client.end();
+      expect(await t.done).toEqual({ bytesUp: 0, bytesDown: body.length });
+      client.destroy();
+    } finally {
+      await relay.close();
+      for (const x of accepted) x.destroy();
+      await new Promise((r) => server.close(r));
+    }
+  }, 60_000);
 });
 
 // ---- a real sandbox -----------------------------------------------------------------------------------
@@ -632,7 +674,7 @@ print(got.decode(), flush=True)
 time.sleep(600)
 `;
 
-describe.skipIf(!canRunNamespaces)('zero-copy tunnel relay (a real sandbox)', () => {
+describe.skipIf(!canRunNamespaces)('fd tunnel relay (a real sandbox)', () => {
   let world: EgressWorld;
   beforeAll(async () => {
     world = await startEgressWorld();
