@@ -280,7 +280,10 @@ async function hostLatency(n: number): Promise<number[]> {
 async function measure(log: (s: string) => void): Promise<EgressReport> {
   assertPrivateNetns();
   const server = await startServer();
-  const relayFloor = await startRelayFloor(log);
+  const relayFloor = await startRelayFloor(log).catch((e: unknown) => {
+    server.kill(); // the finally below is not reached
+    throw e;
+  });
   const airlock = new Airlock({
     stateDir: '/var/tmp/airlock-egress-bench',
     uidRange: { first: 3_810_000, count: 4096 },

@@ -10,7 +10,8 @@
 //
 // Ownership of file descriptors:
 //   - take() (main thread) dups each socket's fd (close-on-exec), destroys the Node sockets (their own
-//     fds close; the connections live on in the dups), and hands the two fds to the worker. Bytes Node had already read but nobody consumed go first, in order (the "prefix").
+//     fds close; the connections live on in the dups), and hands the two fds to the worker. Bytes
+//     Node had already read but nobody consumed go first, in order (the "prefix").
 //   - From then on only the worker closes them: when both directions have ended, on any socket error,
 //     after idleMs without a byte moved, or when the main thread closes the tunnel (the sandbox's egress
 //     closes: lease end, kill). It then reports the bytes delivered in each direction.

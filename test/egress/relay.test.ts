@@ -288,7 +288,7 @@ describe('fd tunnel relay (gateway level)', () => {
         const got = drain(s);
         s.write(Buffer.concat([header, up]));
         await until(() => target.conns.length > 0 && target.conns.at(-1)!.bytesIn > 0, 10_000);
-        // Zero-copy means the relay carries it (and Node streams do not).
+        // With fdRelay the relay's worker carries it (and Node streams do not).
         expect(gw.relay?.size).toBe(fdRelay ? 1 : undefined);
         const down = await got;
         s.end();
