@@ -19,6 +19,8 @@ import type { EgressPlumbing, Logger } from '../core/backend.js';
 import type { NetworkPolicy } from '../policy/network.js';
 import { decideHost } from '../policy/network.js';
 import type { SecretLease } from '../secrets/sentinels.js';
+import { Scrubber, type ScrubValue } from '../secrets/scrub.js';
+import { responseBodyDecoding } from './content-coding.js';
 import { canonicalHost } from './address.js';
 import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
@@ -672,11 +674,15 @@ export class SandboxEgress {
       ),
     ];
     // Secrets: swap sentinels for this host's bound secrets; any other sentinel or a canary is exfiltration.
+    // Real values go only into TLS connections, unless a secret opts into plain HTTP (insecureHttp).
+    const transport = tls ? 'tls' : 'plain';
     let swapped: string[] = [];
     let outHeaders = headers;
+    /** Everything a response must be scrubbed of (fixed now: a late revoke must not unscrub it). */
+    let scrubValues: ScrubValue[] = [];
     const lease = this.o.secrets;
     if (lease) {
-      const s = lease.swapHeaders(hostKey, headers);
+      const s = lease.swapHeaders(hostKey, headers, transport);
       // Real values go only into credential headers: a header the server might echo back (Origin,
       // Referer, X-Anything) keeps the sentinel, so a reflected value cannot reach the sandbox.
       outHeaders = headers.map((h, i) => (SWAP_HEADERS.test(h[0]) ? (s.headers[i] ?? h) : h));
@@ -697,6 +703,13 @@ export class SandboxEgress {
         this.denied(protocol, hostKey, port, reason, alert, started, { alert });
         return void sendText(res, 403, reason);
       }
+      if (s.cleartext.length) {
+        const reason = cleartextReason(s.cleartext, hostKey);
+        this.denied(protocol, hostKey, port, reason, 'cleartext_secret', started);
+        return void sendText(res, 403, reason);
+      }
+      scrubValues = [...lease.scrubValuesFor(hostKey), ...s.inserted];
+      if (swapped.length) outHeaders = identityRequest(outHeaders);
     }
     const vetted = await this.vet(host, port);
     if (!vetted.ok) {
@@ -752,11 +765,13 @@ export class SandboxEgress {
     let bytesDown = 0;
     // Secrets configured with `body: true` are swapped in the body too: buffered (bounded) for that.
     const bodySecrets = lease
-      ? lease.secretsForHost(hostKey).filter((x) => this.o.bodySwap?.has(x.name))
+      ? lease.secretsForHost(hostKey, transport).filter((x) => this.o.bodySwap?.has(x.name))
       : [];
+    // Body secrets bound here that may not go over this transport: their sentinels are looked for too.
+    const bodyBound = lease ? lease.namesBoundTo(hostKey).filter((n) => this.o.bodySwap?.has(n)) : [];
     let body: Buffer | undefined;
     if (
-      bodySecrets.length &&
+      bodyBound.length &&
       (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined)
     ) {
       if (this.bufferedBytes + MAX_SWAPPED_BODY_BYTES > MAX_BUFFERED_BYTES_PER_SANDBOX) {
@@ -780,7 +795,25 @@ export class SandboxEgress {
         return void sendText(res, 413, reason);
       }
       bytesUp = body.length;
+      const present = lease!.findSentinels(body);
+      const usable = new Set(bodySecrets.map((x) => x.name));
+      const cleartext = present.filter((n) => bodyBound.includes(n) && !usable.has(n));
+      const unbound = present.filter((n) => !usable.has(n) && !cleartext.includes(n));
+      const canaries = lease!.findCanaries(body);
+      if (unbound.length || canaries.length || cleartext.length) {
+        socket.destroy();
+        const alert = canaries.length ? 'canary' : unbound.length ? 'sentinel' : undefined;
+        const reason = alert
+          ? `blocked by Airlock egress policy: the request body carries ${canaries.length ? `a planted canary credential (${canaries.join(', ')})` : `the credential ${unbound.join(', ')}, which may only be sent to its bound host(s)`}`
+          : cleartextReason(cleartext, hostKey);
+        this.denied(protocol, hostKey, port, reason, alert ?? 'cleartext_secret', started, {
+          address: vetted.address,
+          ...(alert ? { alert } : {}),
+        });
+        return void sendText(res, 403, reason);
+      }
       for (const x of bodySecrets) body = replaceAll(body, Buffer.from(x.sentinel), Buffer.from(x.value));
+      if (bodySecrets.some((x) => present.includes(x.name))) outHeaders = identityRequest(outHeaders);
       outHeaders = [
         ...outHeaders.filter(([k]) => !/^(content-length|transfer-encoding)$/i.test(k)),
         ['content-length', String(body.length)],
@@ -804,24 +837,38 @@ export class SandboxEgress {
           `Airlock egress: ${hostKey} answered with an invalid status ${status}`,
         );
       }
-      // Whatever the upstream reflects, the sandbox never reads a real value back: scrub them.
-      const realValues = lease
-        ? lease
-            .secretsForHost(hostKey)
-            .map((x) => ({ from: Buffer.from(x.value), to: Buffer.from(x.sentinel) }))
-        : [];
-      const scrub = (t: string): string =>
-        realValues.reduce((acc, r) => acc.split(r.from.toString()).join(r.to.toString()), t);
+      // Whatever the upstream reflects, the sandbox never reads a real value back (secrets/scrub.ts):
+      // not in the status line, a header (name or value) or the body, decoded first if compressed.
+      const scrubber = new Scrubber(scrubValues);
+      const scrubbing = !scrubber.empty;
+      const hasBody = req.method !== 'HEAD' && status !== 204 && status !== 304 && status >= 200;
+      const decoding =
+        scrubbing && hasBody
+          ? responseBodyDecoding(up.headers['content-encoding'], up.headers['transfer-encoding'])
+          : { ok: true as const, decoders: [] };
+      if (!decoding.ok) {
+        blocked = true;
+        upstream.destroy();
+        const reason = `Airlock egress: ${hostKey} answered with the coding "${decoding.coding}", which Airlock cannot decode to remove credentials from it; the response was refused (Airlock asks for identity, gzip, deflate or br)`;
+        this.denied(protocol, hostKey, port, reason, 'content_encoding', started, {
+          address: vetted.address,
+          bytesUp,
+        });
+        return void sendText(res, 502, reason);
+      }
+      const decoded = decoding.decoders.length > 0;
       try {
         res.writeHead(
           status,
-          up.statusMessage,
+          scrubber.scrubText(up.statusMessage ?? ''),
           rawHeaderPairs(up)
             // A scrubbed body may change length: let Node frame it (chunked) instead.
-            .filter(([k]) => realValues.length === 0 || !/^(content-length|transfer-encoding)$/i.test(k))
+            .filter(([k]) => !scrubbing || !/^(content-length|transfer-encoding)$/i.test(k))
+            // The body is passed on decoded.
+            .filter(([k]) => !decoded || !/^content-encoding$/i.test(k))
             // Hop-by-hop: each upstream connection serves one request; the client's may live on.
             .filter(([k]) => !/^(connection|keep-alive|proxy-connection)$/i.test(k))
-            .map(([k, v]) => [k, scrub(v)])
+            .map(([k, v]) => [scrubber.scrubText(k), scrubber.scrubText(v)])
             .flat() as unknown as Record<string, string>,
         );
       } catch (e) {
@@ -833,21 +880,24 @@ export class SandboxEgress {
         );
       }
       up.on('data', (d: Buffer) => (bytesDown += d.length));
-      if (realValues.length === 0) return void up.pipe(res);
-      // Streamed scrub: hold back the last (longest value - 1) bytes so a value split across chunks is caught.
-      const keep = Math.max(...realValues.map((r) => r.from.length)) - 1;
-      let carry: Buffer = Buffer.alloc(0);
-      up.on('data', (d: Buffer) => {
-        let buf: Buffer = Buffer.concat([carry, d]);
-        for (const r of realValues) buf = replaceAll(buf, r.from, r.to);
-        const cut = Math.max(0, buf.length - keep);
-        carry = buf.subarray(cut);
-        if (!res.write(buf.subarray(0, cut))) {
-          up.pause();
-          res.once('drain', () => up.resume());
+      if (!scrubbing) return void up.pipe(res);
+      // Streamed scrub: the scrubber holds back a tail that could still start a match.
+      let body: NodeJS.ReadableStream = up;
+      for (const d of decoding.decoders) {
+        d.on('error', () => {
+          upstream.destroy();
+          res.destroy(); // a body that does not decode is cut, never passed on unread
+        });
+        body = body.pipe(d);
+      }
+      const stream = scrubber.stream();
+      body.on('data', (d: Buffer) => {
+        if (!res.write(stream.push(d))) {
+          body.pause();
+          res.once('drain', () => body.resume());
         }
       });
-      up.on('end', () => res.end(carry));
+      body.on('end', () => res.end(stream.end()));
     });
     const finish = (): void => {
       if (blocked) return; // the deny was reported when the body was cut
@@ -1075,6 +1125,23 @@ function rawHeaderPairs(m: IncomingMessage): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (let i = 0; i + 1 < m.rawHeaders.length; i += 2) out.push([m.rawHeaders[i]!, m.rawHeaders[i + 1]!]);
   return out;
+}
+
+/** Why a plain-HTTP request carrying a TLS-only secret's sentinel is refused. */
+function cleartextReason(names: readonly string[], host: string): string {
+  return `blocked by Airlock egress policy: the credential ${names.join(', ')} is sent to ${host} only over TLS, and this request is plain HTTP; use https://${host}/, or set insecureHttp: true on the secret to allow cleartext`;
+}
+
+/**
+ * A request carrying a swapped credential asks for an unencoded, whole response, so that what the
+ * upstream reflects can be scrubbed: Accept-Encoding identity, no TE, no Range (a range could cut a
+ * reflected value in two responses).
+ */
+function identityRequest(headers: ReadonlyArray<[string, string]>): Array<[string, string]> {
+  return [
+    ...headers.filter(([k]) => !/^(accept-encoding|te|range|if-range)$/i.test(k)),
+    ['Accept-Encoding', 'identity'],
+  ];
 }
 
 function forbidden(reason: string): string {

@@ -273,6 +273,14 @@ export const SecretSpecSchema = z
       .describe(
         'Also swap the sentinel in request bodies to those hosts (bodies are then buffered, up to 1 MiB).',
       ),
+    insecureHttp: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Also swap the real value into plain-HTTP requests to those hosts, where it crosses the network in ' +
+          'cleartext. Default false: the value goes only into TLS connections; a plain-HTTP request ' +
+          'carrying the sentinel is refused.',
+      ),
   })
   .strict();
 

@@ -11,6 +11,7 @@ import { canonicalHost } from '../egress/address.js';
 import type { SecretSpec } from '../policy/network.js';
 import { resolveSecretValue, type ResolveSecretOptions } from './resolve.js';
 import { Needle, prepareHaystack } from './detect.js';
+import type { ScrubValue } from './scrub.js';
 
 export const SENTINEL_PREFIX = 'airlock_sentinel_';
 /** Random part of a sentinel: 24 base32 characters = 120 bits. */
@@ -116,13 +117,30 @@ export interface HeaderSwapResult {
   unbound: string[];
   /** The lease was revoked (the sandbox is gone): nothing is swapped any more. */
   revoked: boolean;
+  /**
+   * Names of secrets bound to this host whose sentinel is in the headers but which were NOT swapped
+   * because the connection is plain HTTP and the secret does not opt into it (`insecureHttp`). The
+   * caller refuses the request: the credential would cross the network in cleartext.
+   */
+  cleartext: string[];
+  /**
+   * Every exact text this swap put into a header that the sandbox did not send: each changed header
+   * value (and the base64 token of a re-encoded Basic header), with what the sandbox sent instead.
+   * The response scrubber looks for these besides the bare values.
+   */
+  inserted: ScrubValue[];
 }
+
+/** The transport a request goes upstream on: only 'tls' gets secrets, unless one opts into 'plain'. */
+export type SecretTransport = 'tls' | 'plain';
 
 interface Entry {
   readonly name: string;
   readonly hosts: ReadonlySet<string>;
   readonly sentinel: string;
   readonly needle: Needle;
+  /** Also swapped into plain-HTTP requests (the value crosses the network in cleartext). */
+  readonly insecureHttp: boolean;
   /** undefined once the lease is revoked. */
   value: string | undefined;
 }
@@ -168,7 +186,9 @@ export class SecretLease {
 
   /** Resolve every secret's real value (env, file or command) and mint its sentinel. */
   static async create(
-    specs: ReadonlyArray<Pick<SecretSpec, 'name' | 'value' | 'hosts'>>,
+    specs: ReadonlyArray<
+      Pick<SecretSpec, 'name' | 'value' | 'hosts'> & Partial<Pick<SecretSpec, 'insecureHttp'>>
+    >,
     opts: SecretLeaseOptions = {},
   ): Promise<SecretLease> {
     const { canaries: canarySpecs = [], ...resolveOpts } = opts;
@@ -233,7 +253,14 @@ export class SecretLease {
         );
       }
       const sentinel = newSentinel(spec.name);
-      entries.push({ name: spec.name, hosts: new Set(hosts), sentinel, needle: new Needle(sentinel), value });
+      entries.push({
+        name: spec.name,
+        hosts: new Set(hosts),
+        sentinel,
+        needle: new Needle(sentinel),
+        value,
+        insecureHttp: spec.insecureHttp === true,
+      });
     }
     return new SecretLease(entries, canaries);
   }
@@ -274,16 +301,36 @@ export class SecretLease {
     return this.#revoked;
   }
 
-  /** The secrets bound to `host` (exact name, case-insensitive), e.g. for body swapping; none once revoked. */
-  secretsForHost(host: string): Array<{ name: string; sentinel: string; value: string }> {
+  /**
+   * The secrets bound to `host` (exact name, case-insensitive) that may be sent over `transport`, e.g.
+   * for body swapping; none once revoked. Over 'plain' only the secrets with `insecureHttp` qualify.
+   */
+  secretsForHost(
+    host: string,
+    transport: SecretTransport = 'tls',
+  ): Array<{ name: string; sentinel: string; value: string }> {
     if (this.#revoked) return [];
     const key = hostKey(host);
     if (key === undefined) return [];
     return this.#entries.flatMap((e) =>
-      e.value !== undefined && e.hosts.has(key)
+      e.value !== undefined && e.hosts.has(key) && (transport === 'tls' || e.insecureHttp)
         ? [{ name: e.name, sentinel: e.sentinel, value: e.value }]
         : [],
     );
+  }
+
+  /** Names of the secrets bound to `host`, whatever the transport (also after revoke). */
+  namesBoundTo(host: string): string[] {
+    const key = hostKey(host);
+    return key === undefined ? [] : this.#entries.filter((e) => e.hosts.has(key)).map((e) => e.name);
+  }
+
+  /**
+   * What a response from `host` must be scrubbed of: each bound secret's real value, which the sandbox
+   * reads back as its sentinel. Whatever the transport: an upstream may reflect a value stored earlier.
+   */
+  scrubValuesFor(host: string): ScrubValue[] {
+    return this.secretsForHost(host).map((s) => ({ name: s.name, value: s.value, replacement: s.sentinel }));
   }
 
   /**
@@ -292,15 +339,22 @@ export class SecretLease {
    * Every occurrence in every value is replaced, and inside `Authorization: Basic …` the credentials are
    * decoded, swapped and re-encoded.
    */
-  swapHeaders(host: string, headers: ReadonlyArray<readonly [string, string]>): HeaderSwapResult {
-    const bound = this.secretsForHost(host);
+  swapHeaders(
+    host: string,
+    headers: ReadonlyArray<readonly [string, string]>,
+    transport: SecretTransport = 'tls',
+  ): HeaderSwapResult {
+    const bound = this.secretsForHost(host, transport);
     const swapped = new Set<string>();
+    const inserted: ScrubValue[] = [];
     const out: Array<[string, string]> = headers.map(([name, value]) => {
       let v = value;
+      const inHeader: string[] = [];
       for (const s of bound) {
         if (v.includes(s.sentinel)) {
           v = v.split(s.sentinel).join(s.value);
           swapped.add(s.name);
+          inHeader.push(s.name);
         }
       }
       if (bound.length > 0 && name.toLowerCase() === 'authorization') {
@@ -313,18 +367,29 @@ export class SecretLease {
             if (creds.includes(s.sentinel)) {
               creds = creds.split(s.sentinel).join(Buffer.from(s.value, 'utf8').toString('latin1'));
               swapped.add(s.name);
+              inHeader.push(s.name);
               changed = true;
             }
           }
-          if (changed) v = `${m[1]}${m[2]}${Buffer.from(creds, 'latin1').toString('base64')}${m[4]}`;
+          if (changed) {
+            const token = Buffer.from(creds, 'latin1').toString('base64');
+            // The token Airlock built: a reflection of it decodes to the real value.
+            inserted.push({ name: inHeader[0]!, value: token, replacement: m[3]! });
+            v = `${m[1]}${m[2]}${token}${m[4]}`;
+          }
         }
       }
+      if (v !== value) inserted.push({ name: inHeader[0]!, value: v, replacement: value });
       return [name, v];
     });
-    const boundNames = new Set(bound.map((s) => s.name));
     const text = headers.map(([n, v]) => `${n}: ${v}\r\n`).join('');
-    const unbound = this.findSentinels(text).filter((n) => !boundNames.has(n));
-    return { headers: out, swapped: [...swapped], unbound, revoked: this.#revoked };
+    const present = this.findSentinels(text);
+    const hereNames = new Set(this.namesBoundTo(host));
+    const usable = new Set(bound.map((s) => s.name));
+    // Bound here but not for this transport: refused as cleartext, not reported as exfiltration.
+    const cleartext = this.#revoked ? [] : present.filter((n) => hereNames.has(n) && !usable.has(n));
+    const unbound = present.filter((n) => !usable.has(n) && !cleartext.includes(n));
+    return { headers: out, swapped: [...swapped], unbound, revoked: this.#revoked, cleartext, inserted };
   }
 
   /**

@@ -166,18 +166,21 @@ describe('SecretsSchema', () => {
         value: { fromEnv: 'GITHUB_TOKEN' },
         hosts: ['api.github.com', 'uploads.github.com'],
         body: false,
+        insecureHttp: false,
       },
       {
         name: 'NPM_TOKEN',
         value: { fromFile: '/run/secrets/npm' },
         hosts: ['registry.npmjs.org'],
         body: false,
+        insecureHttp: false,
       },
       {
         name: 'VAULT_X',
         value: { command: ['vault', 'kv', 'get', '-field=x', 'secret/x'] },
         hosts: ['x.example'],
         body: false,
+        insecureHttp: false,
       },
     ]);
   });
@@ -442,7 +445,13 @@ describe('loadPolicyFile', () => {
         allowPrivate: [],
       },
       secrets: [
-        { name: 'GITHUB_TOKEN', value: { fromEnv: 'GITHUB_TOKEN' }, hosts: ['api.github.com'], body: false },
+        {
+          name: 'GITHUB_TOKEN',
+          value: { fromEnv: 'GITHUB_TOKEN' },
+          hosts: ['api.github.com'],
+          body: false,
+          insecureHttp: false,
+        },
       ],
     });
   });

@@ -320,7 +320,14 @@ describe('SecretLease: lifetime and redaction', () => {
 
     lease.revoke();
     const r = lease.swapHeaders('api.github.com', headers);
-    expect(r).toEqual({ headers, swapped: [], unbound: ['GITHUB_TOKEN'], revoked: true });
+    expect(r).toEqual({
+      headers,
+      swapped: [],
+      unbound: ['GITHUB_TOKEN'],
+      revoked: true,
+      cleartext: [],
+      inserted: [],
+    });
     expect(lease.revoked).toBe(true);
     expect(lease.secretsForHost('api.github.com')).toEqual([]);
     expect(lease.findSentinels(s)).toEqual(['GITHUB_TOKEN']);
