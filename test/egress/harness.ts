@@ -6,7 +6,11 @@ import { Airlock, type Sandbox } from '../../src/index.js';
 import { TEST_UID_RANGE } from '../helpers.js';
 import { guardedDialer, startTestServers, testResolver, type TestServers } from './net.js';
 
-export const EGRESS_STATE_DIR = '/var/tmp/airlock-egress-test';
+/** Per test run when AIRLOCK_TEST_STATE_DIR is set (parallel runs never share egress state). */
+export const EGRESS_STATE_DIR =
+  process.env.AIRLOCK_TEST_STATE_DIR !== undefined
+    ? `${process.env.AIRLOCK_TEST_STATE_DIR}-egress`
+    : '/var/tmp/airlock-egress-test';
 
 export interface EgressWorld {
   readonly servers: TestServers;
