@@ -36,9 +36,12 @@ const MIN_REVERSED_BYTES = 8;
 /** Base64 pieces shorter than this are not looked for (they would match unrelated text). */
 const MIN_BASE64_CORE = 8;
 
-/** ASCII-only lower case of a binary string (one char per byte: lengths stay equal). */
-function lowerAscii(s: string): string {
-  return s.replace(/[A-Z]+/g, (m) => m.toLowerCase());
+/**
+ * Lower case of a binary string (one char per byte). Every Latin-1 character lower-cases to one
+ * Latin-1 character, so offsets stay the same; needles and haystacks fold the same way.
+ */
+function fold(s: string): string {
+  return s.toLowerCase();
 }
 
 /** The part of base64(x + token + y) that depends only on the token, with the token at `offset` mod 3. */
@@ -130,32 +133,54 @@ function rawView(s: string): View {
   return { text: s, start, end };
 }
 
-function decodedView(s: string): View {
-  const text: string[] = [];
-  const start: number[] = [];
-  const end: number[] = [];
+/** The view with escapes decoded; the same view when `s` holds no character that starts one. */
+function decodedView(s: string, raw: View): View {
+  if (!/[%\\&=]/.test(s)) return raw;
+  // An escape never decodes to more bytes than it is long, so the output fits in s.length.
+  const out = Buffer.alloc(s.length);
+  const start = new Int32Array(s.length);
+  const end = new Int32Array(s.length);
+  let n = 0;
   for (let i = 0; i < s.length;) {
-    const e = escapeAt(s, i);
-    const [bytes, len] = e ?? [s[i]!, 1];
-    for (const b of bytes) {
-      text.push(b);
-      start.push(i);
-      end.push(i + len);
+    const c = s.charCodeAt(i);
+    // Only %, \, & and = start an escape.
+    const e = c === 0x25 || c === 0x5c || c === 0x26 || c === 0x3d ? escapeAt(s, i) : undefined;
+    if (e === undefined) {
+      out[n] = c;
+      start[n] = i;
+      end[n++] = i + 1;
+      i += 1;
+      continue;
+    }
+    const [bytes, len] = e;
+    for (let j = 0; j < bytes.length; j++) {
+      out[n] = bytes.charCodeAt(j);
+      start[n] = i;
+      end[n++] = i + len;
     }
     i += len;
   }
-  return { text: text.join(''), start: Int32Array.from(start), end: Int32Array.from(end) };
+  return { text: out.toString('latin1', 0, n), start: start.subarray(0, n), end: end.subarray(0, n) };
 }
 
-/** The view without whitespace (base64 wrapped at 76 columns, hex split into groups). */
+/** ASCII whitespace: space, \t, \n, \v, \f, \r. */
+const isSpace = (c: number): boolean => c === 0x20 || (c >= 0x09 && c <= 0x0d);
+
+/** The view without whitespace (base64 wrapped at 76 columns, hex split into groups); or `v` itself. */
 function compactView(v: View): View {
-  const keep: number[] = [];
-  for (let i = 0; i < v.text.length; i++) if (!/\s/.test(v.text[i]!)) keep.push(i);
-  return {
-    text: keep.map((i) => v.text[i]).join(''),
-    start: Int32Array.from(keep, (i) => v.start[i]!),
-    end: Int32Array.from(keep, (i) => v.end[i]!),
-  };
+  if (!/[ \t\n\v\f\r]/.test(v.text)) return v;
+  const out = Buffer.alloc(v.text.length);
+  const start = new Int32Array(v.text.length);
+  const end = new Int32Array(v.text.length);
+  let n = 0;
+  for (let i = 0; i < v.text.length; i++) {
+    const c = v.text.charCodeAt(i);
+    if (isSpace(c)) continue;
+    out[n] = c;
+    start[n] = v.start[i]!;
+    end[n++] = v.end[i]!;
+  }
+  return { text: out.toString('latin1', 0, n), start: start.subarray(0, n), end: end.subarray(0, n) };
 }
 
 interface Span {
@@ -185,12 +210,12 @@ export class Scrubber {
     const needles: Needle[] = [];
     entries.forEach((e, entry) => {
       const bytes = Buffer.from(e.value, 'latin1');
-      needles.push({ text: lowerAscii(e.value), folded: true, verbatim: true, entry });
+      needles.push({ text: fold(e.value), folded: true, verbatim: true, entry });
       needles.push({ text: bytes.toString('hex'), folded: true, verbatim: false, entry });
       if (bytes.length >= MIN_REVERSED_BYTES) {
         // Reversed by characters (as `rev` or a string reversal does), then as bytes.
         const reversed = Buffer.from([...bytes.toString('utf8')].reverse().join(''), 'utf8');
-        needles.push({ text: lowerAscii(reversed.toString('latin1')), folded: true, verbatim: false, entry });
+        needles.push({ text: fold(reversed.toString('latin1')), folded: true, verbatim: false, entry });
       }
       const cores = [0, 1, 2].map((o) => base64Core(bytes, o)).filter((c) => c.length >= MIN_BASE64_CORE);
       const all = new Set([...cores, ...cores.map((c) => c.replace(/\+/g, '-').replace(/\//g, '_'))]);
@@ -234,12 +259,12 @@ export class Scrubber {
   #scrub(s: string, final: boolean): { out: string; carry: string } {
     if (s.length === 0) return { out: '', carry: '' };
     const raw = rawView(s);
-    const decoded = decodedView(s);
-    const views = [raw, compactView(raw), decoded, compactView(decoded)];
+    const decoded = decodedView(s, raw);
+    const views = [...new Set([raw, compactView(raw), decoded, compactView(decoded)])];
     const spans: Span[] = [];
     let cut = s.length;
     for (const v of views) {
-      const folded = lowerAscii(v.text);
+      const folded = fold(v.text);
       for (const n of this.#needles) {
         const hay = n.folded ? folded : v.text;
         for (let i = hay.indexOf(n.text); i !== -1; i = hay.indexOf(n.text, i + 1)) {
