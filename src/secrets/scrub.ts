@@ -27,8 +27,12 @@ export interface ScrubValue {
   readonly replacement: string;
 }
 
-/** Canonical characters that may sit after a match's start beyond the longest needle (partial escapes). */
+/**
+ * Canonical characters held back beyond the longest needle: an escape cut in half at the end of a
+ * chunk (up to 11) plus the group a base64 match takes on either side (4).
+ */
 const PARTIAL_ESCAPE_MARGIN = 16;
+const BASE64_CHAR = /[A-Za-z0-9+/_=-]/;
 /** At most this many bytes are held back while waiting for a match to complete. */
 export const MAX_SCRUB_CARRY_BYTES = 256 * 1024;
 /** Reversed spellings are looked for only for values at least this long (shorter ones are noise). */
@@ -268,8 +272,18 @@ export class Scrubber {
       for (const n of this.#needles) {
         const hay = n.folded ? folded : v.text;
         for (let i = hay.indexOf(n.text); i !== -1; i = hay.indexOf(n.text, i + 1)) {
-          const start = v.start[i]!;
-          const end = v.end[i + n.text.length - 1]!;
+          let first = i;
+          let last = i + n.text.length - 1;
+          if (!n.folded) {
+            // A base64 core leaves out the groups the value shares with its neighbours (up to 2 of
+            // its bytes at each end): take one group more on each side.
+            for (let k = 0; k < 4 && first > 0 && BASE64_CHAR.test(v.text[first - 1]!); k++) first--;
+            for (let k = 0; k < 4 && last + 1 < v.text.length && BASE64_CHAR.test(v.text[last + 1]!); k++) {
+              last++;
+            }
+          }
+          const start = v.start[first]!;
+          const end = v.end[last]!;
           const exact = n.verbatim && s.slice(start, end) === this.#entries[n.entry]!.value;
           spans.push({ start, end, verbatim: exact ? n.entry : -1, entry: n.entry });
         }

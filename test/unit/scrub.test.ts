@@ -155,3 +155,18 @@ describe('SecretLease: the exact values it inserts, and plain HTTP', () => {
     expect(o.headers[0]![1]).toBe(`Bearer ${VALUE}`);
   });
 });
+
+describe('Scrubber: base64 at an unknown alignment', () => {
+  it('a value base64-encoded among unknown bytes leaves none of its bytes in the partial groups', () => {
+    const s = new Scrubber(VALUES);
+    for (const prefix of ['', 'u', 'us', 'user:', 'user:x']) {
+      const b64 = utf8(`${prefix}${VALUE}`).toString('base64');
+      const out = s.scrubText(`${b64}.`);
+      // Every 4-character group that encodes a byte of the value is gone; groups of the prefix alone may stay.
+      const m = /^([A-Za-z0-9+/]*)airlock_redacted_api_token\.$/.exec(out);
+      expect(m, `${prefix}: ${out}`).not.toBeNull();
+      expect(b64.startsWith(m![1]!)).toBe(true);
+      expect(m![1]!.length).toBeLessThanOrEqual(Math.floor(prefix.length / 3) * 4);
+    }
+  });
+});
