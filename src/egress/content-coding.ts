@@ -3,7 +3,12 @@
 // reflected value past it, so the codings Airlock can undo (gzip, deflate, br) are decoded here first,
 // and a body in any other coding is refused with a reason, never passed on unread.
 import type { Transform } from 'node:stream';
-import { createBrotliDecompress, createGunzip, createUnzip } from 'node:zlib';
+import { constants, createBrotliDecompress, createGunzip, createUnzip } from 'node:zlib';
+
+// An empty or cut-short body decodes to what it holds (a decoder would otherwise fail it as truncated);
+// bytes that are not in the coding still fail, and the gateway then cuts the response.
+const ZLIB = { finishFlush: constants.Z_SYNC_FLUSH };
+const BROTLI = { finishFlush: constants.BROTLI_OPERATION_FLUSH };
 
 export type BodyDecoding =
   { readonly ok: true; readonly decoders: Transform[] } | { readonly ok: false; readonly coding: string };
@@ -28,10 +33,10 @@ export function responseBodyDecoding(
   const applied = [...codings(contentEncoding), ...codings(transferEncoding).filter((c) => c !== 'chunked')];
   const decoders: Transform[] = [];
   for (const c of applied.reverse()) {
-    if (c === 'gzip' || c === 'x-gzip') decoders.push(createGunzip());
+    if (c === 'gzip' || c === 'x-gzip') decoders.push(createGunzip(ZLIB));
     // "deflate" is zlib-wrapped by the standard; createUnzip also takes gzip. Raw deflate fails (closed).
-    else if (c === 'deflate') decoders.push(createUnzip());
-    else if (c === 'br') decoders.push(createBrotliDecompress());
+    else if (c === 'deflate') decoders.push(createUnzip(ZLIB));
+    else if (c === 'br') decoders.push(createBrotliDecompress(BROTLI));
     else {
       for (const d of decoders) d.destroy();
       return { ok: false, coding: c };
