@@ -345,7 +345,9 @@ describe.skipIf(!canRunNamespaces)(
     });
 
     it('Host always names the dialled host; real values go only into credential headers', async () => {
-      await withSandbox(spec, async (s) => {
+      // Plain HTTP: the secret must opt in to be swapped there (the default refusal: reflection.test.ts).
+      const plainOk = { ...spec, secrets: spec.secrets.map((x) => ({ ...x, insecureHttp: true })) };
+      await withSandbox(plainOk, async (s) => {
         const r = await s.exec(
           `curl -sS -m 10 -H "Host: ${DENIED.name}" -H "X-Echo: $TEST_TOKEN" -H "Authorization: Bearer $TEST_TOKEN" http://${SECRET_HOST.name}/pinned`,
         );

@@ -683,7 +683,16 @@ describe.skipIf(!canRunNamespaces)('plain HTTP in real sandboxes', () => {
     await world.withSandbox(
       {
         network: { allow: [ALLOWED.name, SECRET_HOST.name] },
-        secrets: [{ name: 'PLAIN_TOKEN', value: { fromEnv: 'PLAIN_TOKEN_SRC' }, hosts: [SECRET_HOST.name] }],
+        // Plain HTTP gets real values only when the secret opts in (test/egress/reflection.test.ts
+        // proves the default refusal).
+        secrets: [
+          {
+            name: 'PLAIN_TOKEN',
+            value: { fromEnv: 'PLAIN_TOKEN_SRC' },
+            hosts: [SECRET_HOST.name],
+            insecureHttp: true,
+          },
+        ],
       },
       async (s) => {
         const r = await s.exec(
