@@ -23,6 +23,8 @@ export const ENCODINGS: Record<string, (v: string) => string> = {
   'base64url offset 1': (v) => utf8(`x${v}`).toString('base64url'),
   'base64 MIME-wrapped (76)': (v) => wrap(utf8(`p${v}${v}${v}`).toString('base64'), 76),
   'base64 wrapped every 7, LF': (v) => wrap(utf8(`pq${v}`).toString('base64'), 7, '\n'),
+  'base64 wrapped every 9, CRLF and a 6-space indent': (v) =>
+    wrap(utf8(`pqr${v}`).toString('base64'), 9, '\r\n      '),
   'base64 inside JSON (\\/ escapes)': (v) => JSON.stringify(utf8(v).toString('base64')).replace(/\//g, '\\/'),
   'base64 percent-encoded': (v) => encodeURIComponent(utf8(v).toString('base64')),
   'percent every byte (upper)': (v) => hexBytes(v, (h) => `%${h.toUpperCase()}`),

@@ -33,6 +33,8 @@ export interface ScrubValue {
  */
 const PARTIAL_ESCAPE_MARGIN = 16;
 const BASE64_CHAR = /[A-Za-z0-9+/_=-]/;
+/** Whitespace runs up to this long are skipped inside a match (a line break and an indent). */
+const MAX_SKIPPED_SPACE = 8;
 /** At most this many bytes are held back while waiting for a match to complete. */
 export const MAX_SCRUB_CARRY_BYTES = 256 * 1024;
 /** Reversed spellings are looked for only for values at least this long (shorter ones are noise). */
@@ -68,6 +70,8 @@ interface View {
   readonly text: string;
   readonly start: Int32Array;
   readonly end: Int32Array;
+  /** Source offset after the last point no match can span (a long whitespace run), or 0. */
+  readonly barrier?: number;
 }
 
 const NAMED_ENTITIES: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'" };
@@ -170,21 +174,41 @@ function decodedView(s: string, raw: View): View {
 /** ASCII whitespace: space, \t, \n, \v, \f, \r. */
 const isSpace = (c: number): boolean => c === 0x20 || (c >= 0x09 && c <= 0x0d);
 
-/** The view without whitespace (base64 wrapped at 76 columns, hex split into groups); or `v` itself. */
+/**
+ * The view without whitespace runs (base64 wrapped at 76 columns, hex split into groups); or `v` itself.
+ * A run longer than MAX_SKIPPED_SPACE stays (as one space, which no needle contains): a match then
+ * spans a bounded number of source bytes, so the tail held back between chunks stays small.
+ */
 function compactView(v: View): View {
   if (!/[ \t\n\v\f\r]/.test(v.text)) return v;
   const out = Buffer.alloc(v.text.length);
   const start = new Int32Array(v.text.length);
   const end = new Int32Array(v.text.length);
   let n = 0;
-  for (let i = 0; i < v.text.length; i++) {
-    const c = v.text.charCodeAt(i);
-    if (isSpace(c)) continue;
-    out[n] = c;
-    start[n] = v.start[i]!;
-    end[n++] = v.end[i]!;
+  let barrier = 0;
+  for (let i = 0; i < v.text.length;) {
+    if (!isSpace(v.text.charCodeAt(i))) {
+      out[n] = v.text.charCodeAt(i);
+      start[n] = v.start[i]!;
+      end[n++] = v.end[i]!;
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < v.text.length && isSpace(v.text.charCodeAt(j))) j++;
+    if (j - i > MAX_SKIPPED_SPACE) {
+      out[n] = 0x20;
+      start[n] = v.start[i]!;
+      end[n++] = barrier = v.end[j - 1]!;
+    }
+    i = j;
   }
-  return { text: out.toString('latin1', 0, n), start: start.subarray(0, n), end: end.subarray(0, n) };
+  return {
+    text: out.toString('latin1', 0, n),
+    start: start.subarray(0, n),
+    end: end.subarray(0, n),
+    barrier,
+  };
 }
 
 interface Span {
@@ -292,7 +316,8 @@ export class Scrubber {
         // A match not yet complete starts within the last (longest - 1) canonical characters, plus a
         // margin for an escape cut in half at the end of the buffer.
         const k = v.text.length - (this.#longest - 1) - PARTIAL_ESCAPE_MARGIN;
-        cut = Math.min(cut, k <= 0 ? 0 : v.start[k]!);
+        // Nothing pending can start before a barrier (no needle spans one).
+        cut = Math.min(cut, Math.max(k <= 0 ? 0 : v.start[k]!, v.barrier ?? 0));
       }
     }
     if (!final && s.length - cut > MAX_SCRUB_CARRY_BYTES) cut = s.length - MAX_SCRUB_CARRY_BYTES;

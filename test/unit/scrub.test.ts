@@ -170,3 +170,21 @@ describe('Scrubber: base64 at an unknown alignment', () => {
     }
   });
 });
+
+describe('Scrubber: what it holds back between chunks is bounded', () => {
+  it('a long whitespace run is passed on, not held back waiting for a match', () => {
+    const st = new Scrubber(VALUES).stream();
+    const spaces = Buffer.alloc(300_000, 0x20);
+    let emitted = st.push(spaces).length;
+    for (let i = 0; i < 1000; i++) emitted += st.push(Buffer.from(' ')).length;
+    // Held back: at most the longest needle and a margin, each canonical character a few bytes.
+    expect(301_000 - emitted).toBeLessThan(4096);
+    expect(emitted + st.end().length).toBe(301_000);
+  });
+
+  it('nine whitespace characters inside a base64 value break the match (documented limit)', () => {
+    const b64 = utf8(VALUE).toString('base64');
+    const split = `${b64.slice(0, 12)}${' '.repeat(9)}${b64.slice(12)}`;
+    expect(new Scrubber(VALUES).scrubText(split)).not.toContain('airlock_redacted');
+  });
+});
