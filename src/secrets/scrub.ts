@@ -3,7 +3,7 @@
 // exact value Airlock inserted (each real secret value, each whole header value it built, and the
 // base64 token inside a Basic header it re-encoded) and finds each of them in the forms a client
 // can trivially undo:
-//   - verbatim, upper/lower/mixed case, and reversed (values of 8+ bytes);
+//   - verbatim, upper/lower/mixed ASCII case, reversed (values of 8+ bytes), and as UTF-16 (LE, BE);
 //   - hex (any case), base64 and base64url at any byte alignment, also wrapped or split by whitespace;
 //   - behind escapes, one level deep and mixed freely: percent-encoding (also %25XX, twice encoded, and
 //     %uXXXX), JSON / JS escapes (\uXXXX with surrogate pairs, \xXX, \" \\ \/), HTML character
@@ -240,6 +240,15 @@ export class Scrubber {
       const bytes = Buffer.from(e.value, 'latin1');
       needles.push({ text: fold(e.value), folded: true, verbatim: true, entry });
       needles.push({ text: bytes.toString('hex'), folded: true, verbatim: false, entry });
+      // UTF-16 (a body in charset utf-16, or a JS/Windows string dumped as bytes), both byte orders.
+      const utf16 = Buffer.from(bytes.toString('utf8'), 'utf16le');
+      needles.push({ text: fold(utf16.toString('latin1')), folded: true, verbatim: false, entry });
+      needles.push({
+        text: fold(Buffer.from(utf16).swap16().toString('latin1')),
+        folded: true,
+        verbatim: false,
+        entry,
+      });
       if (bytes.length >= MIN_REVERSED_BYTES) {
         // Reversed by characters (as `rev` or a string reversal does), then as bytes.
         const reversed = Buffer.from([...bytes.toString('utf8')].reverse().join(''), 'utf8');

@@ -94,7 +94,15 @@ function reflect(secure: boolean) {
         }
         z.end();
       } else {
-        for (const p of pieces) res.write(p);
+        // charset: the body as UTF-16 (either byte order) instead of UTF-8.
+        const charset = u.searchParams.get('charset');
+        const bytes = (p: string): Buffer =>
+          charset === 'utf16le'
+            ? Buffer.from(p, 'utf16le')
+            : charset === 'utf16be'
+              ? Buffer.from(p, 'utf16le').swap16()
+              : Buffer.from(p, 'utf8');
+        for (const p of pieces) res.write(bytes(p));
         res.end();
       }
     });
@@ -148,6 +156,7 @@ interface Case {
   /** -H "Authorization: Bearer …" or curl -u user:… (curl builds Basic, Airlock re-encodes it). */
   readonly auth: 'bearer' | 'basic';
   readonly coding?: 'gzip' | 'deflate' | 'br';
+  readonly charset?: 'utf16le' | 'utf16be';
   /** How curl reaches the host. */
   readonly path?: 'connect' | 'socks5' | 'transparent';
 }
@@ -163,6 +172,7 @@ async function runCases(cases: readonly Case[]): Promise<Map<string, { out: stri
         src: c.src,
         enc: c.enc,
         ...(c.coding ? { coding: c.coding } : {}),
+        ...(c.charset ? { charset: c.charset } : {}),
       });
       const url = `https://${HOST}:${TLS_PORT}/reflect?${q.toString().replace(/'/g, '%27')}`;
       const auth = c.auth === 'bearer' ? `-H "Authorization: Bearer $API_TOKEN"` : `-u "user:$API_TOKEN"`;
@@ -194,6 +204,9 @@ function expectScrubbed(results: Map<string, { out: string; c: Case }>): void {
       '200',
     );
     expect(out, label).not.toContain(e!.text);
+    // As UTF-16 (ASCII text: each character and a NUL, in either order).
+    expect(out, label).not.toContain([...e!.text].map((ch) => `${ch}\0`).join(''));
+    expect(out, label).not.toContain([...e!.text].map((ch) => `\0${ch}`).join(''));
     expect(out, label).not.toContain(VALUE);
     const replaced = out.split(/airlock_redacted_api_token|airlock_sentinel_api_token_/).length - 1;
     const ownToken = out.split(basicToken).length - 1;
@@ -245,6 +258,21 @@ describe.skipIf(!canRunNamespaces)('credential reflection never reaches the sand
       expect(req?.headers['accept-encoding']).toBe('identity');
     }
     for (const { out } of results.values()) expect(out).not.toMatch(/^content-encoding:/im);
+  });
+
+  it('a body in UTF-16 (either byte order)', async () => {
+    expectScrubbed(
+      await runCases(
+        (['utf16le', 'utf16be'] as const).flatMap((charset) =>
+          ['verbatim', 'upper case'].map((enc) => ({
+            src: 'auth' as const,
+            enc,
+            auth: 'bearer' as const,
+            charset,
+          })),
+        ),
+      ),
+    );
   });
 
   it('the same through SOCKS5 and the transparent path', async () => {

@@ -188,3 +188,20 @@ describe('Scrubber: what it holds back between chunks is bounded', () => {
     expect(new Scrubber(VALUES).scrubText(split)).not.toContain('airlock_redacted');
   });
 });
+
+describe('Scrubber: UTF-16 bodies', () => {
+  for (const order of ['utf16le', 'utf16be'] as const) {
+    it(`${order}: in a stream split at every offset`, () => {
+      const s = new Scrubber(VALUES);
+      const le = Buffer.from(`{"echo": "${VALUE}"}`, 'utf16le');
+      const body = order === 'utf16le' ? le : Buffer.from(le).swap16();
+      const valueBytes =
+        order === 'utf16le' ? Buffer.from(VALUE, 'utf16le') : Buffer.from(VALUE, 'utf16le').swap16();
+      for (let i = 0; i <= body.length; i++) {
+        const out = streamed(s, [body.subarray(0, i), body.subarray(i)]);
+        expect(out.includes(valueBytes), `split at ${i}`).toBe(false);
+        expect(out.toString('latin1')).toContain('airlock_redacted_api_token');
+      }
+    });
+  }
+});
