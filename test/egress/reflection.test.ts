@@ -284,6 +284,23 @@ describe.skipIf(!canRunNamespaces)('credential reflection never reaches the sand
     expectScrubbed(await runCases(cases));
   });
 
+  it('a request with a swapped credential asks for the whole, unencoded response (no Range, TE)', async () => {
+    const id = `range-${randomBytes(3).toString('hex')}`;
+    const url = `https://${HOST}:${TLS_PORT}/reflect?id=${id}&src=auth&enc=verbatim`;
+    const r = await sbx.exec([
+      'sh',
+      '-c',
+      `curl -sS -m 20 -r 0-40 -H 'TE: gzip' -H 'If-Range: "x"' -H 'Accept-Encoding: gzip, br' -H "Authorization: Bearer $API_TOKEN" '${url}'`,
+    ]);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const req = seen.find((x) => x.url.includes(id));
+    expect(req?.headers.range).toBeUndefined();
+    expect(req?.headers['if-range']).toBeUndefined();
+    expect(req?.headers.te).toBeUndefined();
+    expect(req?.headers['accept-encoding']).toBe('identity');
+    expect(r.stdout).not.toContain(VALUE);
+  });
+
   it('a body in a coding Airlock cannot decode is refused with the reason', async () => {
     const id = `unknown-${randomBytes(3).toString('hex')}`;
     const url = `https://${HOST}:${TLS_PORT}/reflect?id=${id}&src=auth&enc=base64+offset+0&coding=compress`;
