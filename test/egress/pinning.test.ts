@@ -161,7 +161,8 @@ interface Case {
 }
 
 const H = `Host: ${ALLOWED.name}`;
-const onProxy = (path: Path, proxy: number[], other: number[]): number[] => (path === 'proxy' ? proxy : other);
+const onProxy = (path: Path, proxy: number[], other: number[]): number[] =>
+  path === 'proxy' ? proxy : other;
 
 const CASES: readonly Case[] = [
   {
@@ -279,7 +280,6 @@ function jobFor(path: Path, c: Case): Job {
 async function runCases(s: Sandbox, paths: readonly Path[]): Promise<void> {
   const jobs = paths.flatMap((path) => CASES.map((c) => ({ path, c, job: jobFor(path, c) })));
   const from = world.servers.seen.length;
-  const before = world.servers.seen.length;
   const { replies } = await run(
     s,
     jobs.map((j) => j.job),
@@ -294,11 +294,11 @@ async function runCases(s: Sandbox, paths: readonly Path[]): Promise<void> {
         `${path} / ${c.name}: statuses ${JSON.stringify(got)}, want ${JSON.stringify(want)}; ${r.error ?? ''} ${r.reply.slice(0, 300)}`,
       );
   });
-  expect(failures).toEqual([]);
-  // The denied virtual host was never asked for, on any path.
+  // The denied virtual host was never asked for, on any path (checked first: it is the point).
   expect(deniedSeen(from)).toEqual([]);
+  expect(failures).toEqual([]);
   // What did reach the allowed upstream: exactly the accepted requests, origin-form, Host pinned.
-  const seen = world.servers.seen.slice(before).map((q) => `${q.host} ${q.url} Host=${q.headers.host}`);
+  const seen = world.servers.seen.slice(from).map((q) => `${q.host} ${q.url} Host=${q.headers.host}`);
   const want = paths.flatMap(() =>
     CASES.flatMap((c) => (c.reaches ?? []).map((u) => `${ALLOWED.name} ${u} Host=${ALLOWED.name}`)),
   );
@@ -341,6 +341,76 @@ describe.skipIf(!canRunNamespaces)('request target and Host pinned on every egre
         `curl -sS -m 10 --cacert /tmp/testca.pem -o /dev/null -w '%{http_code}' https://${ALLOWED.name}/sni-ok`,
       );
       expect(ok.stdout).toBe('200');
+    });
+  });
+});
+
+// ---- 8c: the synthetic DNS table is capped per sandbox ------------------------------------------------
+
+const DNS_PY = String.raw`
+import json, random, socket, struct, sys
+spec = json.load(sys.stdin)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+counts = {}
+addresses = {}
+for name in spec['names']:
+    qid = random.randrange(65536)
+    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\x00' + struct.pack('>HH', 1, 1)
+    s.sendto(q, ('127.0.0.1', 53))
+    while True:
+        d, _ = s.recvfrom(4096)
+        if struct.unpack('>H', d[:2])[0] == qid:
+            break
+    rcode = d[3] & 0x0f
+    counts[rcode] = counts.get(rcode, 0) + 1
+    if rcode == 0 and struct.unpack('>H', d[6:8])[0] > 0:
+        addresses[name] = '.'.join(str(b) for b in d[-4:])
+print(json.dumps({'counts': counts, 'addresses': {n: addresses.get(n) for n in spec['report']}}))
+`;
+
+describe.skipIf(!canRunNamespaces)('the synthetic DNS table is capped per sandbox (8c)', () => {
+  it('a sandbox resolving endless allowed names gets REFUSED past the cap; its known names and other sandboxes are unaffected', async () => {
+    const { MAX_DNS_NAMES_PER_SANDBOX: cap } = await import('../../src/egress/gateway.js');
+    const spec = { network: { allow: ['*.wild.test'] } };
+    await world.withSandbox(spec, async (a) => {
+      await world.withSandbox(spec, async (b) => {
+        const names = Array.from({ length: cap + 200 }, (_, i) => `n${i}.wild.test`);
+        const ask = async (s: Sandbox, list: string[], report: string[]) => {
+          const r = await s.exec(['python3', '-c', DNS_PY], {
+            stdin: JSON.stringify({ names: list, report }),
+            timeoutMs: 120_000,
+          });
+          expect(r.exitCode, r.stderr).toBe(0);
+          return {
+            ...(JSON.parse(r.stdout) as {
+              counts: Record<string, number>;
+              addresses: Record<string, string | null>;
+            }),
+            egress: r.egress ?? [],
+          };
+        };
+        const flood = await ask(a, names, ['n0.wild.test', `n${cap}.wild.test`]);
+        // Exactly `cap` names got an address (rcode 0); every one after them was REFUSED (rcode 5).
+        expect(flood.counts).toEqual({ '0': cap, '5': 200 });
+        expect(flood.addresses[`n${cap}.wild.test`]).toBeNull();
+        // One typed event says why, once, with what to do.
+        const full = flood.egress.filter((e) => e.code === 'dns_table_full');
+        expect(full).toHaveLength(1);
+        expect(full[0]).toMatchObject({ protocol: 'dns', decision: 'deny', host: `n${cap}.wild.test` });
+        expect(full[0]!.reason).toMatch(
+          /limit; new names .* are refused, names it already knows keep working/,
+        );
+        // Names it already knows keep their address; a new one is still refused.
+        const again = await ask(a, ['n0.wild.test', 'fresh.wild.test'], ['n0.wild.test']);
+        expect(again.addresses['n0.wild.test']).toBe(flood.addresses['n0.wild.test']);
+        expect(again.counts).toEqual({ '0': 1, '5': 1 });
+        // Another sandbox has its own table.
+        const other = await ask(b, [`n${cap + 1}.wild.test`], [`n${cap + 1}.wild.test`]);
+        expect(other.counts).toEqual({ '0': 1 });
+        expect(other.addresses[`n${cap + 1}.wild.test`]).toMatch(/^198\.1[89]\./);
+      });
     });
   });
 });
