@@ -25,6 +25,7 @@ import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
 import { flushed, RELAY_FDS, FdRelay, type RelayedTunnel } from './relay.privileged.js';
 import { forwardPlain } from './plain-http.js';
+import { parseResponseHead } from './http-head.js';
 import type { ClientHelloResult } from './sni.js';
 import { parseAuthority as parseHostHeader, pinRequest, sameHost } from './pin.js';
 import { sniffTunnel } from './sniff.js';
@@ -282,7 +283,9 @@ export class SandboxEgress {
       const t = this.transparentHttpTargets.get(req.socket);
       if (!t) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
       this.guard(this.forwardPinned(t, req, res, false), res);
-    });
+    }).on('upgrade', (req: IncomingMessage, sock: Socket, head: Buffer) =>
+      this.guard(this.onPinnedUpgrade(req, sock, head), sock),
+    );
     return this.transparentHttpLazy;
   }
 
@@ -1049,6 +1052,76 @@ export class SandboxEgress {
       return void sendText(res, 403, pin.reason);
     }
     await this.forward(t.protocol, req, res, t.host, t.port, pin.path, tls);
+  }
+
+  /**
+   * An Upgrade request (ws://) on a decided plain-HTTP connection: pinned like any request, then sent
+   * on its own vetted connection; only a 101 answer turns the connection into a relayed tunnel (any
+   * other answer is passed on and both connections close, so no later request goes unvetted). A
+   * sandbox with secrets or canaries is refused: nothing would inspect the upgraded stream's head.
+   */
+  private async onPinnedUpgrade(req: IncomingMessage, sock: Socket, head: Buffer): Promise<void> {
+    const started = Date.now();
+    const t = this.transparentHttpTargets.get(sock);
+    if (!t) return void sock.destroy();
+    const host = (t.host ??= firstHost(req) ?? t.fallback!);
+    const pin = pinRequest(
+      { url: req.url ?? '/', rawHeaders: req.rawHeaders },
+      { host: host, port: t.port, scheme: 'http' },
+    );
+    if (!pin.ok) {
+      this.denied(t.protocol, host, t.port, pin.reason, 'mismatch', started);
+      return void sock.end(forbidden(pin.reason));
+    }
+    if (this.o.secrets) {
+      const reason =
+        'Airlock egress: protocol upgrades (ws://) over plain HTTP are not relayed for a sandbox with secrets; use TLS (wss://)';
+      this.denied(t.protocol, host, t.port, reason, 'upgrade', started);
+      return void sock.end(forbidden(reason));
+    }
+    const vetted = await this.vet(host, t.port);
+    if (!vetted.ok) {
+      this.denyEvent(t.protocol, vetted, t.port, started);
+      return void sock.end(forbidden(vetted.verdict.reason));
+    }
+    const up = vetted.socket;
+    this.hold(up);
+    const c = canonicalHost(host);
+    const hostHeader = `${c.kind === 'ip' && c.family === 6 ? `[${host}]` : host}${t.port === 80 ? '' : `:${t.port}`}`;
+    const lines = [`${req.method ?? 'GET'} ${pin.path} HTTP/1.1`, `Host: ${hostHeader}`];
+    for (const [k, v] of rawHeaderPairs(req))
+      if (!/^(host|proxy-connection|proxy-authorization)$/i.test(k)) lines.push(`${k}: ${v}`);
+    up.write(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+    if (head.length) up.write(head);
+    // The answer's head decides: 101 → a tunnel; anything else → passed on, then both close.
+    let buf = Buffer.alloc(0);
+    let decided = false;
+    const onData = (d: Buffer): void => {
+      buf = Buffer.concat([buf, d]);
+      const h = parseResponseHead(buf, req.method ?? 'GET');
+      if (h.kind === 'incomplete') return;
+      decided = true;
+      up.off('data', onData);
+      up.pause();
+      if (h.kind === 'response' && h.status === 101) {
+        sock.write(buf);
+        return this.relayTunnel(t.protocol, sock, vetted, t.port, started);
+      }
+      sock.write(buf);
+      up.pipe(sock);
+      up.once('close', () => sock.destroy());
+      sock.once('close', () => up.destroy());
+      this.emitAllowed(
+        t.protocol,
+        host,
+        t.port,
+        vetted.address,
+        { bytesUp: 0, bytesDown: buf.length },
+        started,
+      );
+    };
+    up.on('data', onData);
+    up.once('close', () => decided || sock.destroy());
   }
 
   // ---- transparent interception ----------------------------------------------------------------

@@ -6,6 +6,7 @@
 // CONNECT, SOCKS5 and transparent. The upstream is a real server on 203.0.113.10 that records every
 // request with its Host and target: the proof is that a policy-denied virtual host (denied.test) on the
 // allowed address is never asked for, on any path, in any spelling (STYLE.md habit 13).
+import { createServer, type Server } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EgressEvent } from '../../src/egress/events.js';
 import type { Sandbox } from '../../src/index.js';
@@ -131,6 +132,8 @@ interface Job {
   readonly delayS?: number;
   /** TLS server name to ask for (default: host). */
   readonly sni?: string;
+  /** How long to wait for the connection to close (default 6 s): the reply is what came by then. */
+  readonly readS?: number;
 }
 interface Reply {
   readonly reply: string;
@@ -445,6 +448,85 @@ describe.skipIf(!canRunNamespaces)('pinning holds for address tunnels and under 
       expect(seen.filter((q) => q.headers.host !== q.host || q.url.startsWith('/crossed'))).toEqual([]);
       expect(seen).toHaveLength(jobs.length);
     });
+  });
+});
+
+describe.skipIf(!canRunNamespaces)('protocol upgrades (ws://) on a pinned plain-HTTP connection', () => {
+  const WS_PORT = 8081;
+  let ws: Server;
+  const heads: string[] = [];
+  beforeAll(async () => {
+    // Answers an Upgrade with 101 and then echoes; anything else with a 200 and a close.
+    ws = createServer((sock) => {
+      sock.on('error', () => {});
+      let buf = Buffer.alloc(0);
+      const onData = (d: Buffer): void => {
+        buf = Buffer.concat([buf, d]);
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        sock.off('data', onData);
+        const head = buf.subarray(0, end).toString('latin1');
+        heads.push(head);
+        if (/^upgrade: *websocket$/im.test(head)) {
+          sock.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+          sock.write(buf.subarray(end + 4));
+          sock.pipe(sock);
+        } else sock.end('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno');
+      };
+      sock.on('data', onData);
+    });
+    await new Promise<void>((r) => ws.listen(WS_PORT, ALLOWED.address, r));
+  });
+  afterAll(() => new Promise<void>((r) => ws.close(() => r())));
+
+  const upgrade = (host: string): string =>
+    `GET /chat HTTP/1.1\r\nHost: ${host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`;
+
+  it('is pinned like any request, relayed only after a 101, and refused for another host or a sandbox with secrets', async () => {
+    const policy = { allow: [`${ALLOWED.name}:${WS_PORT}`] };
+    const paths: Path[] = ['connect', 'socks5', 'transparent'];
+    await world.withSandbox({ network: policy }, async (s) => {
+      heads.length = 0;
+      const jobs: Job[] = paths.flatMap((path) => [
+        {
+          path,
+          host: ALLOWED.name,
+          port: WS_PORT,
+          parts: [upgrade(`${ALLOWED.name}:${WS_PORT}`), 'ping-after-101'],
+          readS: 2,
+        },
+        { path, host: ALLOWED.name, port: WS_PORT, parts: [upgrade(DENIED.name), 'GET / HTTP/1.1\r\n\r\n'] },
+      ]);
+      const { replies } = await run(s, jobs);
+      for (let i = 0; i < paths.length; i++) {
+        const [ok, crossed] = [replies[2 * i]!, replies[2 * i + 1]!];
+        expect(ok.reply, paths[i]).toMatch(
+          /^HTTP\/1\.1 101 Switching Protocols\r\n[\s\S]*\r\n\r\nping-after-101$/,
+        );
+        expect(statuses(crossed.reply), paths[i]).toEqual([403]);
+      }
+      // The upstream saw exactly the three pinned upgrades, and never the denied name.
+      expect(heads).toHaveLength(3);
+      for (const h of heads)
+        expect(h).toMatch(new RegExp(`^GET /chat HTTP/1\\.1\r\nHost: ${ALLOWED.name}:${WS_PORT}\r\n`));
+      expect(heads.join('\n')).not.toMatch(/denied/);
+    });
+    await world.withSandbox(
+      { ...WITH_SECRET, network: { allow: [ALLOWED.name, ...policy.allow] } },
+      async (s) => {
+        heads.length = 0;
+        const { replies } = await run(s, [
+          {
+            path: 'connect',
+            host: ALLOWED.name,
+            port: WS_PORT,
+            parts: [upgrade(`${ALLOWED.name}:${WS_PORT}`)],
+          },
+        ]);
+        expect(replies[0]!.reply).toMatch(/^HTTP\/1\.1 403 [\s\S]*use TLS \(wss:\/\/\)/);
+        expect(heads).toEqual([]);
+      },
+    );
   });
 });
 
