@@ -10,8 +10,11 @@
 // Input handling: queries larger than MAX_QUERY_BYTES, responses and packets without a full header are
 // dropped (undefined); a header followed by garbage gets FORMERR; dns-packet decodes inside try/catch,
 // and the question name must re-encode to exactly the bytes on the wire (no compression pointer, no "."
-// inside a label, valid UTF-8), so the name judged is the name asked. Memory is bounded by the pool:
-// one entry per handed-out address, never recycled (a recycled address could be read as another name).
+// inside a label, valid UTF-8), so the name judged is the name asked. Memory is bounded per responder
+// (one per sandbox) by `maxNames`: one entry per handed-out address, never recycled (a recycled address
+// could be read as another name); once the table is full a NEW name gets REFUSED (names already in it
+// keep their address), so a sandbox resolving endless allowed names (under a wildcard) cannot grow
+// Airlock's memory, and other sandboxes' tables are their own.
 import type DnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { AirlockError } from '../core/errors.js';
@@ -24,6 +27,8 @@ export const DEFAULT_SYNTHETIC_POOL = '198.18.0.0/15';
 export const SYNTHETIC_TTL_SECONDS = 5;
 /** Bigger than any honest query (one question plus an EDNS option record); larger packets are dropped. */
 export const MAX_QUERY_BYTES = 4096;
+/** Names one responder hands addresses to (a name is at most 253 bytes: about 2 MiB at most). */
+export const DEFAULT_MAX_NAMES = 4096;
 
 const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4, REFUSED: 5 } as const;
 const QR = 0x8000;
@@ -38,6 +43,10 @@ export interface FakeDnsOptions {
   allows(name: string): boolean;
   /** An IPv4 CIDR inside one always-blocked range; default 198.18.0.0/15. */
   pool?: string;
+  /** Distinct names this responder hands addresses to; more get REFUSED. Default DEFAULT_MAX_NAMES. */
+  maxNames?: number;
+  /** Called when a new name is refused because the table is full (the gateway reports it). */
+  onTableFull?(name: string): void;
 }
 
 interface Pool {
@@ -103,13 +112,35 @@ export function isSyntheticAddress(address: string, pool: string = DEFAULT_SYNTH
 export class FakeDns {
   readonly #allows: (name: string) => boolean;
   readonly #pool: Pool;
+  readonly #maxNames: number;
+  readonly #onTableFull: ((name: string) => void) | undefined;
   readonly #addressByName = new Map<string, string>();
   readonly #nameByAddress = new Map<string, string>();
 
-  /** @throws AirlockError INVALID_ARGUMENT when the pool is not an IPv4 CIDR inside one blocked range. */
+  /**
+   * @throws AirlockError INVALID_ARGUMENT when the pool is not an IPv4 CIDR inside one blocked range, or
+   * maxNames is not a positive integer.
+   */
   constructor(opts: FakeDnsOptions) {
     this.#allows = opts.allows;
     this.#pool = parsePool(opts.pool ?? DEFAULT_SYNTHETIC_POOL);
+    const max = opts.maxNames ?? DEFAULT_MAX_NAMES;
+    if (!Number.isSafeInteger(max) || max < 1) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `DNS maxNames must be a positive integer, not ${String(max)}`,
+        {
+          field: 'maxNames',
+        },
+      );
+    }
+    this.#maxNames = max;
+    this.#onTableFull = opts.onTableFull;
+  }
+
+  /** How many names have an address (at most maxNames). */
+  get size(): number {
+    return this.#addressByName.size;
   }
 
   /** The name `address` was handed out for, or undefined (not synthetic, or never handed out). */
@@ -178,16 +209,25 @@ export class FakeDns {
     if (!allowed) return respond(RCODE.NXDOMAIN);
     if (qtype !== TYPE_A) return respond(RCODE.NOERROR); // AAAA, HTTPS, MX…: no data; clients use A
     const address = this.#addressFor(c.name);
+    if (address === 'full') {
+      try {
+        this.#onTableFull?.(c.name);
+      } catch {
+        /* a reporter's bug never breaks the responder */
+      }
+      return respond(RCODE.REFUSED);
+    }
     if (address === undefined) return respond(RCODE.SERVFAIL); // pool exhausted
     return respond(RCODE.NOERROR, [
       { type: 'A', name: question.name, class: 'IN', ttl: SYNTHETIC_TTL_SECONDS, data: address },
     ]);
   }
 
-  #addressFor(name: string): string | undefined {
+  #addressFor(name: string): string | 'full' | undefined {
     const known = this.#addressByName.get(name);
     if (known !== undefined) return known;
     const index = this.#addressByName.size;
+    if (index >= this.#maxNames) return 'full';
     if (index >= this.#pool.size) return undefined;
     const address = toDotted(this.#pool.first + index);
     this.#addressByName.set(name, address);

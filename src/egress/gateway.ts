@@ -27,7 +27,10 @@ import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';
 import { flushed, RELAY_FDS, FdRelay, type RelayedTunnel } from './relay.privileged.js';
 import { forwardPlain } from './plain-http.js';
-import { parseClientHello } from './sni.js';
+import { parseResponseHead } from './http-head.js';
+import type { ClientHelloResult } from './sni.js';
+import { parseAuthority as parseHostHeader, pinRequest, sameHost } from './pin.js';
+import { sniffTunnel } from './sniff.js';
 import {
   NOT_ALLOWED,
   HOST_UNREACHABLE,
@@ -57,6 +60,8 @@ export const TRANSPARENT_PORT = 15001;
 export const DNS_PORT = 53;
 /** Synthetic addresses handed out by the sandbox's DNS (never dialled: mapped back to their name). */
 export const SYNTHETIC_POOL = '198.18.0.0/15';
+/** Distinct names one sandbox's DNS hands synthetic addresses to (bounds its table's memory). */
+export const MAX_DNS_NAMES_PER_SANDBOX = 4096;
 
 /** Slowloris: a request head (or a SOCKS5 handshake) must arrive within this. */
 const HEADERS_TIMEOUT_MS = 10_000;
@@ -150,9 +155,12 @@ export class SandboxEgress {
   private proxyHttpServer: HttpServer | undefined;
   /** Requests inside intercepted TLS (hosts with a bound secret). */
   private mitmServerLazy: HttpServer | undefined;
-  /** Intercepted plain HTTP: one server for the sandbox, the decided target per connection. */
+  /**
+   * Plain HTTP on a decided connection (transparent, or inside a CONNECT / SOCKS5 tunnel): one server
+   * for the sandbox, the decided target per connection; every request is pinned to it (pin.ts).
+   */
   private transparentHttpLazy: HttpServer | undefined;
-  private readonly transparentHttpTargets = new WeakMap<Socket, { host: string; port: number }>();
+  private readonly transparentHttpTargets = new WeakMap<Socket, PinnedConnection>();
   /** Client-side TLS sockets of intercepted connections → where their requests may go. */
   private readonly intercepted = new WeakMap<
     Socket,
@@ -169,9 +177,18 @@ export class SandboxEgress {
       this.listenFds.push(fd);
       return fd;
     };
+    let dnsFullReported = false;
     this.dns = new FakeDns({
       allows: (name) => transparent && hostAllowedOnSomePort(o.policy, name),
       pool: SYNTHETIC_POOL,
+      maxNames: MAX_DNS_NAMES_PER_SANDBOX,
+      // Reported once per sandbox (every later new name gets the same REFUSED answer).
+      onTableFull: (name) => {
+        if (dnsFullReported) return;
+        dnsFullReported = true;
+        const reason = `Airlock egress: this sandbox's DNS has given addresses to ${MAX_DNS_NAMES_PER_SANDBOX} names, its limit; new names (${name} first) are refused, names it already knows keep working. Use fewer distinct names, or the proxy (HTTP_PROXY), which needs no DNS`;
+        this.denied('dns', name, DNS_PORT, reason, 'dns_table_full', Date.now());
+      },
     });
     // Proxy: one port, SOCKS5 sniffed by its first byte, everything else is HTTP.
     // noDelay: the http servers never accept, so the option they set on accepted sockets (no
@@ -267,8 +284,10 @@ export class SandboxEgress {
     this.transparentHttpLazy ??= this.httpServer((req, res) => {
       const t = this.transparentHttpTargets.get(req.socket);
       if (!t) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
-      this.guard(this.forward('transparent-http', req, res, t.host, t.port, req.url ?? '/'), res);
-    });
+      this.guard(this.forwardPinned(t, req, res, false), res);
+    }).on('upgrade', (req: IncomingMessage, sock: Socket, head: Buffer) =>
+      this.guard(this.onPinnedUpgrade(req, sock, head), sock),
+    );
     return this.transparentHttpLazy;
   }
 
@@ -589,11 +608,7 @@ export class SandboxEgress {
         return void sock.end(socks5Reply(code));
       }
       sock.write(socks5Reply(SUCCEEDED, { address: '0.0.0.0', port: 0 }));
-      if (this.o.secrets?.boundHosts().has(res.host)) {
-        this.intercept('socks5', sock, res, r.port, buf.subarray(r.consumed));
-        return;
-      }
-      this.relayTunnel('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
+      await this.tunnel('socks5', sock, res, r.port, started, buf.subarray(r.consumed));
     } catch {
       sock.destroy();
     } finally {
@@ -617,11 +632,7 @@ export class SandboxEgress {
       return;
     }
     sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    if (this.o.secrets?.boundHosts().has(res.host)) {
-      this.intercept('connect', sock, res, target.port, head);
-      return;
-    }
-    this.relayTunnel('connect', sock, res, target.port, started, head);
+    await this.tunnel('connect', sock, res, target.port, started, head);
   }
 
   // ---- proxy: HTTP absolute-form ----------------------------------------------------------------
@@ -640,14 +651,20 @@ export class SandboxEgress {
       return void sendText(res, 400, `Airlock egress proxy: ${url.protocol} URLs go through CONNECT`);
     }
     const port = url.port ? Number(url.port) : 80;
-    await this.forward(
-      'http',
-      req,
-      res,
-      url.hostname.replace(/^\[|\]$/g, ''),
-      port,
-      `${url.pathname}${url.search}`,
-    );
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    if (canonicalHost(host).kind !== 'invalid') {
+      // The raw target must name the URL's host as Node's URL parser read it, without userinfo
+      // (pin.ts). Host headers are ignored and replaced by forward(), as RFC 9112 §3.2.2 asks of a proxy.
+      const pin = pinRequest(
+        { url: req.url ?? '', rawHeaders: [] },
+        { host: canonicalName(host), port, scheme: 'http' },
+      );
+      if (!pin.ok) {
+        this.denied('http', canonicalName(host), port, pin.reason, 'mismatch', Date.now());
+        return void sendText(res, 403, pin.reason);
+      }
+    }
+    await this.forward('http', req, res, host, port, `${url.pathname}${url.search}`);
   }
 
   /** Forward one HTTP request to host:port over a vetted connection (plain, or TLS when `tls`). */
@@ -988,7 +1005,7 @@ export class SandboxEgress {
   private async onMitmRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const meta = this.intercepted.get(req.socket);
     if (!meta) return void sendText(res, 500, 'Airlock egress: lost the intercepted connection');
-    await this.forward(meta.protocol, req, res, meta.host, meta.port, req.url ?? '/', true);
+    await this.forwardPinned(meta, req, res, true);
   }
 
   /** TLS to the real host, its certificate verified against the system store (or upstreamCa). */
@@ -1017,6 +1034,146 @@ export class SandboxEgress {
     });
   }
 
+  // ---- decided connections: what they carry, and every request pinned (pin.ts, sniff.ts) ---------
+
+  /**
+   * A vetted tunnel (CONNECT, SOCKS5, or a transparent connection decided by its address): what the
+   * client sends first decides its path. Plain HTTP goes to the HTTP path with every request pinned to
+   * r.host:port (never a raw relay); TLS must ask for r.host by SNI; anything else is relayed.
+   */
+  private async tunnel(
+    protocol: EgressProtocol,
+    client: Socket,
+    r: Extract<VetResult, { ok: true }>,
+    port: number,
+    started: number,
+    early?: Buffer,
+  ): Promise<void> {
+    const s = await sniffTunnel(client, r.socket, early ?? Buffer.alloc(0), HEADERS_TIMEOUT_MS);
+    if (s.from === 'none') {
+      r.socket.destroy();
+      client.destroy();
+      return this.emitAllowed(protocol, r.host, port, r.address, { bytesUp: 0, bytesDown: 0 }, started);
+    }
+    if (s.from === 'client' && s.kind === 'http') {
+      r.socket.destroy(); // each request dials its own vetted connection
+      const http = protocol === 'transparent-tcp' ? 'transparent-http' : protocol;
+      return this.httpOver(client, s.bytes, { host: r.host, port, protocol: http });
+    }
+    if (s.from === 'client' && s.kind === 'tls') {
+      const why = sniProblem(s.hello, r.host);
+      if (why) {
+        r.socket.destroy();
+        client.destroy();
+        return this.denied(protocol, r.host, port, why, 'mismatch', started, { address: r.address });
+      }
+    }
+    const early2 = s.from === 'client' ? s.bytes : undefined;
+    if (this.o.secrets?.boundHosts().has(r.host)) return this.intercept(protocol, client, r, port, early2);
+    this.relayTunnel(protocol, client, r, port, started, early2);
+  }
+
+  /** Hand a connection carrying plain HTTP (its first `bytes` already read) to the pinned HTTP path. */
+  private httpOver(sock: Socket, bytes: Buffer, t: PinnedConnection): void {
+    sock.unshift(bytes);
+    this.transparentHttpTargets.set(sock, t);
+    this.transparentHttp.emit('connection', sock);
+    sock.resume();
+  }
+
+  /**
+   * One request on a decided connection: its target and Host must name the connection's host:port
+   * (absolute-form is rewritten to origin-form), or it is refused before anything is dialled.
+   */
+  private async forwardPinned(
+    t: PinnedConnection,
+    req: IncomingMessage,
+    res: ServerResponse,
+    tls: boolean,
+  ): Promise<void> {
+    // Transparent HTTP to a literal address: the first request's Host names the host (else the address).
+    t.host ??= firstHost(req) ?? t.fallback!;
+    const pin = pinRequest(
+      { url: req.url ?? '/', rawHeaders: req.rawHeaders },
+      { host: t.host, port: t.port, scheme: tls ? 'https' : 'http' },
+    );
+    if (!pin.ok) {
+      this.denied(t.protocol, t.host, t.port, pin.reason, 'mismatch', Date.now());
+      return void sendText(res, 403, pin.reason);
+    }
+    await this.forward(t.protocol, req, res, t.host, t.port, pin.path, tls);
+  }
+
+  /**
+   * An Upgrade request (ws://) on a decided plain-HTTP connection: pinned like any request, then sent
+   * on its own vetted connection; only a 101 answer turns the connection into a relayed tunnel (any
+   * other answer is passed on and both connections close, so no later request goes unvetted). A
+   * sandbox with secrets or canaries is refused: nothing would inspect the upgraded stream's head.
+   */
+  private async onPinnedUpgrade(req: IncomingMessage, sock: Socket, head: Buffer): Promise<void> {
+    const started = Date.now();
+    const t = this.transparentHttpTargets.get(sock);
+    if (!t) return void sock.destroy();
+    const host = (t.host ??= firstHost(req) ?? t.fallback!);
+    const pin = pinRequest(
+      { url: req.url ?? '/', rawHeaders: req.rawHeaders },
+      { host: host, port: t.port, scheme: 'http' },
+    );
+    if (!pin.ok) {
+      this.denied(t.protocol, host, t.port, pin.reason, 'mismatch', started);
+      return void sock.end(forbidden(pin.reason));
+    }
+    if (this.o.secrets) {
+      const reason =
+        'Airlock egress: protocol upgrades (ws://) over plain HTTP are not relayed for a sandbox with secrets; use TLS (wss://)';
+      this.denied(t.protocol, host, t.port, reason, 'upgrade', started);
+      return void sock.end(forbidden(reason));
+    }
+    const vetted = await this.vet(host, t.port);
+    if (!vetted.ok) {
+      this.denyEvent(t.protocol, vetted, t.port, started);
+      return void sock.end(forbidden(vetted.verdict.reason));
+    }
+    const up = vetted.socket;
+    this.hold(up);
+    const c = canonicalHost(host);
+    const hostHeader = `${c.kind === 'ip' && c.family === 6 ? `[${host}]` : host}${t.port === 80 ? '' : `:${t.port}`}`;
+    const lines = [`${req.method ?? 'GET'} ${pin.path} HTTP/1.1`, `Host: ${hostHeader}`];
+    for (const [k, v] of rawHeaderPairs(req))
+      if (!/^(host|proxy-connection|proxy-authorization)$/i.test(k)) lines.push(`${k}: ${v}`);
+    up.write(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+    if (head.length) up.write(head);
+    // The answer's head decides: 101 → a tunnel; anything else → passed on, then both close.
+    let buf = Buffer.alloc(0);
+    let decided = false;
+    const onData = (d: Buffer): void => {
+      buf = Buffer.concat([buf, d]);
+      const h = parseResponseHead(buf, req.method ?? 'GET');
+      if (h.kind === 'incomplete') return;
+      decided = true;
+      up.off('data', onData);
+      up.pause();
+      if (h.kind === 'response' && h.status === 101) {
+        sock.write(buf);
+        return this.relayTunnel(t.protocol, sock, vetted, t.port, started);
+      }
+      sock.write(buf);
+      up.pipe(sock);
+      up.once('close', () => sock.destroy());
+      sock.once('close', () => up.destroy());
+      this.emitAllowed(
+        t.protocol,
+        host,
+        t.port,
+        vetted.address,
+        { bytesUp: 0, bytesDown: buf.length },
+        started,
+      );
+    };
+    up.on('data', onData);
+    up.once('close', () => decided || sock.destroy());
+  }
+
   // ---- transparent interception ----------------------------------------------------------------
 
   private async onTransparent(sock: Socket): Promise<void> {
@@ -1026,53 +1183,90 @@ export class SandboxEgress {
     if (!dst) return void sock.destroy();
     const synthetic = this.dns.nameFor(dst.address);
     const first = await firstBytes(sock, FIRST_BYTES_TIMEOUT_MS);
-    let named: string | undefined;
-    let protocol: EgressProtocol = 'transparent-tcp';
-    if (first.length && first[0] === 0x16) {
-      protocol = 'transparent-tls';
-      const hello = parseClientHello(first);
-      if (hello.kind === 'tls') named = hello.serverName;
-    } else if (first.length) {
-      const host = /^[A-Z]+ [^\r\n]* HTTP\/1\.[01]\r?\n(?:[^\r\n]*\r?\n)*?host:[ \t]*([^\r\n]+)/im.exec(
-        first.toString('latin1'),
-      );
-      if (host) {
-        protocol = 'transparent-http';
-        named = host[1]!
-          .trim()
-          .replace(/:\d+$/, '')
-          .replace(/^\[|\]$/g, '');
+    if (first.length === 0) {
+      // The client waits for the server (or is slow): decided by the address's name; what the client
+      // sends later is still looked at (tunnel()), so waiting cannot buy a raw relay for HTTP.
+      const res = await this.vet(synthetic ?? dst.address, dst.port);
+      if (!res.ok) {
+        this.denyEvent('transparent-tcp', res, dst.port, started);
+        return void sock.destroy();
       }
+      return this.tunnel('transparent-tcp', sock, res, dst.port, started);
     }
+    const s = await sniffTunnel(sock, undefined, first, HEADERS_TIMEOUT_MS);
+    if (s.from !== 'client') return void sock.destroy();
+    if (s.kind === 'http') {
+      // Every request on the connection is vetted, pinned to the decided host and checked for
+      // sentinels (forwardPinned): the DNS name of its address, else the first request's Host.
+      return this.httpOver(
+        sock,
+        s.bytes,
+        synthetic
+          ? { host: synthetic, port: dst.port, protocol: 'transparent-http' }
+          : { fallback: dst.address, port: dst.port, protocol: 'transparent-http' },
+      );
+    }
+    const protocol: EgressProtocol = s.kind === 'tls' ? 'transparent-tls' : 'transparent-tcp';
+    const named = s.kind === 'tls' && s.hello.kind === 'tls' ? s.hello.serverName : undefined;
     // The name a connection means: the DNS name its synthetic address was handed out for, else what
-    // the client says (SNI / Host), else the literal address. A mismatch is refused (no fronting).
+    // the client says (SNI), else the literal address. A mismatch is refused (no fronting).
     const host = synthetic ?? named ?? dst.address;
     if (synthetic && named && canonicalName(named) !== canonicalName(synthetic)) {
       const reason = `blocked by Airlock egress policy: connection to ${synthetic} names ${named}; the name must match the address it was resolved for`;
       this.denied(protocol, synthetic, dst.port, reason, 'mismatch', started);
       return void denyTransparent(sock, protocol, reason);
     }
-    if (protocol === 'transparent-http') {
-      // Plain HTTP goes through the forwarding path: every request on the connection is vetted,
-      // its Host pinned to the decided host and checked for sentinels. A raw relay would forward
-      // later (pipelined / keep-alive) requests whose Host header was never looked at.
-      sock.unshift(first);
-      this.transparentHttpTargets.set(sock, { host, port: dst.port });
-      this.transparentHttp.emit('connection', sock);
-      sock.resume(); // firstBytes() paused it
-      return;
-    }
     const res = await this.vet(host, dst.port);
     if (!res.ok) {
       this.denyEvent(protocol, res, dst.port, started);
       return void denyTransparent(sock, protocol, res.verdict.reason);
     }
-    if (protocol === 'transparent-tls' && this.o.secrets?.boundHosts().has(res.host)) {
-      this.intercept('transparent-tls', sock, res, dst.port, first);
-      return;
+    if (s.kind === 'tls') {
+      const why = sniProblem(s.hello, res.host);
+      if (why) {
+        res.socket.destroy();
+        this.denied(protocol, res.host, dst.port, why, 'mismatch', started, { address: res.address });
+        return void sock.destroy();
+      }
+      if (this.o.secrets?.boundHosts().has(res.host))
+        return this.intercept('transparent-tls', sock, res, dst.port, s.bytes);
     }
-    this.relayTunnel(protocol, sock, res, dst.port, started, first);
+    this.relayTunnel(protocol, sock, res, dst.port, started, s.bytes);
   }
+}
+
+/** A connection decided for one host:port: every HTTP request on it must name that host (pin.ts). */
+interface PinnedConnection {
+  /** Canonical; undefined until the first request names it (transparent HTTP to a literal address). */
+  host?: string;
+  /** The host when that first request names none (HTTP/1.0 without Host): the address dialled. */
+  readonly fallback?: string;
+  readonly port: number;
+  readonly protocol: EgressProtocol;
+}
+
+/**
+ * Why a TLS tunnel decided for `host` must not go on, or undefined: its ClientHello must be readable
+ * and name `host` (or no name at all), so a shared TLS front end cannot route it to another virtual host.
+ */
+function sniProblem(hello: ClientHelloResult, host: string): string | undefined {
+  const base = 'blocked by Airlock egress policy: ';
+  if (hello.kind !== 'tls')
+    return `${base}the TLS ClientHello to ${host} could not be read (${hello.kind === 'invalid' ? hello.reason : hello.kind})`;
+  if (hello.ech)
+    return `${base}the client offered Encrypted Client Hello to ${host}, which hides the name it asks for; turn ECH off`;
+  if (hello.serverName !== undefined && !sameHost(hello.serverName, host))
+    return `${base}the tunnel to ${host} asks for ${hello.serverName} by TLS SNI; the name must match the tunnel's host`;
+  return undefined;
+}
+
+/** The host of a request's Host header (canonical), when there is exactly one and it is host[:port]. */
+function firstHost(req: IncomingMessage): string | undefined {
+  const values: string[] = [];
+  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+    if (req.rawHeaders[i]!.toLowerCase() === 'host') values.push(req.rawHeaders[i + 1]!);
+  const a = values.length === 1 ? parseHostHeader(values[0]!.trim()) : undefined;
+  return a ? canonicalName(a.host) : undefined;
 }
 
 // ---- helpers ------------------------------------------------------------------------------------

@@ -167,6 +167,46 @@ describe('FakeDns: pool', () => {
     expect(() => new FakeDns({ allows, pool: '10.99.0.0/16' })).not.toThrow();
   });
 
+  it('caps its table per responder: new names get REFUSED (reported), known names keep their address', () => {
+    const full: string[] = [];
+    const mk = (): FakeDns =>
+      new FakeDns({ allows: (n) => n.endsWith('.wild.test'), maxNames: 3, onTableFull: (n) => full.push(n) });
+    const a = mk();
+    const first = ['n1', 'n2', 'n3'].map((n) => addressOf(ask(a, query(`${n}.wild.test`))));
+    expect(new Set(first).size).toBe(3);
+    // Every new name after the cap, in any spelling, type or case: REFUSED, and the table does not grow.
+    for (const n of ['n4.wild.test', 'N5.WILD.TEST.', 'n6.wild.test']) {
+      expect(ask(a, query(n))).toMatchObject({ rcode: 'REFUSED', answers: [] });
+    }
+    expect(ask(a, query('n7.wild.test', 'AAAA')).rcode).toBe('NOERROR'); // no address needed for AAAA
+    expect(a.size).toBe(3);
+    expect(full).toEqual(['n4.wild.test', 'n5.wild.test', 'n6.wild.test']);
+    // Names it knows keep their address (established connections and caches stay valid).
+    expect(addressOf(ask(a, query('N2.wild.test')))).toBe(first[1]);
+    expect(a.nameFor(first[2]!)).toBe('n3.wild.test');
+    // Another responder (another sandbox) has its own table.
+    const b = mk();
+    expect(addressOf(ask(b, query('n4.wild.test')))).toMatch(/^198\.1[89]\./);
+    // A reporter that throws does not break the answer.
+    const c = new FakeDns({
+      allows: () => true,
+      maxNames: 1,
+      onTableFull: () => {
+        throw new Error('bug');
+      },
+    });
+    ask(c, query('one.test'));
+    expect(ask(c, query('two.test')).rcode).toBe('REFUSED');
+  });
+
+  it('rejects a maxNames that is not a positive integer, with a typed error', () => {
+    for (const maxNames of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => new FakeDns({ allows: () => true, maxNames }), String(maxNames)).toThrow(
+        expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/maxNames/) }),
+      );
+    }
+  });
+
   it('isSyntheticAddress and nameFor accept other spellings and reject garbage', () => {
     expect(DEFAULT_SYNTHETIC_POOL).toBe('198.18.0.0/15');
     expect(isSyntheticAddress('198.19.255.1')).toBe(true);
