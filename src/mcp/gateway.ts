@@ -221,9 +221,11 @@ export class GatewayCore {
 
   private unrouted(server: string, key: string, up: Upstream, method: string): string {
     const n = up.callerSessions().length;
-    const reason = `${method} from server instance (${key}) not delivered: ${
-      n === 0 ? 'no client request is in flight on it' : `requests of ${n} sessions are in flight on it`
-    }, so Airlock cannot tell which session it belongs to`;
+    const why =
+      method === 'notifications/resources/updated'
+        ? 'no session that shares the instance subscribed to that resource'
+        : `${n === 0 ? 'no client request is in flight on it' : `requests of ${n} sessions are in flight on it`}, so Airlock cannot tell which session it belongs to`;
+    const reason = `${method} from server instance (${key}) not delivered: ${why}`;
     this.audit(
       mcpEvent({
         sandboxId: up.sandbox.id,

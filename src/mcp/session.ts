@@ -345,6 +345,7 @@ export class McpSession {
       let server: string | undefined;
       let params: Record<string, unknown> = req.params;
       if (ref.type === 'ref/prompt' && ref.name !== undefined) {
+        if (!this.prompts.has(ref.name)) await this.listPrompts();
         const t = this.prompts.get(ref.name);
         server = t?.server ?? this.single()?.setup.name;
         if (t) params = { ...req.params, ref: { ...ref, name: t.prompt } };
@@ -747,11 +748,6 @@ export class McpSession {
       }),
     );
     return g.value;
-  }
-
-  /** True while a request of this session runs on `server`. */
-  hasInflight(server: string): boolean {
-    return this.inflight.some((i) => i.server === server);
   }
 
   /** Whether this session subscribed to `uri` of `server` (resources/updated goes only to subscribers). */
