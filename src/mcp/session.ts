@@ -323,19 +323,29 @@ export class McpSession {
   /** Resources that passed the gate (a listing refreshes the gate first). */
   private async listResources(): Promise<unknown[]> {
     await this.refreshTools();
-    const resources: unknown[] = [];
+    const resources: Array<{ uri: string }> = [];
     const map = new Map<string, string>();
     const hidden = new Map<string, string>();
     for (const ps of this.perServer.values()) {
       for (const r of ps.last?.resources ?? []) {
+        const prior = map.get(r.uri);
+        if (prior !== undefined) {
+          // Never route by listing order: a URI two servers both list is nobody's until renamed.
+          hidden.set(
+            r.uri,
+            `resource ${r.uri} is offered by several servers (${prior}, ${ps.entry.setup.name}); ask the operator to keep one`,
+          );
+          continue;
+        }
         map.set(r.uri, ps.entry.setup.name);
         resources.push(r);
       }
       for (const [uri, why] of ps.last?.hiddenResources ?? []) hidden.set(uri, why);
     }
+    for (const uri of hidden.keys()) map.delete(uri);
     this.resources = map;
     this.hiddenResources = hidden;
-    return resources;
+    return resources.filter((r) => !hidden.has(r.uri));
   }
 
   private installCompletions(): void {

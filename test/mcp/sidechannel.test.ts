@@ -301,6 +301,27 @@ if (!canRunNamespaces) {
     }, 120_000);
   });
 
+  describe('mcp routing: a resource URI two servers both list', () => {
+    it('is routed to neither (never by listing order); a read is refused with the reason', async () => {
+      const airlock = testAirlock();
+      const gw = await startGateway(airlock, {
+        one: side({ boundary: 'per-server' }),
+        two: side({ boundary: 'per-server' }),
+      });
+      try {
+        const c = await gw.client('alice');
+        const uris = (await c.listResources()).resources.map((x) => x.uri);
+        expect(uris).not.toContain('leak://text');
+        const e = await rpcError(c.readResource({ uri: 'leak://text' }));
+        expect(e.data).toEqual({ airlock: { code: 'quarantined' } });
+        expect(e.message).toMatch(/offered by several servers \(one, two\)/);
+      } finally {
+        await gw.close();
+        await airlock.killAll();
+      }
+    }, 120_000);
+  });
+
   describe('mcp routing: a message goes only to the session whose request caused it', () => {
     let airlock: Airlock;
     const gws: Record<string, TestGateway> = {};
