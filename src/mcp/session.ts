@@ -60,6 +60,8 @@ interface PerServer {
   readonly gate: DefinitionGate;
   readonly budget: SessionBudget;
   last?: GateResult;
+  /** The sandbox the latest listing came from (whose secrets a listing is redacted for). */
+  listedBy?: string;
 }
 
 export class McpSession {
@@ -185,6 +187,7 @@ export class McpSession {
           const defs = await lease.upstream.listDefinitions({ timeout: this.core.callTimeoutMs });
           const result = ps.gate.check(defs);
           ps.last = result;
+          ps.listedBy = lease.upstream.sandbox.id;
           for (const f of result.findings) {
             this.core.audit(
               mcpEvent({
@@ -268,7 +271,9 @@ export class McpSession {
     // The SDK refuses handlers for capabilities the server did not declare (single mode mirrors the
     // upstream's): install only what is declared; the rest is "method not found".
     const caps = this.core.capabilities();
-    s.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: await this.refreshTools() }));
+    s.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: (await this.refreshTools()).map((t) => this.redactListing(this.exposed.get(t.name)?.server, t)),
+    }));
     s.setRequestHandler(CallToolRequestSchema, (req, extra) =>
       this.callTool(req.params.name, req.params.arguments, extra),
     );
@@ -298,7 +303,9 @@ export class McpSession {
     s.setRequestHandler(ListResourceTemplatesRequestSchema, async () => {
       await this.refreshTools();
       const resourceTemplates: unknown[] = [];
-      for (const ps of this.perServer.values()) resourceTemplates.push(...(ps.last?.resourceTemplates ?? []));
+      for (const ps of this.perServer.values())
+        for (const t of ps.last?.resourceTemplates ?? [])
+          resourceTemplates.push(this.redactListing(ps.entry.setup.name, t));
       return { resourceTemplates } as Result;
     });
     s.setRequestHandler(ReadResourceRequestSchema, async (req, extra) => {
@@ -338,7 +345,7 @@ export class McpSession {
           continue;
         }
         map.set(r.uri, ps.entry.setup.name);
-        resources.push(r);
+        resources.push({ ...this.redactListing(ps.entry.setup.name, r), uri: r.uri });
       }
       for (const [uri, why] of ps.last?.hiddenResources ?? []) hidden.set(uri, why);
     }
@@ -379,6 +386,46 @@ export class McpSession {
     });
   }
 
+  /**
+   * A listed definition as the client sees it: every string and key redacted (known values of the
+   * server's sandbox, credential shapes), after the gate scanned and pinned the server's own text.
+   */
+  private redactListing<T>(server: string | undefined, item: T): T {
+    const ps = server === undefined ? undefined : this.perServer.get(server);
+    if (!ps) return item;
+    const opts = {
+      ...this.core.guardOptions(ps.listedBy ?? '', ps.entry.setup, 'list'),
+      flagInstructions: false,
+    };
+    let redactions = 0;
+    const walk = (v: unknown, depth: number): unknown => {
+      const red = (t: string): string => {
+        const r = redactText(t, opts);
+        redactions += r.redactions.reduce((n, x) => n + x.count, 0);
+        return r.text;
+      };
+      if (typeof v === 'string') return red(v);
+      if (v === null || typeof v !== 'object' || depth > 64) return v;
+      if (Array.isArray(v)) return v.map((x) => walk(x, depth + 1));
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [red(k), walk(x, depth + 1)]));
+    };
+    const out = walk(item, 0) as T;
+    if (redactions > 0)
+      this.core.audit(
+        mcpEvent({
+          sandboxId: ps.listedBy ?? '',
+          server: ps.entry.setup.name,
+          method: 'list',
+          session: this.sessionId,
+          tenant: this.tenant,
+          decision: 'allow',
+          reason: 'listing passed with redactions',
+          redactions,
+        }),
+      );
+    return out;
+  }
+
   private single(): ServerEntry | undefined {
     return this.perServer.size === 1 ? [...this.perServer.values()][0]!.entry : undefined;
   }
@@ -392,7 +439,7 @@ export class McpSession {
       for (const p of ps.last?.prompts ?? []) {
         const name = this.exposedName(ps.entry, p.name);
         map.set(name, { server: ps.entry.setup.name, prompt: p.name });
-        prompts.push({ ...p, name });
+        prompts.push({ ...this.redactListing(ps.entry.setup.name, p), name });
       }
     }
     this.prompts = map;

@@ -265,6 +265,17 @@ if (!canRunNamespaces) {
       expect(templates).toContain('state://set/{value}');
       expect(templates).not.toContain('leak://evil/{x}');
       expect(templates).not.toContain('leak://item/{id}');
+      // What is shown is redacted: the server's descriptions carry the real value.
+      const listings = [
+        await r.c.listTools(),
+        await r.c.listPrompts(),
+        await r.c.listResources(),
+        await r.c.listResourceTemplates(),
+      ];
+      expect(leaked(listings, needles)).toEqual([]);
+      expect(
+        JSON.stringify(listings).match(/\[REDACTED:secret:GITHUB_TOKEN\]/g)?.length,
+      ).toBeGreaterThanOrEqual(4);
       const e = await rpcError(r.c.readResource({ uri: 'leak://poison' }));
       expect(e.data).toEqual({ airlock: { code: 'quarantined' } });
       const findings = gw.events.flatMap((x) =>
