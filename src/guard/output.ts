@@ -129,7 +129,7 @@ export interface ProvenanceMeta {
 // Redaction of one string
 
 const escapeRegExp = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&');
-const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
+export const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
 
 /** The value with every character also allowed percent-encoded (up to three times, any hex case). */
 function spelledPattern(value: string): string {
@@ -265,9 +265,11 @@ class Tally {
   }
 }
 
-class Redactor {
+export class Redactor {
   readonly known: Known[];
   readonly #credentials: boolean;
+  /** Whether credential shapes are redacted. */
+  readonly credentials: boolean;
   readonly #markers: ReadonlySet<string>;
   readonly tally = new Tally();
 
@@ -299,7 +301,13 @@ class Redactor {
     // Longest first, so a value containing another is redacted whole.
     this.known = known.sort((a, b) => b.lower.length - a.lower.length);
     this.#credentials = opts.redactCredentialPatterns !== false;
+    this.credentials = this.#credentials;
     this.#markers = new Set(known.map((k) => k.marker));
+  }
+
+  /** Whether `s` is exactly one of this redactor's markers (it holds nothing more). */
+  isMarker(s: string): boolean {
+    return this.#markers.has(s);
   }
 
   /** The known values whose needle is in `s` (raw, hex, base64, percent-encoded). */
@@ -309,8 +317,21 @@ class Redactor {
     return this.known.filter((k) => k.needle.foundIn(hay));
   }
 
-  /** `s` with every known value and credential replaced; counts and findings recorded at `location`. */
+  /**
+   * `s` with every known value and credential replaced; counts and findings recorded at `location`.
+   * Also after normalising: a value broken up by invisible characters (soft hyphen, zero-width, tag
+   * characters, variation selectors) or spelled in compatibility forms (full-width letters) is found in
+   * the normalised text, which is then what passes (redacted); text with no hit keeps its own spelling.
+   */
   redact(s: string, location: string): string {
+    const plain = this.#redact(s, location);
+    const norm = normalizeForRedaction(plain);
+    if (norm === plain) return plain;
+    const again = this.#redact(norm, location);
+    return again === norm ? plain : again;
+  }
+
+  #redact(s: string, location: string): string {
     let text = s;
     const hits: Hit[] = [];
     const found = new Set(this.knownIn(s));
@@ -337,6 +358,138 @@ class Redactor {
     for (const h of hits) this.tally.record(h, text, location);
     return text;
   }
+}
+
+/**
+ * Characters that render as nothing (or as a line-break hint) and so can split a value without the
+ * reader seeing it: soft hyphen, combining grapheme joiner, Arabic letter mark, Hangul fillers, Mongolian
+ * vowel separator, zero-width and bidi controls, word joiner and invisible operators, BOM, variation
+ * selectors, tag characters.
+ */
+const INVISIBLE_RANGES: ReadonlyArray<readonly [number, number]> = [
+  [0x00ad, 0x00ad],
+  [0x034f, 0x034f],
+  [0x061c, 0x061c],
+  [0x115f, 0x1160],
+  [0x17b4, 0x17b5],
+  [0x180b, 0x180f],
+  [0x200b, 0x200f],
+  [0x202a, 0x202e],
+  [0x2060, 0x206f],
+  [0x3164, 0x3164],
+  [0xfe00, 0xfe0f],
+  [0xfeff, 0xfeff],
+  [0xffa0, 0xffa0],
+  [0xe0000, 0xe007f],
+  [0xe0100, 0xe01ef],
+];
+
+const isInvisible = (cp: number): boolean => INVISIBLE_RANGES.some(([a, b]) => cp >= a && cp <= b);
+
+/** `s` without invisible characters, in NFKC (full-width and other compatibility forms folded). */
+export function normalizeForRedaction(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  if (/^[\x00-\x7f]*$/.test(s)) return s;
+  let out = '';
+  for (const ch of s) if (!isInvisible(ch.codePointAt(0)!)) out += ch;
+  return out.normalize('NFKC');
+}
+
+/**
+ * Known values and credential shapes that only show when several guarded texts are read together (a
+ * value split over two content items), also after normalising; each is recorded at `location`.
+ * Returns the markers to show in place of all the text (empty: nothing found).
+ */
+export function splitHits(redactor: Redactor, texts: readonly string[], location: string): string[] {
+  if (texts.length < 2) return [];
+  const joined = texts.join('');
+  const norm = normalizeForRedaction(joined);
+  const known = new Set([...redactor.knownIn(joined), ...redactor.knownIn(norm)]);
+  const markers: string[] = [];
+  for (const k of known) {
+    const marker = `[REDACTED:${k.kind}:${k.name}: found split across text fields]`;
+    redactor.tally.record(
+      { kind: k.kind, label: k.name, count: 1, encoded: true, whole: true },
+      marker,
+      location,
+    );
+    markers.push(marker);
+  }
+  if (redactor.credentials) {
+    // The texts were redacted one by one already: a shape that matches now crosses a boundary.
+    const shapes = (t: string): string[] =>
+      findCredentials(t)
+        .filter((m) => !redactor.isMarker(t.slice(m.start, m.end)))
+        .map((m) => m.patternId);
+    const labels = new Set([...shapes(joined), ...(norm === joined ? [] : shapes(norm))]);
+    for (const label of labels) {
+      const marker = `[REDACTED:credential:${label}: found split across text fields]`;
+      const hit = { kind: 'credential' as const, label, count: 1, encoded: false, whole: true };
+      redactor.tally.record(hit, marker, location);
+      markers.push(marker);
+    }
+  }
+  return markers;
+}
+
+const BASE64 = /^[A-Za-z0-9+/\s]*={0,2}\s*$/;
+const BASE64URL = /^[A-Za-z0-9_\-\s]*={0,2}\s*$/;
+/** Decoded bytes that read as text: valid UTF-8 without control characters other than whitespace. */
+function asText(bytes: Buffer): string | undefined {
+  try {
+    const t = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    // eslint-disable-next-line no-control-regex
+    return /[\x00-\x08\x0e-\x1f\x7f]/.test(t) ? undefined : t;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Base64 data (a resource blob, image or audio data) from an untrusted server: decoded; text is redacted
+ * like any text and re-encoded when something was redacted; binary that holds a known value or a
+ * credential shape is withheld (bytes cannot be redacted in place without corrupting the format).
+ * Known values in the base64 spelling itself are caught as well.
+ */
+export function guardBase64(
+  redactor: Redactor,
+  data: string,
+  location: string,
+): { data: string } | { reason: string } {
+  const url = !BASE64.test(data) && BASE64URL.test(data);
+  const bytes = BASE64.test(data) || url ? Buffer.from(data, url ? 'base64url' : 'base64') : undefined;
+  const text = bytes && asText(bytes);
+  if (text !== undefined) {
+    const out = redactor.redact(text, `${location} (decoded)`);
+    return out === text
+      ? { data }
+      : { data: Buffer.from(out, 'utf8').toString(url ? 'base64url' : 'base64') };
+  }
+  const latin1 = bytes?.toString('latin1') ?? '';
+  const hits = new Set([...redactor.knownIn(data), ...(bytes ? redactor.knownIn(latin1) : [])]);
+  const shapes = redactor.credentials ? findCredentials(latin1) : [];
+  for (const k of hits) {
+    const marker = `[REDACTED:${k.kind}:${k.name}: found in binary data; the item was withheld]`;
+    redactor.tally.record(
+      { kind: k.kind, label: k.name, count: 1, encoded: true, whole: true },
+      marker,
+      location,
+    );
+  }
+  for (const label of new Set(shapes.map((m) => m.patternId))) {
+    const marker = `[REDACTED:credential:${label}: found in binary data; the item was withheld]`;
+    redactor.tally.record(
+      { kind: 'credential', label, count: 1, encoded: true, whole: true },
+      marker,
+      location,
+    );
+  }
+  if (hits.size === 0 && shapes.length === 0) return { data };
+  const what = [
+    ...[...hits].map((k) => `[REDACTED:${k.kind}:${k.name}]`),
+    ...[...new Set(shapes.map((m) => `[REDACTED:credential:${m.patternId}]`))],
+  ];
+  return { reason: `holds ${what.join(', ')}` };
 }
 
 function redactKnown(input: string, k: Known): { text: string; hit: Hit } {
@@ -380,7 +533,7 @@ function redactKnown(input: string, k: Known): { text: string; hit: Hit } {
 // Instruction-like text
 
 /** scanPhrases' hidden-instruction and secrecy findings over the whole text, window by window. */
-function instructionFindings(text: string, location: string): GuardFinding[] {
+export function instructionFindings(text: string, location: string): GuardFinding[] {
   const window = SCAN_LIMITS.maxPhraseScanChars;
   const overlap = 1000;
   const out: GuardFinding[] = [];
@@ -423,7 +576,7 @@ export function redactText(
 // ---------------------------------------------------------------------------------------------------
 // Walking a result
 
-interface Slot {
+export interface Slot {
   readonly location: string;
   /** Index of the content item it belongs to (undefined for structuredContent). */
   readonly item: number | undefined;
@@ -433,13 +586,13 @@ interface Slot {
   gone: boolean;
 }
 
-const isRecord = (v: unknown): v is Record<string, unknown> =>
+export const isRecord = (v: unknown): v is Record<string, unknown> =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
-const segment = (key: string): string =>
+export const segment = (key: string): string =>
   /^[A-Za-z_$][\w$]*$/.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
 
-function setOwn(o: Record<string, unknown>, key: string, value: unknown): void {
+export function setOwn(o: Record<string, unknown>, key: string, value: unknown): void {
   Object.defineProperty(o, key, { value, writable: true, enumerable: true, configurable: true });
 }
 
@@ -549,23 +702,13 @@ class ResultWalker {
     return out;
   }
 
-  /** undefined if the base64 `data` may pass; else the reason it may not (and findings recorded). */
-  binaryVerdict(data: unknown, location: string): string | undefined {
-    if (typeof data !== 'string') return 'not a base64 string';
-    if (data.length > this.#binaryLeft) return `binary output over the ${this.maxBinaryBytes}-byte cap`;
+  /** The base64 `data` as it may pass (text inside redacted), or the reason it may not (findings recorded). */
+  binaryVerdict(data: unknown, location: string): { data: string } | { reason: string } {
+    if (typeof data !== 'string') return { reason: 'not a base64 string' };
+    if (data.length > this.#binaryLeft)
+      return { reason: `binary output over the ${this.maxBinaryBytes}-byte cap` };
     this.#binaryLeft -= data.length;
-    const hits = this.redactor.knownIn(data);
-    for (const k of hits) {
-      const marker = `[REDACTED:${k.kind}:${k.name}: found in binary data; the item was withheld]`;
-      this.redactor.tally.record(
-        { kind: k.kind, label: k.name, count: 1, encoded: true, whole: true },
-        marker,
-        location,
-      );
-    }
-    return hits.length > 0
-      ? `holds ${hits.map((k) => `[REDACTED:${k.kind}:${k.name}]`).join(', ')}`
-      : undefined;
+    return guardBase64(this.redactor, data, location);
   }
 
   withheld(location: string, what: string, reason: string): { type: 'text'; text: string } {
@@ -587,9 +730,9 @@ class ResultWalker {
       }
       case 'image':
       case 'audio': {
-        const reason = this.binaryVerdict(item.data, `${loc}.data`);
-        if (reason !== undefined) return this.withheld(loc, `${item.type} item`, reason);
-        const o: Record<string, unknown> = { type: item.type, data: item.data };
+        const v = this.binaryVerdict(item.data, `${loc}.data`);
+        if ('reason' in v) return this.withheld(loc, `${item.type} item`, v.reason);
+        const o: Record<string, unknown> = { type: item.type, data: v.data };
         o.mimeType = redactAux(item.mimeType, `${loc}.mimeType`) ?? 'application/octet-stream';
         return Object.assign(o, this.extras(item, loc));
       }
@@ -597,12 +740,13 @@ class ResultWalker {
         const r = item.resource;
         if (!isRecord(r) || !str(r.uri) || (!str(r.text) && !str(r.blob))) break;
         const blobVerdict = str(r.text) ? undefined : this.binaryVerdict(r.blob, `${loc}.resource.blob`);
-        if (blobVerdict !== undefined) return this.withheld(loc, 'embedded resource', blobVerdict);
+        if (blobVerdict && 'reason' in blobVerdict)
+          return this.withheld(loc, 'embedded resource', blobVerdict.reason);
         const res: Record<string, unknown> = {};
         this.slot(`${loc}.resource.uri`, i, r.uri, (s) => (res.uri = s));
         if (str(r.mimeType)) res.mimeType = redactAux(r.mimeType, `${loc}.resource.mimeType`);
         if (str(r.text)) this.slot(`${loc}.resource.text`, i, r.text, (s) => (res.text = s));
-        else res.blob = r.blob;
+        else res.blob = blobVerdict?.data;
         const meta = this.aux(r._meta, `${loc}.resource._meta`, GUARD_LIMITS.maxMetaBytes, true);
         if (meta !== undefined) res._meta = meta;
         return Object.assign({ type: 'resource', resource: res }, this.extras(item, loc));
@@ -668,7 +812,7 @@ function truncationMarker(bytes: number, ref: string | undefined): string {
 }
 
 /** Keep the first and last bytes of the slots taken as one stream; the marker goes where the cut starts. */
-function truncate(slots: Slot[], total: number, maxBytes: number, ref: string | undefined): void {
+export function truncate(slots: Slot[], total: number, maxBytes: number, ref: string | undefined): void {
   // The count in the marker is at most `total`, so a marker for `total` is never shorter than the real one.
   const budget = Math.max(0, maxBytes - utf8Bytes(truncationMarker(total, ref)));
   const head = Math.floor(budget / 2);
@@ -700,7 +844,7 @@ function truncate(slots: Slot[], total: number, maxBytes: number, ref: string | 
 // ---------------------------------------------------------------------------------------------------
 // The guard
 
-function checkBytes(v: number | undefined, fallback: number, field: string): number {
+export function checkBytes(v: number | undefined, fallback: number, field: string): number {
   if (v === undefined) return fallback;
   if (!Number.isSafeInteger(v) || v < 0) {
     throw new AirlockError('INVALID_ARGUMENT', `${field} must be a non-negative integer`, { field });
@@ -759,15 +903,14 @@ export function guardToolResult(
     s.text = redactor.redact(s.text, s.location);
     s.put(s.text);
   }
-  const split = w.slots.length < 2 ? [] : redactor.knownIn(w.slots.map((s) => s.text).join(''));
+  const split = splitHits(
+    redactor,
+    w.slots.map((s) => s.text),
+    'content',
+  );
   if (split.length > 0) {
-    const marker = split.map((k) => `[REDACTED:${k.kind}:${k.name}: found split across text fields]`);
-    split.forEach((k, i) => {
-      const hit = { kind: k.kind, label: k.name, count: 1, encoded: true, whole: true };
-      redactor.tally.record(hit, marker[i]!, 'content');
-    });
     w.slots.forEach((s, i) => {
-      s.text = i === 0 ? `${marker.join(' ')} [airlock: all text was withheld]` : '';
+      s.text = i === 0 ? `${split.join(' ')} [airlock: all text was withheld]` : '';
       s.put(s.text);
     });
   }

@@ -5,7 +5,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import type { Implementation, ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
+import { McpError, type Implementation, type ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../core/backend.js';
 import type { GuardOptions } from '../guard/output.js';
 import type { CompiledToolRules, ScanPolicy } from '../policy/mcp.js';
@@ -192,13 +192,51 @@ export class GatewayCore {
     await Promise.allSettled(this.entries().map((e) => e.pool.close()));
   }
 
-  /** The sessions an instance's messages may go to: its own session, else whoever is calling it. */
-  private sessionsFor(server: string, key: string): McpSession[] {
+  /**
+   * The sessions that share an instance (its own session, its tenant's sessions, or everyone for the
+   * per-server instance and the per-call lister; a per-call instance is nobody's between calls).
+   */
+  private sessionsFor(key: string): McpSession[] {
     const all = [...this.sessions];
     if (key.startsWith('session:')) return all.filter((s) => `session:${s.sessionId}` === key);
     if (key.startsWith('tenant:')) return all.filter((s) => `tenant:${s.tenant}` === key);
-    void server;
+    if (key === 'call') return [];
     return all;
+  }
+
+  /**
+   * The one session a message of instance `up` belongs to: the session whose request is in flight on
+   * that instance, when exactly one session has requests there (stdio says nothing more); a
+   * per-session instance's own session otherwise. Never "any session" or "the last one": an
+   * ambiguous message goes nowhere.
+   */
+  private ownerOf(key: string, up: Upstream): McpSession | undefined {
+    const own = key.startsWith('session:') || key.startsWith('tenant:');
+    const candidates = own ? this.sessionsFor(key) : [...this.sessions];
+    const callers = up.callerSessions();
+    if (callers.length === 1) return candidates.find((s) => s.sessionId === callers[0]);
+    if (callers.length === 0 && key.startsWith('session:')) return candidates[0];
+    return undefined;
+  }
+
+  private unrouted(server: string, key: string, up: Upstream, method: string): string {
+    const n = up.callerSessions().length;
+    const why =
+      method === 'notifications/resources/updated'
+        ? 'no session that shares the instance subscribed to that resource'
+        : `${n === 0 ? 'no client request is in flight on it' : `requests of ${n} sessions are in flight on it`}, so Airlock cannot tell which session it belongs to`;
+    const reason = `${method} from server instance (${key}) not delivered: ${why}`;
+    this.audit(
+      mcpEvent({
+        sandboxId: up.sandbox.id,
+        server,
+        method,
+        decision: 'deny',
+        code: 'unrouted',
+        reason,
+      }),
+    );
+    return reason;
   }
 
   private hooks(server: string, key: string): UpstreamHooks {
@@ -237,20 +275,32 @@ export class GatewayCore {
           }),
         );
       },
-      onServerRequest: async (req, signal) => {
-        const targets = this.sessionsFor(server, key);
-        const s = targets.find((t) => t.hasInflight(server)) ?? targets[targets.length - 1];
-        if (!s) throw new Error(`no client session to forward ${req.method} to`);
-        return s.fromServerRequest(server, req, signal);
+      onServerRequest: async (req, signal, up) => {
+        const s = this.ownerOf(key, up);
+        if (!s) throw new McpError(-32603, this.unrouted(server, key, up, req.method));
+        return s.fromServerRequest(server, req, signal, up);
       },
-      onNotification: (n) => {
-        const targets = this.sessionsFor(server, key);
-        if (n.method === 'notifications/message') {
-          const s = targets.find((t) => t.hasInflight(server)) ?? targets[targets.length - 1];
-          void s?.fromServerNotification(server, n);
+      onNotification: (n, up) => {
+        if (n.method.endsWith('/list_changed')) {
+          // No data, only "list again": every session that shares the instance re-lists.
+          const owner = key === 'call' ? this.ownerOf(key, up) : undefined;
+          for (const s of owner ? [owner] : this.sessionsFor(key))
+            void s.fromServerNotification(server, n, up);
           return;
         }
-        for (const s of targets) void s.fromServerNotification(server, n);
+        if (n.method === 'notifications/resources/updated') {
+          // To the sessions sharing the instance that subscribed to that resource on it.
+          const uri = (n.params as { uri?: unknown } | undefined)?.uri;
+          const subscribed = this.sessionsFor(key).filter(
+            (s) => typeof uri === 'string' && s.isSubscribed(server, uri),
+          );
+          if (subscribed.length === 0) this.unrouted(server, key, up, n.method);
+          for (const s of subscribed) void s.fromServerNotification(server, n, up);
+          return;
+        }
+        const s = this.ownerOf(key, up);
+        if (s) void s.fromServerNotification(server, n, up);
+        else this.unrouted(server, key, up, n.method);
       },
     };
   }

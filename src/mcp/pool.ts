@@ -2,8 +2,9 @@
 //   per-server   one instance for everyone (state is shared across sessions and tenants)
 //   per-tenant   one instance per authenticated tenant
 //   per-session  one instance per client session, killed when the session ends (no state leaks)
-//   per-call     every tools/call gets a fresh instance, killed right after; listings use a separate
-//                long-lived instance that never runs a call. A spare instance is started ahead (it
+//   per-call     every request but a listing (tools/call, resources/read, prompts/get, completion...)
+//                gets a fresh instance, killed right after; listings use a separate long-lived
+//                instance that never runs anything else. A spare instance is started ahead (it
 //                has already started and answered initialize: the server's "ready state"), so a
 //                call pays for the sandbox and server start only when calls come faster than spares.
 import type { ClientCapabilities } from '@modelcontextprotocol/sdk/types.js';
@@ -62,7 +63,9 @@ export class ServerPool {
 
   async acquire(ctx: AcquireContext): Promise<Lease> {
     if (this.closed) throw new Error('server pool closed');
-    if (this.boundary === 'per-call' && ctx.purpose === 'call') {
+    // Per-call: every request that is not a listing (tools/call, resources/read, prompts/get,
+    // completion, subscriptions, ...) gets a fresh instance, never the shared lister.
+    if (this.boundary === 'per-call' && ctx.purpose !== 'list') {
       const p = this.spare ?? this.start('call', ctx.clientCapabilities);
       this.spare = undefined;
       this.perCall.add(p);

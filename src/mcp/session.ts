@@ -32,23 +32,36 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { decideCall } from '../policy/mcp.js';
-import { guardToolResult, redactText } from '../guard/output.js';
+import { guardMessage } from '../guard/message.js';
+import { guardToolResult, redactText, type GuardReport } from '../guard/output.js';
 import { mcpEvent } from './audit.js';
 import { SessionBudget } from './budget.js';
 import { DefinitionGate, type GateResult } from './definitions.js';
 import type { GatewayCore, ServerEntry } from './gateway.js';
 import type { Lease } from './pool.js';
+import type { Upstream } from './upstream.js';
 
 /** JSON-RPC error codes of Airlock's own refusals (data.airlock carries the stable string code). */
 export const AIRLOCK_RPC_ERRORS = { denied: -32010, budget: -32011, serverFailed: -32012 } as const;
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
+interface InFlight {
+  readonly server: string;
+  readonly extra: Extra;
+  readonly up: Upstream;
+  /** Guarded bytes and text of the notifications this request received (counted with its result). */
+  notedBytes: number;
+  notedText: string;
+}
+
 interface PerServer {
   readonly entry: ServerEntry;
   readonly gate: DefinitionGate;
   readonly budget: SessionBudget;
   last?: GateResult;
+  /** The sandbox the latest listing came from (whose secrets a listing is redacted for). */
+  listedBy?: string;
 }
 
 export class McpSession {
@@ -62,8 +75,15 @@ export class McpSession {
   private prompts = new Map<string, { server: string; prompt: string }>();
   /** Resource URI → server (from the latest resources/list). */
   private resources = new Map<string, string>();
-  /** Requests of this session currently running on some server, newest last (routing of server→client requests). */
-  private readonly inflight: Array<{ server: string; extra: Extra }> = [];
+  /** Resource URIs hidden by the gate (scanner finding or pin change) → why. */
+  private hiddenResources = new Map<string, string>();
+  /** `server\0uri` of the resources this session subscribed to (routing of resources/updated). */
+  private readonly subscriptions = new Set<string>();
+  /**
+   * Requests of this session currently running on some server instance, newest last: where that
+   * instance's notifications and server→client requests go (the stream of the request).
+   */
+  private readonly inflight: InFlight[] = [];
   private closed = false;
   private relistTimer: NodeJS.Timeout | undefined;
 
@@ -167,6 +187,7 @@ export class McpSession {
           const defs = await lease.upstream.listDefinitions({ timeout: this.core.callTimeoutMs });
           const result = ps.gate.check(defs);
           ps.last = result;
+          ps.listedBy = lease.upstream.sandbox.id;
           for (const f of result.findings) {
             this.core.audit(
               mcpEvent({
@@ -250,7 +271,9 @@ export class McpSession {
     // The SDK refuses handlers for capabilities the server did not declare (single mode mirrors the
     // upstream's): install only what is declared; the rest is "method not found".
     const caps = this.core.capabilities();
-    s.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: await this.refreshTools() }));
+    s.setRequestHandler(ListToolsRequestSchema, async () => ({
+      tools: (await this.refreshTools()).map((t) => this.redactListing(this.exposed.get(t.name)?.server, t)),
+    }));
     s.setRequestHandler(CallToolRequestSchema, (req, extra) =>
       this.callTool(req.params.name, req.params.arguments, extra),
     );
@@ -275,52 +298,61 @@ export class McpSession {
 
   private installResources(): void {
     const s = this.server;
-    s.setRequestHandler(ListResourcesRequestSchema, async (req, extra) => {
-      const resources: unknown[] = [];
-      const map = new Map<string, string>();
-      for (const ps of this.perServer.values()) {
-        if (!(await this.hasCapability(ps, 'resources'))) continue;
-        const r = (await this.forward(ps.entry.setup.name, 'resources/list', req.params, extra)) as {
-          resources?: Array<{ uri: string }>;
-          nextCursor?: string;
-        };
-        for (const res of r.resources ?? []) {
-          map.set(res.uri, ps.entry.setup.name);
-          resources.push(res);
-        }
-        if (this.perServer.size === 1 && r.nextCursor)
-          return { resources, nextCursor: r.nextCursor } as Result;
-      }
-      this.resources = map;
-      return { resources } as Result;
-    });
-    s.setRequestHandler(ListResourceTemplatesRequestSchema, async (req, extra) => {
+    // Listings come from the gate (scanned and pinned like tools), never straight from a server.
+    s.setRequestHandler(ListResourcesRequestSchema, async () => ({ resources: await this.listResources() }));
+    s.setRequestHandler(ListResourceTemplatesRequestSchema, async () => {
+      await this.refreshTools();
       const resourceTemplates: unknown[] = [];
-      for (const ps of this.perServer.values()) {
-        if (!(await this.hasCapability(ps, 'resources'))) continue;
-        const r = (await this.forward(
-          ps.entry.setup.name,
-          'resources/templates/list',
-          req.params,
-          extra,
-        )) as { resourceTemplates?: unknown[] };
-        resourceTemplates.push(...(r.resourceTemplates ?? []));
-      }
+      for (const ps of this.perServer.values())
+        for (const t of ps.last?.resourceTemplates ?? [])
+          resourceTemplates.push(this.redactListing(ps.entry.setup.name, t));
       return { resourceTemplates } as Result;
     });
     s.setRequestHandler(ReadResourceRequestSchema, async (req, extra) => {
-      const server = this.resourceServer(req.params.uri);
+      const server = await this.resourceServer(req.params.uri);
       return this.forwardGuarded(server, 'resources/read', req.params, extra);
     });
     if (!this.core.capabilities().resources?.subscribe) return;
     s.setRequestHandler(SubscribeRequestSchema, async (req, extra) => {
-      await this.forward(this.resourceServer(req.params.uri), 'resources/subscribe', req.params, extra);
+      const server = await this.resourceServer(req.params.uri);
+      await this.forward(server, 'resources/subscribe', req.params, extra);
+      this.subscriptions.add(`${server}\0${req.params.uri}`);
       return {};
     });
     s.setRequestHandler(UnsubscribeRequestSchema, async (req, extra) => {
-      await this.forward(this.resourceServer(req.params.uri), 'resources/unsubscribe', req.params, extra);
+      const server = await this.resourceServer(req.params.uri);
+      this.subscriptions.delete(`${server}\0${req.params.uri}`);
+      await this.forward(server, 'resources/unsubscribe', req.params, extra);
       return {};
     });
+  }
+
+  /** Resources that passed the gate (a listing refreshes the gate first). */
+  private async listResources(): Promise<unknown[]> {
+    await this.refreshTools();
+    const resources: Array<{ uri: string }> = [];
+    const map = new Map<string, string>();
+    const hidden = new Map<string, string>();
+    for (const ps of this.perServer.values()) {
+      for (const r of ps.last?.resources ?? []) {
+        const prior = map.get(r.uri);
+        if (prior !== undefined) {
+          // Never route by listing order: a URI two servers both list is nobody's until renamed.
+          hidden.set(
+            r.uri,
+            `resource ${r.uri} is offered by several servers (${prior}, ${ps.entry.setup.name}); ask the operator to keep one`,
+          );
+          continue;
+        }
+        map.set(r.uri, ps.entry.setup.name);
+        resources.push({ ...this.redactListing(ps.entry.setup.name, r), uri: r.uri });
+      }
+      for (const [uri, why] of ps.last?.hiddenResources ?? []) hidden.set(uri, why);
+    }
+    for (const uri of hidden.keys()) map.delete(uri);
+    this.resources = map;
+    this.hiddenResources = hidden;
+    return resources.filter((r) => !hidden.has(r.uri));
   }
 
   private installCompletions(): void {
@@ -330,15 +362,16 @@ export class McpSession {
       let server: string | undefined;
       let params: Record<string, unknown> = req.params;
       if (ref.type === 'ref/prompt' && ref.name !== undefined) {
+        if (!this.prompts.has(ref.name)) await this.listPrompts();
         const t = this.prompts.get(ref.name);
         server = t?.server ?? this.single()?.setup.name;
         if (t) params = { ...req.params, ref: { ...ref, name: t.prompt } };
-      } else if (ref.uri !== undefined) server = this.resourceServer(ref.uri);
+      } else if (ref.uri !== undefined) server = await this.resourceServer(ref.uri);
       if (!server) return { completion: { values: [], hasMore: false } };
       const ps = this.perServer.get(server)!;
       if (!(await this.hasCapability(ps, 'completions')))
         return { completion: { values: [], hasMore: false } };
-      return this.forward(server, 'completion/complete', params, extra);
+      return this.forwardGuarded(server, 'completion/complete', params, extra);
     });
   }
 
@@ -351,6 +384,46 @@ export class McpSession {
       }
       return {};
     });
+  }
+
+  /**
+   * A listed definition as the client sees it: every string and key redacted (known values of the
+   * server's sandbox, credential shapes), after the gate scanned and pinned the server's own text.
+   */
+  private redactListing<T>(server: string | undefined, item: T): T {
+    const ps = server === undefined ? undefined : this.perServer.get(server);
+    if (!ps) return item;
+    const opts = {
+      ...this.core.guardOptions(ps.listedBy ?? '', ps.entry.setup, 'list'),
+      flagInstructions: false,
+    };
+    let redactions = 0;
+    const walk = (v: unknown, depth: number): unknown => {
+      const red = (t: string): string => {
+        const r = redactText(t, opts);
+        redactions += r.redactions.reduce((n, x) => n + x.count, 0);
+        return r.text;
+      };
+      if (typeof v === 'string') return red(v);
+      if (v === null || typeof v !== 'object' || depth > 64) return v;
+      if (Array.isArray(v)) return v.map((x) => walk(x, depth + 1));
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [red(k), walk(x, depth + 1)]));
+    };
+    const out = walk(item, 0) as T;
+    if (redactions > 0)
+      this.core.audit(
+        mcpEvent({
+          sandboxId: ps.listedBy ?? '',
+          server: ps.entry.setup.name,
+          method: 'list',
+          session: this.sessionId,
+          tenant: this.tenant,
+          decision: 'allow',
+          reason: 'listing passed with redactions',
+          redactions,
+        }),
+      );
+    return out;
   }
 
   private single(): ServerEntry | undefined {
@@ -366,7 +439,7 @@ export class McpSession {
       for (const p of ps.last?.prompts ?? []) {
         const name = this.exposedName(ps.entry, p.name);
         map.set(name, { server: ps.entry.setup.name, prompt: p.name });
-        prompts.push({ ...p, name });
+        prompts.push({ ...this.redactListing(ps.entry.setup.name, p), name });
       }
     }
     this.prompts = map;
@@ -377,7 +450,8 @@ export class McpSession {
     ps: PerServer,
     cap: 'resources' | 'prompts' | 'completions' | 'logging',
   ): Promise<boolean> {
-    const lease = await ps.entry.pool.acquire(this.ctx('other'));
+    // The lister's (per-call) or the session's own instance: capabilities are the same on every one.
+    const lease = await ps.entry.pool.acquire(this.ctx('list'));
     try {
       return lease.upstream.capabilities[cap] !== undefined;
     } finally {
@@ -385,7 +459,25 @@ export class McpSession {
     }
   }
 
-  private resourceServer(uri: string): string {
+  private async resourceServer(uri: string): Promise<string> {
+    if (!this.resources.has(uri) && !this.hiddenResources.has(uri)) await this.listResources();
+    const hidden = this.hiddenResources.get(uri);
+    if (hidden !== undefined) {
+      this.core.audit(
+        mcpEvent({
+          sandboxId: '',
+          server: '*',
+          method: 'resources/read',
+          tool: uri.slice(0, 300),
+          session: this.sessionId,
+          tenant: this.tenant,
+          decision: 'deny',
+          code: 'quarantined',
+          reason: hidden,
+        }),
+      );
+      throw this.deny('quarantined', `blocked by Airlock: ${hidden}`);
+    }
     const known = this.resources.get(uri);
     if (known) return known;
     const single = this.single();
@@ -467,32 +559,37 @@ export class McpSession {
 
     const started = performance.now();
     let lease: Lease | undefined;
-    const entry = { server: setup.name, extra };
-    this.inflight.push(entry);
+    let entry: InFlight | undefined;
     try {
       lease = await ps.entry.pool.acquire(this.ctx('call'));
       const up = lease.upstream;
+      const own = (entry = this.enter(setup.name, extra, up));
       const token = extra._meta?.progressToken;
       const bytesUp = JSON.stringify(args ?? {}).length;
       let raw: CallToolResult;
       try {
-        raw = await up.callTool(
-          target.tool,
-          args,
-          { signal: extra.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
-          token === undefined
-            ? undefined
-            : (p) =>
-                void extra
-                  .sendNotification({
-                    method: 'notifications/progress',
-                    params: { ...p, progressToken: token },
-                  })
-                  .catch(() => {}),
+        raw = await up.asCaller(this.sessionId, () =>
+          up.callTool(
+            target.tool,
+            args,
+            { signal: extra.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
+            token === undefined
+              ? undefined
+              : (p) => {
+                  // Progress passes the guard like every message (its `message` is server text).
+                  const note = this.guardNote(ps, up, own, 'notifications/progress', p);
+                  void extra
+                    .sendNotification({
+                      method: 'notifications/progress',
+                      params: { ...(note as typeof p), progressToken: token },
+                    })
+                    .catch(() => {});
+                },
+          ),
         );
       } catch (e) {
         const durationMs = performance.now() - started;
-        ps.budget.afterCall({ text: '', bytes: 0, durationMs });
+        ps.budget.afterCall({ text: own.notedText, bytes: own.notedBytes, durationMs });
         if (e instanceof McpError && e.code !== -32000 && e.code !== -32001) {
           // The server answered with a JSON-RPC error: pass its code on, with the message guarded.
           const msg = redactText(e.message, this.core.guardOptions(up.sandbox.id, setup, target.tool)).text;
@@ -527,7 +624,7 @@ export class McpSession {
       const text = textOf(guarded.result);
       const bytesDown = guarded.report.originalTextBytes;
       const durationMs = performance.now() - started;
-      ps.budget.afterCall({ text, bytes: bytesDown, durationMs });
+      ps.budget.afterCall({ text: text + own.notedText, bytes: bytesDown + own.notedBytes, durationMs });
       const redactions = guarded.report.redactions.reduce((n, r) => n + r.count, 0);
       audit({
         sandboxId: up.sandbox.id,
@@ -548,11 +645,23 @@ export class McpSession {
       });
       return guarded.result;
     } finally {
-      this.inflight.splice(this.inflight.indexOf(entry), 1);
+      if (entry) this.leave(entry);
       await lease?.release();
     }
   }
 
+  private enter(server: string, extra: Extra, up: Upstream): InFlight {
+    const e: InFlight = { server, extra, up, notedBytes: 0, notedText: '' };
+    this.inflight.push(e);
+    return e;
+  }
+
+  private leave(e: InFlight): void {
+    const i = this.inflight.indexOf(e);
+    if (i >= 0) this.inflight.splice(i, 1);
+  }
+
+  /** Forward a request whose answer carries no server text (setLevel, subscriptions). */
   private async forward(
     server: string,
     method: string,
@@ -562,73 +671,213 @@ export class McpSession {
     const ps = this.perServer.get(server);
     if (!ps) throw new McpError(-32602, `unknown server ${server}`);
     const lease = await ps.entry.pool.acquire(this.ctx('other'));
-    const entry = { server, extra };
-    this.inflight.push(entry);
+    const up = lease.upstream;
+    const entry = this.enter(server, extra, up);
     try {
-      return await lease.upstream.forward(method, params, {
-        signal: extra.signal,
-        timeout: this.core.callTimeoutMs,
-      });
+      return await up.asCaller(this.sessionId, () =>
+        up.forward(method, params, { signal: extra.signal, timeout: this.core.callTimeoutMs }),
+      );
     } finally {
-      this.inflight.splice(this.inflight.indexOf(entry), 1);
+      this.leave(entry);
       await lease.release();
     }
   }
 
-  /** Forward, then redact every string of the result (prompt texts, resource contents). */
+  /**
+   * resources/read, prompts/get, completion/complete: treated like a tools/call. The session budget
+   * admits it, it runs on the instance the boundary gives (per-call: a fresh one), and its result
+   * passes the output guard (redaction, blobs, truncation, flags, provenance) and is audited.
+   */
   private async forwardGuarded(
     server: string,
     method: string,
     params: Record<string, unknown>,
     extra: Extra,
   ): Promise<Result> {
-    const ps = this.perServer.get(server)!;
-    const lease = await ps.entry.pool.acquire(this.ctx('other'));
+    const ps = this.perServer.get(server);
+    if (!ps) throw new McpError(-32602, `unknown server ${server}`);
+    const setup = ps.entry.setup;
+    const ref = params.ref as { name?: unknown; uri?: unknown } | undefined;
+    const what = [params.uri, params.name, ref?.name, ref?.uri].find((x) => typeof x === 'string');
+    const audit = (fields: Omit<Parameters<typeof mcpEvent>[0], 'server' | 'method'>): void =>
+      this.core.audit(
+        mcpEvent({
+          session: this.sessionId,
+          tenant: this.tenant,
+          server: setup.name,
+          method,
+          ...(typeof what === 'string' ? { tool: what.slice(0, 300) } : {}),
+          ...fields,
+        }),
+      );
+    const budget = ps.budget.beforeCall();
+    if (budget.action === 'deny') {
+      audit({ sandboxId: '', decision: 'deny', code: budget.code, reason: budget.reason });
+      throw this.deny(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
+    }
+    const started = performance.now();
+    let settled = false;
+    const settle = (text: string, bytes: number): number => {
+      const durationMs = performance.now() - started;
+      if (!settled) ps.budget.afterCall({ text, bytes, durationMs });
+      settled = true;
+      return durationMs;
+    };
+    let lease: Lease | undefined;
+    let entry: InFlight | undefined;
     try {
-      const r = await this.forward(server, method, params, extra);
-      const opts = this.core.guardOptions(lease.upstream.sandbox.id, ps.entry.setup, method);
-      return redactStrings(r, (t) => redactText(t, opts).text) as Result;
+      lease = await ps.entry.pool.acquire(this.ctx('other'));
+      const up = lease.upstream;
+      const own = (entry = this.enter(server, extra, up));
+      const opts = this.core.guardOptions(up.sandbox.id, setup, method);
+      let raw: Result;
+      try {
+        raw = await up.asCaller(this.sessionId, () =>
+          up.forward(method, params, { signal: extra.signal, timeout: this.core.callTimeoutMs }),
+        );
+      } catch (e) {
+        const durationMs = settle(own.notedText, own.notedBytes);
+        const msg = redactText((e as Error).message, opts).text;
+        audit({ sandboxId: up.sandbox.id, decision: 'error', code: 'server_error', reason: msg, durationMs });
+        if (e instanceof McpError && e.code !== -32000 && e.code !== -32001) throw new McpError(e.code, msg);
+        throw this.deny(
+          'server_failed',
+          `MCP server ${setup.name} failed during ${method}: ${msg}`,
+          AIRLOCK_RPC_ERRORS.serverFailed,
+        );
+      }
+      const g = guardMessage(raw, { ...opts, provenanceMeta: true }, 'result');
+      const durationMs = settle(
+        capped(JSON.stringify(g.value) + own.notedText),
+        g.report.originalTextBytes + own.notedBytes,
+      );
+      audit({
+        sandboxId: up.sandbox.id,
+        decision: 'allow',
+        reason: g.report.findings.length
+          ? `allowed with ${g.report.findings.length} output finding(s)`
+          : 'allowed',
+        bytesDown: g.report.originalTextBytes,
+        durationMs,
+        ...reportFields(g.report),
+      });
+      return g.value as Result;
     } finally {
-      await lease.release();
+      settle('', 0);
+      if (entry) this.leave(entry);
+      await lease?.release();
     }
   }
 
-  /** True while a request of this session runs on `server`. */
-  hasInflight(server: string): boolean {
-    return this.inflight.some((i) => i.server === server);
+  /**
+   * Guard the params of a notification or server→client request of instance `up`, audit it, and count
+   * it with the request it arrived during (`entry`), as part of that request's output.
+   */
+  private guardNote(
+    ps: PerServer,
+    up: Upstream,
+    entry: InFlight | undefined,
+    method: string,
+    params: unknown,
+  ): unknown {
+    const g = guardMessage(
+      params ?? {},
+      this.core.guardOptions(up.sandbox.id, ps.entry.setup, method),
+      'params',
+    );
+    if (entry) {
+      entry.notedBytes += g.report.originalTextBytes;
+      entry.notedText = capped(entry.notedText + JSON.stringify(g.value));
+    }
+    this.core.audit(
+      mcpEvent({
+        sandboxId: up.sandbox.id,
+        server: ps.entry.setup.name,
+        method,
+        session: this.sessionId,
+        tenant: this.tenant,
+        decision: 'allow',
+        reason: g.report.findings.length
+          ? `passed with ${g.report.findings.length} output finding(s)`
+          : 'passed',
+        bytesDown: g.report.originalTextBytes,
+        ...reportFields(g.report),
+      }),
+    );
+    return g.value;
+  }
+
+  /** Whether this session subscribed to `uri` of `server` (resources/updated goes only to subscribers). */
+  isSubscribed(server: string, uri: string): boolean {
+    return this.subscriptions.has(`${server}\0${uri}`);
   }
 
   // ---- from the servers -------------------------------------------------------------------------
 
-  /** A server asks the client something (sampling, elicitation, roots): on the stream of the call that caused it. */
-  async fromServerRequest(server: string, req: JSONRPCRequest, signal: AbortSignal): Promise<Result> {
-    const via = [...this.inflight].reverse().find((i) => i.server === server)?.extra;
+  /**
+   * A server asks the client something (sampling, elicitation, roots): guarded, then sent on the stream
+   * of this session's request in flight on that instance (the gateway routed it here).
+   */
+  async fromServerRequest(
+    server: string,
+    req: JSONRPCRequest,
+    signal: AbortSignal,
+    up: Upstream,
+  ): Promise<Result> {
+    const ps = this.perServer.get(server);
+    if (!ps || this.closed) throw new McpError(-32603, `no client session for ${req.method}`);
+    const entry = [...this.inflight].reverse().find((i) => i.up === up);
     const schema =
       req.method === 'sampling/createMessage'
         ? CreateMessageResultSchema
         : req.method === 'elicitation/create'
           ? ElicitResultSchema
           : ListRootsResultSchema;
-    const request = { method: req.method, ...(req.params ? { params: req.params } : {}) } as ServerRequest;
-    if (via) return via.sendRequest(request, schema, { signal });
+    const params =
+      req.params === undefined ? undefined : this.guardNote(ps, up, entry, req.method, req.params);
+    const request = { method: req.method, ...(params ? { params } : {}) } as ServerRequest;
+    if (entry) return entry.extra.sendRequest(request, schema, { signal });
     return this.server.request(request, schema, { signal });
   }
 
-  /** A server notification (logging, list changes, resource updates). */
-  async fromServerNotification(server: string, n: Notification): Promise<void> {
+  /** A server notification (logging, list changes, resource updates), routed here by the gateway. */
+  async fromServerNotification(server: string, n: Notification, up: Upstream): Promise<void> {
     if (this.closed) return;
+    const ps = this.perServer.get(server);
+    if (!ps) return;
     if (n.method.endsWith('/list_changed')) {
+      // Carries nothing but the method: the client lists again, through the gate.
       if (n.method === 'notifications/tools/list_changed') await this.relistAndNotify();
       else await this.server.notification({ method: n.method } as ServerNotification).catch(() => {});
       return;
     }
     if (n.method === 'notifications/message' || n.method === 'notifications/resources/updated') {
-      const via = [...this.inflight].reverse().find((i) => i.server === server)?.extra;
-      const note = { method: n.method, ...(n.params ? { params: n.params } : {}) } as ServerNotification;
-      if (via) await via.sendNotification(note).catch(() => {});
+      const entry = [...this.inflight].reverse().find((i) => i.up === up);
+      const params = this.guardNote(ps, up, entry, n.method, n.params);
+      const note = { method: n.method, params } as ServerNotification;
+      if (entry) await entry.extra.sendNotification(note).catch(() => {});
       else await this.server.notification(note).catch(() => {});
     }
   }
+}
+
+/** Text counted for a budget's tokens, bounded (bytes are counted in full separately). */
+const MAX_COUNTED_CHARS = 1 << 20;
+const capped = (s: string): string => (s.length > MAX_COUNTED_CHARS ? s.slice(0, MAX_COUNTED_CHARS) : s);
+
+/** The audit fields of a guard report. */
+function reportFields(r: GuardReport): {
+  truncated: boolean;
+  redactions: number;
+  findings?: GuardReport['findings'];
+  spillRef?: string;
+} {
+  return {
+    truncated: r.truncated,
+    redactions: r.redactions.reduce((n, x) => n + x.count, 0),
+    ...(r.findings.length ? { findings: r.findings } : {}),
+    ...(r.spillRef ? { spillRef: r.spillRef } : {}),
+  };
 }
 
 function textOf(r: CallToolResult): string {
@@ -639,14 +888,4 @@ function textOf(r: CallToolResult): string {
   }
   if (r.structuredContent !== undefined) parts.push(JSON.stringify(r.structuredContent));
   return parts.join('\n');
-}
-
-/** Apply `f` to every string value of a JSON tree (not keys), returning a new tree. */
-function redactStrings(v: unknown, f: (s: string) => string, depth = 0): unknown {
-  if (typeof v === 'string') return f(v);
-  if (depth > 64 || v === null || typeof v !== 'object') return v;
-  if (Array.isArray(v)) return v.map((x) => redactStrings(x, f, depth + 1));
-  const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v)) out[k] = k === 'blob' ? x : redactStrings(x, f, depth + 1);
-  return out;
 }

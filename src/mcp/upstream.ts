@@ -77,10 +77,10 @@ export interface UpstreamHooks {
   onStderr?(line: string): void;
   /** A frame from the server that the canonical parser rejected (dropped). */
   onFrameError?(info: FrameErrorInfo): void;
-  /** A request from the server to the client (sampling, elicitation, roots). */
-  onServerRequest?(req: JSONRPCRequest, signal: AbortSignal): Promise<Result>;
+  /** A request from the server to the client (sampling, elicitation, roots); `up`: the instance. */
+  onServerRequest?(req: JSONRPCRequest, signal: AbortSignal, up: Upstream): Promise<Result>;
   /** A notification from the server (logging, progress handled elsewhere, list changes, updates). */
-  onNotification?(n: Notification): void;
+  onNotification?(n: Notification, up: Upstream): void;
   /** The server process exited (or the sandbox died). */
   onExit?(info: { exitCode: number | null; signal: string | null; killedBy?: string }): void;
 }
@@ -99,6 +99,11 @@ export class Upstream {
   private onNotification: ((n: Notification) => void) | undefined;
   /** The signals of the requests in flight, every one aborted by frameLost. */
   private readonly inFlight = new Set<AbortController>();
+  /**
+   * Client sessions with a request in flight on this instance (session id → how many): the only
+   * sessions a notification or server→client request of this instance can belong to (see asCaller).
+   */
+  private readonly callers = new Map<string, number>();
 
   private constructor(
     readonly launch: ServerLaunch,
@@ -185,10 +190,11 @@ export class Upstream {
         if (!SERVER_TO_CLIENT_METHODS.has(req.method) || !hooks.onServerRequest) {
           throw new AirlockError('MCP_CALL_DENIED', `method ${req.method} is not forwarded to the client`);
         }
-        return hooks.onServerRequest(req, extra.signal);
+        return hooks.onServerRequest(req, extra.signal, up!);
       };
       up = new Upstream(launch, sandbox, proc, resolved, transport, client);
-      up.onNotification = (n) => hooks.onNotification?.(n);
+      const self = up;
+      up.onNotification = (n) => hooks.onNotification?.(n, self);
       void proc.exited.then((e) => hooks.onExit?.(e));
       const timeoutMs = launch.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
       await Promise.race([
@@ -248,6 +254,27 @@ export class Upstream {
       this.inFlight.delete(own);
       caller?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * Run `run` as a request of client session `sessionId`: while it runs, messages this instance sends
+   * may be routed to that session. stdio carries no link from a server's message to the request that
+   * caused it, so the gateway routes only when exactly one session has requests in flight here.
+   */
+  async asCaller<T>(sessionId: string, run: () => Promise<T>): Promise<T> {
+    this.callers.set(sessionId, (this.callers.get(sessionId) ?? 0) + 1);
+    try {
+      return await run();
+    } finally {
+      const n = (this.callers.get(sessionId) ?? 1) - 1;
+      if (n > 0) this.callers.set(sessionId, n);
+      else this.callers.delete(sessionId);
+    }
+  }
+
+  /** The sessions with a request in flight on this instance. */
+  callerSessions(): string[] {
+    return [...this.callers.keys()];
   }
 
   get exited(): boolean {

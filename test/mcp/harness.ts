@@ -93,7 +93,7 @@ export async function startGateway(
 /** `airlock mcp [flags] -- CMD` as a child process, with an SDK client on its stdio. */
 export async function startCli(
   args: string[],
-  opts: { env?: Record<string, string> } = {},
+  opts: { env?: Record<string, string>; capabilities?: Record<string, unknown> } = {},
 ): Promise<{ client: Client; stderr: () => string; close(): Promise<void> }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
@@ -110,7 +110,7 @@ export async function startCli(
   });
   let err = '';
   transport.stderr?.on('data', (b: Buffer) => (err += b.toString()));
-  const client = new Client({ name: 'test', version: '1' });
+  const client = new Client({ name: 'test', version: '1' }, { capabilities: opts.capabilities ?? {} });
   await client.connect(transport);
   return {
     client,
