@@ -68,6 +68,7 @@ import {
 } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
+import { onProcessExit, releaseOwnedSync } from './exit-release.privileged.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import {
   DEFAULT_UID_RANGE,
@@ -404,6 +405,9 @@ export class NamespacesBackend implements BackendV1 {
    */
   private async prepareSlot(limits: Limits): Promise<Slot> {
     if (this.etcDir === undefined) {
+      // An exit without close() releases what this process holds here (exit-release.privileged.ts).
+      const [dirs, layout, cgPrefix] = [this.dirs, this.layout(), this.cgPrefix];
+      onProcessExit(`${dirs.root}\0${dirs.leases}`, () => void releaseOwnedSync(dirs, layout, cgPrefix));
       const run = this.dirs.ensure();
       if (!run.tmpfs)
         this.ctx.logger.warn({ reason: run.reason }, 'sandbox dirs stay on disk (slower create and kill)');
