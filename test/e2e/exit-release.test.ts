@@ -68,7 +68,7 @@ describe.skipIf(!canRunNamespaces)(`exit without close() (${SKIP_REASON})`, () =
   ];
   for (const [name, kind, sig, want] of cases) {
     it(`${name}: warm slots and live sandboxes are released, the exit status is kept`, async () => {
-      const before = new Set(readdirSync(`${TEST_STATE_DIR}/sandboxes`, { withFileTypes: false }));
+      const before = new Set(readdirSync(`${TEST_STATE_DIR}/sandboxes`));
       const ended = await runFixture(kind, sig);
       expect({ code: ended.code, signal: ended.signal }).toEqual(want);
       // No reapOrphans(): nothing may be left for a later Airlock start.

@@ -69,6 +69,7 @@ import {
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
 import { onProcessExit, releaseOwnedSync } from './exit-release.privileged.js';
+import { startChildReaper } from './reaper.privileged.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import {
   DEFAULT_UID_RANGE,
@@ -408,6 +409,8 @@ export class NamespacesBackend implements BackendV1 {
       // An exit without close() releases what this process holds here (exit-release.privileged.ts).
       const [dirs, layout, cgPrefix] = [this.dirs, this.layout(), this.cgPrefix];
       onProcessExit(`${dirs.root}\0${dirs.leases}`, () => void releaseOwnedSync(dirs, layout, cgPrefix));
+      // Orphaned sandbox processes (and anything else adopted) are reaped here, not left as zombies.
+      startChildReaper();
       const run = this.dirs.ensure();
       if (!run.tmpfs)
         this.ctx.logger.warn({ reason: run.reason }, 'sandbox dirs stay on disk (slower create and kill)');
