@@ -26,6 +26,8 @@ import type { MitmCa } from './mitm.js';
 import { flushed, RELAY_FDS, FdRelay, type RelayedTunnel } from './relay.privileged.js';
 import { forwardPlain } from './plain-http.js';
 import { parseClientHello } from './sni.js';
+import { refuseForFds } from './fd-refusal.js';
+import type { FdBudget } from '../core/fd-budget.js';
 import {
   NOT_ALLOWED,
   HOST_UNREACHABLE,
@@ -82,6 +84,8 @@ export interface EgressGatewayOptions {
    * Node's streams (see relay.privileged.ts). Default true; false keeps every byte in Node streams.
    */
   readonly fdRelay?: boolean;
+  /** Admits each new sandbox connection against Airlock's fd budget (none: no budget). */
+  readonly fdBudget?: Pick<FdBudget, 'admit'>;
   readonly logger: Logger;
 }
 
@@ -314,6 +318,10 @@ export class SandboxEgress {
       sock.destroy();
       return;
     }
+    // Airlock's process-wide fd budget (core/fd-budget.ts): refused at once, with the reason.
+    const fdAdmission = this.gw.opts.fdBudget?.admit(this.fds(), 2);
+    if (fdAdmission && !fdAdmission.ok)
+      return void refuseForFds(sock, fdAdmission.reason, (e) => this.emit(e));
     this.sockets.add(sock);
     sock.setTimeout(IDLE_TIMEOUT_MS, () => sock.destroy());
     sock.on('close', () => this.sockets.delete(sock));
