@@ -2,9 +2,10 @@
 // SOCKS5, transparent) get denials of their own, with the reason in their egress events and
 // responses, while another sandbox's exec and a new create keep working; once they are gone the
 // budget is free again and nothing is left (fds of Airlock's process, host state).
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
 import { countOpenFds } from '../../src/backends/namespaces/nofile.privileged.js';
 import type { EgressEvent } from '../../src/egress/events.js';
@@ -142,4 +143,56 @@ describe.skipIf(!canRunNamespaces)(`fd budget (${SKIP_REASON})`, () => {
     expect(await settledResidue()).toEqual(NO_RESIDUE);
     expect(countOpenFds()).toBeLessThanOrEqual(baseFds + 16);
   }, 180_000);
+});
+
+describe.skipIf(!canRunNamespaces)(`fd budget at a real RLIMIT_NOFILE (${SKIP_REASON})`, () => {
+  // 1024: below the sandboxes' own cap (4096), which must then follow Airlock's hard limit.
+  it.each([1024, 5000])(
+    'four floods under a %i-fd process: denied by the default budget; exec and create still work',
+    async (nofile) => {
+      const child = spawn(
+        'prlimit',
+        [
+          `--nofile=${nofile}:${nofile}`,
+          '--',
+          process.execPath,
+          '--import',
+          'tsx',
+          'test/fixtures/fd-flood.ts',
+        ],
+        {
+          env: {
+            ...process.env,
+            AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+            AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
+            AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      onTestFinished(() => void child.kill('SIGKILL'));
+      let out = '';
+      let err = '';
+      child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+      child.stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
+      await new Promise((r) => child.once('close', r));
+      const r = JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as {
+        floods?: string[];
+        exec?: string;
+        create?: string;
+        reasons?: string[];
+      };
+      expect(r.exec, err).toBe('still here\n');
+      expect(r.create, err).toBe('created\n');
+      for (const f of r.floods ?? []) {
+        const [ok, refused] = f.split(' ').map(Number);
+        expect(ok! + refused!, f).toBe(1500);
+        expect(refused).toBeGreaterThan(0);
+      }
+      expect(r.reasons?.length).toBeGreaterThan(0);
+      for (const reason of r.reasons ?? []) expect(reason).toMatch(/file descriptors|file-descriptor limit/);
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
+    },
+    300_000,
+  );
 });

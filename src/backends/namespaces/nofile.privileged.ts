@@ -9,21 +9,31 @@ const RLIMIT_NOFILE = 7;
 /** RLIM_INFINITY as a soft limit is not a number of fds: count with the kernel's own ceiling. */
 const NR_OPEN_FALLBACK = 1 << 20;
 
+/** This process's RLIMIT_NOFILE (soft, hard) as it is now. */
+export function openFileLimit(): { soft: number; hard: number } {
+  const lim = Buffer.alloc(16);
+  if (libc().prlimit(0, RLIMIT_NOFILE, null, lim) !== 0) return { soft: 1024, hard: 1024 };
+  return { soft: capped(lim.readBigUInt64LE(0)), hard: capped(lim.readBigUInt64LE(8)) };
+}
+
+function capped(n: bigint): number {
+  return n > BigInt(NR_OPEN_FALLBACK) ? NR_OPEN_FALLBACK : Number(n);
+}
+
 /** Raise this process's soft RLIMIT_NOFILE to its hard limit; returns the limits now in force. */
 export function raiseOpenFileLimit(): { soft: number; hard: number } {
   const c = libc();
   const lim = Buffer.alloc(16);
   if (c.prlimit(0, RLIMIT_NOFILE, null, lim) !== 0) return { soft: 1024, hard: 1024 };
-  const cap = (n: bigint): number => (n > BigInt(NR_OPEN_FALLBACK) ? NR_OPEN_FALLBACK : Number(n));
   const soft = lim.readBigUInt64LE(0);
   const hard = lim.readBigUInt64LE(8);
   if (soft < hard) {
     const want = Buffer.alloc(16);
     want.writeBigUInt64LE(hard, 0);
     want.writeBigUInt64LE(hard, 8);
-    if (c.prlimit(0, RLIMIT_NOFILE, want, null) === 0) return { soft: cap(hard), hard: cap(hard) };
+    if (c.prlimit(0, RLIMIT_NOFILE, want, null) === 0) return { soft: capped(hard), hard: capped(hard) };
   }
-  return { soft: cap(soft), hard: cap(hard) };
+  return { soft: capped(soft), hard: capped(hard) };
 }
 
 /** This process's open fds right now (one readdir of /proc/self/fd, less the fd of the readdir). */
