@@ -22,7 +22,12 @@ function capped(n: bigint): number {
 
 /** Raise this process's soft RLIMIT_NOFILE to its hard limit; returns the limits now in force. */
 export function raiseOpenFileLimit(): { soft: number; hard: number } {
-  const c = libc();
+  let c;
+  try {
+    c = libc();
+  } catch {
+    return { soft: 1024, hard: 1024 }; // no libc binding here: budget as for the usual default limit
+  }
   const lim = Buffer.alloc(16);
   if (c.prlimit(0, RLIMIT_NOFILE, null, lim) !== 0) return { soft: 1024, hard: 1024 };
   const soft = lim.readBigUInt64LE(0);
