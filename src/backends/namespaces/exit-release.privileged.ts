@@ -11,6 +11,7 @@
 // and drop the uid leases. Fds (netns, launch namespaces, pidfds) close with the process itself.
 import { readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import { listCgroups, type CgroupLayout } from './cgroups.privileged.js';
 import { libc } from './libc.privileged.js';
 import { selfOwner, type Owner, type StateDirs } from './state.js';
@@ -31,6 +32,8 @@ let installed = false;
  * application that handles the signal itself decides when to exit (its exit then runs the hooks).
  */
 export function onProcessExit(key: string, hook: () => void): void {
+  // A worker thread's 'exit' is the thread's, not the process's: it must not sweep the process.
+  if (!isMainThread) return;
   hooks.set(key, hook);
   if (installed) return;
   installed = true;

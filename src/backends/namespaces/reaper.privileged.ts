@@ -18,6 +18,7 @@
 import { subscribe } from 'node:diagnostics_channel';
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
+import { isMainThread } from 'node:worker_threads';
 import { libc } from './libc.privileged.js';
 import { isPendingDirectChild } from './spawn.privileged.js';
 
@@ -40,6 +41,8 @@ let reapedCount = 0;
  */
 export function startChildReaper(): { subreaper: boolean } {
   if (started) return started;
+  // Signals reach the main thread only; the process's children are its business (see the header).
+  if (!isMainThread) return { subreaper: false };
   const c = libc();
   started = { subreaper: c.prctl(PR_SET_CHILD_SUBREAPER, 1) === 0 };
   subscribe('child_process', (m) => {
