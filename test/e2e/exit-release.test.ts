@@ -9,7 +9,9 @@ import {
   SKIP_REASON,
   TEST_STATE_DIR,
   TEST_UID_RANGE,
+  canRunGvisor,
   canRunNamespaces,
+  GVISOR_SKIP_REASON,
   settledResidue,
 } from '../helpers.js';
 
@@ -20,7 +22,12 @@ interface Ended {
 }
 
 /** Run the fixture until it is ready, then (for `signal`) send `sig`; resolves when it has exited. */
-async function runFixture(kind: string, sig?: NodeJS.Signals, variant = ''): Promise<Ended> {
+async function runFixture(
+  kind: string,
+  sig?: NodeJS.Signals,
+  variant = '',
+  backend = 'namespaces',
+): Promise<Ended> {
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', 'test/fixtures/exit-without-close.ts', kind, variant],
@@ -30,6 +37,7 @@ async function runFixture(kind: string, sig?: NodeJS.Signals, variant = ''): Pro
         AIRLOCK_STATE_DIR: TEST_STATE_DIR,
         AIRLOCK_UID_FIRST: String(TEST_UID_RANGE.first),
         AIRLOCK_UID_COUNT: String(TEST_UID_RANGE.count),
+        AIRLOCK_TEST_BACKEND: backend,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
@@ -87,4 +95,19 @@ describe.skipIf(!canRunNamespaces)(`exit without close() (${SKIP_REASON})`, () =
     expect(r.sandboxDirs).toEqual([]);
     expect(hostMounts()).toEqual([]);
   }, 60_000);
+});
+
+describe.skipIf(!canRunGvisor)(`exit without close() on the gVisor tier (${GVISOR_SKIP_REASON})`, () => {
+  for (const [kind, sig] of [
+    ['exit', undefined],
+    ['signal', 'SIGTERM'],
+  ] as const) {
+    it(`${sig ?? kind}: runsc sandboxes and warm slots are released`, async () => {
+      const before = new Set(readdirSync(`${TEST_STATE_DIR}/sandboxes`));
+      await runFixture(kind, sig, '', 'gvisor');
+      const r = await settledResidue();
+      expect({ ...r, sandboxDirs: r.sandboxDirs.filter((d) => !before.has(d)) }).toEqual(NO_RESIDUE);
+      expect(hostMounts()).toEqual([]);
+    }, 60_000);
+  }
 });
