@@ -13,9 +13,11 @@ import {
   canRunNamespaces,
   GVISOR_SKIP_REASON,
   settledResidue,
+  testAirlock,
 } from '../helpers.js';
 
 interface Ended {
+  pid: number;
   code: number | null;
   signal: NodeJS.Signals | null;
   stderr: string;
@@ -45,7 +47,9 @@ async function runFixture(
   onTestFinished(() => void child.kill('SIGKILL'));
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
-  const exited = new Promise<Ended>((r) => child.once('exit', (code, signal) => r({ code, signal, stderr })));
+  const exited = new Promise<Ended>((r) =>
+    child.once('exit', (code, signal) => r({ pid: child.pid!, code, signal, stderr })),
+  );
   await new Promise<void>((resolve, reject) => {
     child.stdout.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
     void exited.then((e) =>
@@ -85,6 +89,26 @@ describe.skipIf(!canRunNamespaces)(`exit without close() (${SKIP_REASON})`, () =
       expect(hostMounts()).toEqual([]);
     }, 60_000);
   }
+
+  it('process.exit() at any point of a burst of creates and execs: nothing is left, no lease half-written', async () => {
+    // Different delays land the exit in different steps (uid lease, dirs, mounts, netns, cgroup, exec).
+    for (const delayMs of [0, 5, 15, 30, 60, 120]) {
+      const ended = await runFixture(`mid-create:${delayMs}`);
+      expect(ended.code, ended.stderr).toBe(4);
+      const r = await settledResidue();
+      expect({ ...r, leases: [] }, `exit after ${delayMs} ms`).toEqual(NO_RESIDUE);
+      // A lease file operation still on the thread pool when the process exits (a lease dir not on
+      // a tmpfs) may land after the sweep: whole (never empty), naming the dead owner, so the next
+      // start reaps it. Nothing else may be left.
+      for (const uid of r.leases) {
+        const lease = JSON.parse(readFileSync(`/run/airlock/uid-leases/${uid}`, 'utf8')) as { pid: number };
+        expect(lease.pid).toBe(ended.pid);
+      }
+    }
+    await testAirlock().reapOrphans();
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+    expect(readdirSync('/run/airlock/uid-leases').filter((n) => n.startsWith('.lease.'))).toEqual([]);
+  }, 120_000);
 
   it('the default runtime of Sandbox.create (a short script): nothing is left either', async () => {
     const ended = await runFixture('natural', undefined, 'default');

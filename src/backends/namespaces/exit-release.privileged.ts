@@ -166,7 +166,8 @@ export function releaseOwnedSync(dirs: StateDirs, layout: CgroupLayout, cgPrefix
     if (!left.length || Date.now() > deadline) break;
     sleepSync(2);
   }
-  // 4. Uid leases of ours (also any whose sandbox dir never got its owner.json).
+  // 4. Uid leases of ours (also any whose sandbox dir never got its owner.json), and lease temp files.
+  dirs.pruneLeaseTemps(me);
   for (const l of dirs.listLeases()) {
     if (!sameOwner(l.owner, me)) continue;
     try {

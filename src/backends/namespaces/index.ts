@@ -924,6 +924,7 @@ export class NamespacesBackend implements BackendV1 {
         .catch(() => {});
     }
     for (const l of deadLeases) await this.dirs.releaseUid(l.uid);
+    this.dirs.pruneLeaseTemps();
     // After the orphans' mounts are gone: interrupted captures and removals (never a whole layer).
     this.layerStore.reap();
     return { sandboxes: reaped };
