@@ -31,6 +31,8 @@ import { parseResponseHead } from './http-head.js';
 import type { ClientHelloResult } from './sni.js';
 import { parseAuthority as parseHostHeader, pinRequest, sameHost } from './pin.js';
 import { sniffTunnel } from './sniff.js';
+import { refuseForFds } from './fd-refusal.js';
+import type { FdBudget } from '../core/fd-budget.js';
 import {
   NOT_ALLOWED,
   HOST_UNREACHABLE,
@@ -89,6 +91,8 @@ export interface EgressGatewayOptions {
    * Node's streams (see relay.privileged.ts). Default true; false keeps every byte in Node streams.
    */
   readonly fdRelay?: boolean;
+  /** Admits each new sandbox connection against Airlock's fd budget (none: no budget). */
+  readonly fdBudget?: Pick<FdBudget, 'admit'>;
   readonly logger: Logger;
 }
 
@@ -335,6 +339,10 @@ export class SandboxEgress {
       sock.destroy();
       return;
     }
+    // Airlock's process-wide fd budget (core/fd-budget.ts): refused at once, with the reason.
+    const fdAdmission = this.gw.opts.fdBudget?.admit(this.fds(), 2);
+    if (fdAdmission && !fdAdmission.ok)
+      return void refuseForFds(sock, fdAdmission.reason, (e) => this.emit(e));
     this.sockets.add(sock);
     sock.setTimeout(IDLE_TIMEOUT_MS, () => sock.destroy());
     sock.on('close', () => this.sockets.delete(sock));

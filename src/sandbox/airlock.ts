@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
+import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   DIGEST_RE,
@@ -30,6 +31,7 @@ import type { Dialer, Resolver } from '../egress/vet.js';
 import { SecretLease } from '../secrets/sentinels.js';
 import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
+import { countOpenFds, raiseOpenFileLimit } from '../backends/namespaces/nofile.privileged.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { Sandbox } from './index.js';
 import type { SandboxHooks } from './sandbox.js';
@@ -78,6 +80,11 @@ export interface AirlockOptions {
   readonly egress?: { resolver?: Resolver; dialer?: Dialer; upstreamCa?: readonly string[] };
   /** Environment secrets resolve `fromEnv` against (default: this process's environment). */
   readonly secretEnv?: NodeJS.ProcessEnv;
+  /**
+   * Airlock's file-descriptor budget (see core/fd-budget.ts): sandboxes' egress connections are
+   * refused, each with its reason, before they could take the fds kept for exec and create.
+   */
+  readonly fdBudget?: FdBudgetOptions;
 }
 
 export const DEFAULT_STATE_DIR = '/var/lib/airlock';
@@ -98,6 +105,7 @@ export class Airlock {
   private readonly egressOpts: AirlockOptions['egress'];
   private readonly secretEnv: NodeJS.ProcessEnv;
   private gatewayInstance: EgressGateway | undefined;
+  private readonly fdBudget: FdBudget;
   private ca: MitmCa | undefined;
   private caPublic: { bundle: string; cert: string } | undefined;
   readonly snapshots: Snapshots;
@@ -112,6 +120,12 @@ export class Airlock {
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
+    // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
+    const nofile = raiseOpenFileLimit();
+    this.fdBudget = new FdBudget(
+      { ...opts.fdBudget, maxFds: Math.min(opts.fdBudget?.maxFds ?? nofile.soft, nofile.soft) },
+      countOpenFds,
+    );
     const ctx = { stateDir: this.stateDir, logger: this.logger };
     const hostOpts = {
       ...(opts.uidRange ? { uidRange: opts.uidRange } : {}),
@@ -287,6 +301,7 @@ export class Airlock {
       ...(this.egressOpts?.dialer ? { dialer: this.egressOpts.dialer } : {}),
       ...(this.egressOpts?.upstreamCa ? { upstreamCa: this.egressOpts.upstreamCa } : {}),
       ca: () => this.mitmCa(),
+      fdBudget: this.fdBudget,
       logger: this.logger,
     });
     return this.gatewayInstance;

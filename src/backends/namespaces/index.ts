@@ -68,6 +68,8 @@ import {
 } from './netns.privileged.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
 import { ensureEtc } from './rootfs.js';
+import { onProcessExit, releaseOwnedSync } from './exit-release.privileged.js';
+import { startChildReaper } from './reaper.privileged.js';
 import { buildSeccompFilter } from './seccomp.privileged.js';
 import {
   DEFAULT_UID_RANGE,
@@ -404,6 +406,11 @@ export class NamespacesBackend implements BackendV1 {
    */
   private async prepareSlot(limits: Limits): Promise<Slot> {
     if (this.etcDir === undefined) {
+      // An exit without close() releases what this process holds here (exit-release.privileged.ts).
+      const [dirs, layout, cgPrefix] = [this.dirs, this.layout(), this.cgPrefix];
+      onProcessExit(`${dirs.root}\0${dirs.leases}`, () => void releaseOwnedSync(dirs, layout, cgPrefix));
+      // Orphaned sandbox processes (and anything else adopted) are reaped here, not left as zombies.
+      startChildReaper();
       const run = this.dirs.ensure();
       if (!run.tmpfs)
         this.ctx.logger.warn({ reason: run.reason }, 'sandbox dirs stay on disk (slower create and kill)');
@@ -917,6 +924,7 @@ export class NamespacesBackend implements BackendV1 {
         .catch(() => {});
     }
     for (const l of deadLeases) await this.dirs.releaseUid(l.uid);
+    this.dirs.pruneLeaseTemps();
     // After the orphans' mounts are gone: interrupted captures and removals (never a whole layer).
     this.layerStore.reap();
     return { sandboxes: reaped };

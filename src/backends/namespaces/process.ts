@@ -23,6 +23,7 @@ import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
 import { libc } from './libc.privileged.js';
+import { openFileLimit } from './nofile.privileged.js';
 import { reaped, spawnDirect, type DirectChild, type Spawner } from './spawn.privileged.js';
 
 /** RLIMIT_NOFILE inside the sandbox (Node raises its own limit; the sandbox must not inherit that). */
@@ -137,7 +138,8 @@ export async function startSandboxedProcess(o: StartOptions): Promise<BackendPro
   // gate must stay shut (kill() promises that nothing of the sandbox runs once it resolves).
   if (o.cancelled?.()) return neverRan();
   try {
-    await child.capOpenFiles(NOFILE);
+    // Never above Airlock's own hard limit: raising a hard limit needs CAP_SYS_RESOURCE (EPERM).
+    await child.capOpenFiles(Math.min(NOFILE, openFileLimit().hard));
     if (o.cancelled?.()) return neverRan();
     child.feed(FD.seccomp, o.seccomp);
     child.feed(FD.args, Buffer.from(o.options.map((s) => `${s}\0`).join(''))); // the gate opens

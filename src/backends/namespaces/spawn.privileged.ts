@@ -99,6 +99,14 @@ function errnoError(call: string, errno: number): NodeJS.ErrnoException {
   return e;
 }
 
+/** Children started here and not reaped yet: their exit status is reap()'s to collect. */
+const pendingDirect = new Set<number>();
+
+/** Whether `pid` is a child of spawnDirect that reap() has not collected yet. */
+export function isPendingDirectChild(pid: number): boolean {
+  return pendingDirect.has(pid);
+}
+
 /** A close-on-exec copy of `fd` numbered `floor` or above (`fd` is closed). */
 function lift(fd: number, floor: number): number {
   const c = libc();
@@ -161,6 +169,7 @@ export function spawnDirect(
       const errno = (e as { errno?: number }).errno;
       throw errno === undefined ? e : errnoError((e as Error).message.replace(/: errno \d+$/, ''), errno);
     }
+    pendingDirect.add(pid); // the orphan reaper leaves it to reap() (reaper.privileged.ts)
     for (const fd of theirs) if (fd >= 0) closeSync(fd);
     opened.length = 0; // from here on, our ends belong to their sockets
     // Our unreaped child: the pid is its own until we reap it, so this pidfd is.
@@ -168,6 +177,7 @@ export function spawnDirect(
     if (pidfd < 0) {
       // Cannot happen for our own live or zombie child; never leave it running unaccounted.
       process.kill(pid, 'SIGKILL');
+      pendingDirect.delete(pid); // left to the orphan reaper
       throw errnoError('pidfd_open', c.errno());
     }
     return directChild(pid, pidfd, ours, fds, as);
@@ -382,6 +392,7 @@ function directChild(
       if (r === 0 && info.readInt32LE(16) === 0) return undefined;
       c.close(fd);
       fd = -1;
+      pendingDirect.delete(pid);
       const code = info.readInt32LE(8); // si_code
       const status = info.readInt32LE(24); // si_status
       reaped =

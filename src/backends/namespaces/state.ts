@@ -1,8 +1,18 @@
 // Host-side bookkeeping for the namespaces tier: where each sandbox's files live, which host uid it
 // holds, and which process owns it (so a restarted Airlock can reap what a killed one left behind).
 // Leases are files created with O_EXCL, so concurrent Airlock processes never hand out one uid twice.
-import { chmodSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { mkdir as mkdirAsync, open, rm, writeFile as writeFileAsync } from 'node:fs/promises';
+import {
+  chmodSync,
+  linkSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statfsSync,
+  writeFileSync,
+} from 'node:fs';
+import { link, mkdir as mkdirAsync, rm, writeFile as writeFileAsync } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import { ensureDevTree, ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
@@ -17,6 +27,8 @@ export interface UidRange {
   readonly first: number;
   readonly count: number;
 }
+
+const TMPFS_MAGIC = 0x01021994;
 
 export const DEFAULT_UID_RANGE: UidRange = { first: 3_000_000, count: 65_536 };
 
@@ -122,27 +134,39 @@ export class StateDirs {
   }
 
   /**
-   * Take the first free uid in the range; the lease file records the sandbox id and owner. The file
-   * operations run off the event loop (the lease dir may be on a journaling disk).
+   * Take the first free uid in the range; the lease file records the sandbox id and owner. It is
+   * written whole to a temp file named after the owner, then linked in place (EEXIST: taken), so a
+   * lease is never seen empty, even if this process exits half-way: the temp file names its owner,
+   * whose exit sweep or whose reaper removes it (pruneLeaseTemps). The file operations run off the
+   * event loop (the lease dir may be on a journaling disk).
    */
   async leaseUid(range: UidRange, sandboxId: string, owner: Owner): Promise<number> {
-    // Start at a pseudo-random offset so concurrent processes rarely race on the same file.
-    const start = Math.floor(Math.random() * range.count);
-    for (let i = 0; i < range.count; i++) {
-      const uid = range.first + ((start + i) % range.count);
-      let fh: Awaited<ReturnType<typeof open>>;
-      try {
-        fh = await open(join(this.leases, String(uid)), 'wx', 0o600);
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
-        throw e;
+    // On a tmpfs (/run, the default) each step is done at once: it never waits for a disk, and an
+    // exit sweep (exit-release.privileged.ts) then never races with one still in flight.
+    const sync = this.leasesOnTmpfs();
+    const tmp = join(this.leases, `${leaseTempPrefix(owner)}${randomBytes(6).toString('hex')}.tmp`);
+    const content = JSON.stringify({ sandboxId, stateDir: this.root, ...owner });
+    const opts = { mode: 0o600, flag: 'wx' } as const;
+    if (sync) writeFileSync(tmp, content, opts);
+    else await writeFileAsync(tmp, content, opts);
+    try {
+      // Start at a pseudo-random offset so concurrent processes rarely race on the same file.
+      const start = Math.floor(Math.random() * range.count);
+      for (let i = 0; i < range.count; i++) {
+        const uid = range.first + ((start + i) % range.count);
+        const path = join(this.leases, String(uid));
+        try {
+          if (sync) linkSync(tmp, path);
+          else await link(tmp, path);
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
+          throw e;
+        }
+        return uid;
       }
-      try {
-        await fh.write(JSON.stringify({ sandboxId, stateDir: this.root, ...owner }));
-      } finally {
-        await fh.close();
-      }
-      return uid;
+    } finally {
+      if (sync) rmSync(tmp, { force: true });
+      else await rm(tmp, { force: true });
     }
     throw new AirlockError(
       'CAPACITY_EXHAUSTED',
@@ -150,14 +174,39 @@ export class StateDirs {
     );
   }
 
+  private leasesTmpfs: boolean | undefined;
+
+  private leasesOnTmpfs(): boolean {
+    if (this.leasesTmpfs === undefined) {
+      try {
+        this.leasesTmpfs = statfsSync(this.leases).type === TMPFS_MAGIC;
+      } catch {
+        this.leasesTmpfs = false;
+      }
+    }
+    return this.leasesTmpfs;
+  }
+
   releaseUid(uid: number): Promise<void> {
     return rm(join(this.leases, String(uid)), { force: true });
+  }
+
+  /** Remove lease temp files (see leaseUid) of owners that are gone, or of `owner` (its exit). */
+  pruneLeaseTemps(owner?: Owner): void {
+    for (const name of safeReaddir(this.leases)) {
+      const m = /^\.lease\.(\d+)\.(\d+)\./.exec(name);
+      if (!m) continue;
+      const of: Owner = { pid: Number(m[1]), startTicks: m[2]! };
+      const mine = owner !== undefined && of.pid === owner.pid && of.startTicks === owner.startTicks;
+      if (mine || !ownerAlive(of)) rmSync(join(this.leases, name), { force: true });
+    }
   }
 
   /** Leases taken by runtimes on this state dir (others belong to other state dirs' reapers). */
   listLeases(): Array<{ uid: number; sandboxId: string; owner: Owner }> {
     const out: Array<{ uid: number; sandboxId: string; owner: Owner }> = [];
     for (const name of safeReaddir(this.leases)) {
+      if (name.startsWith('.')) continue; // a lease being written (see leaseUid)
       try {
         const j = JSON.parse(readFileSync(join(this.leases, name), 'utf8')) as {
           sandboxId: string;
@@ -181,6 +230,11 @@ export class StateDirs {
   listSandboxIds(): string[] {
     return safeReaddir(this.sandboxes);
   }
+}
+
+/** The start of an owner's lease temp file names (see leaseUid). */
+function leaseTempPrefix(o: Owner): string {
+  return `.lease.${o.pid}.${o.startTicks}.`;
 }
 
 function safeReaddir(d: string): string[] {
