@@ -31,7 +31,8 @@ import { gatewaySetups, serverSetup } from '../mcp/setup.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { Upstream } from '../mcp/upstream.js';
 import { parseOrThrow } from '../core/validate.js';
-import { planEgress } from './egress-flags.js';
+import { checkSecretSources, parseSecretFlag, planEgress } from './egress-flags.js';
+import { decideHost, NetworkPolicySchema } from '../policy/network.js';
 import { checkWorkspaceDir, parseBackend, parseEnvPairs, parseWorkspace } from './flags.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
@@ -132,7 +133,13 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
     { ...(f.allow ? { allow: f.allow } : {}), ...(f.deny ? { deny: f.deny } : {}) },
     cwd,
   );
-  const flagSecrets = planEgress({ secret: f.secret ?? [], allow: ['flag-secrets.invalid'] }, cwd).secrets;
+  // Each --secret is parsed on its own (its hosts are checked against the merged network below, not
+  // against a placeholder policy: that check refused every --secret whatever --allow said).
+  const flagSecrets = (f.secret ?? []).map(parseSecretFlag);
+  for (const [i, s] of flagSecrets.entries()) {
+    if (flagSecrets.findIndex((x) => x.name === s.name) !== i)
+      throw new AirlockError('INVALID_ARGUMENT', `--secret: ${s.name} is given twice`, { field: '--secret' });
+  }
   const baseNet = (base.network ?? undefined) as { allow?: string[]; deny?: string[] } | undefined;
   const network =
     baseNet || egress.network
@@ -144,6 +151,7 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
       : undefined;
   const baseSecrets = (Array.isArray(base.secrets) ? base.secrets : []) as Array<{ name?: string }>;
   const secrets = [...baseSecrets.filter((s) => !flagSecrets.some((x) => x.name === s.name)), ...flagSecrets];
+  checkFlagSecrets(flagSecrets, network);
   const limits: Record<string, number> = { ...((base.limits as Record<string, number> | undefined) ?? {}) };
   if (f.memory !== undefined) limits.memoryBytes = parseBytes(f.memory, '--memory');
   if (f.cpus !== undefined) limits.cpus = Number(f.cpus);
@@ -175,6 +183,35 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
   );
   const name = f.name ?? defaultServerName(cmd);
   return { name, command: cmd[0]!, args: cmd.slice(1), env: parseEnvPairs(f.env), cwd, airlock };
+}
+
+/**
+ * A --secret is only ever swapped in at egress to its hosts: each host must be reachable under the merged
+ * network (--allow and the --policy file), and an env: source must be set. Errors name --secret (exit 2)
+ * and never repeat the source (a cmd: argument may itself be a credential).
+ */
+function checkFlagSecrets(
+  secrets: ReadonlyArray<ReturnType<typeof parseSecretFlag>>,
+  network: { allow?: string[]; deny?: string[] } | undefined,
+): void {
+  if (!secrets.length) return;
+  const parsed = NetworkPolicySchema.safeParse(network ?? { allow: [] });
+  if (!parsed.success) return; // reported (naming its field) when the whole config is parsed
+  for (const s of secrets) {
+    for (const host of s.hosts) {
+      if (![443, 80].some((port) => decideHost(parsed.data, host, port).action === 'allow')) {
+        throw new AirlockError(
+          'INVALID_ARGUMENT',
+          `--secret: ${s.name} is bound to ${host}, which the network policy does not allow; add --allow ${host}`,
+          { field: '--secret' },
+        );
+      }
+    }
+  }
+  checkSecretSources({
+    secrets: [...secrets],
+    secretOrigin: new Map(secrets.map((s) => [s.name, '--secret'])),
+  });
 }
 
 function stderrLogger(io: Io, name: string): (server: string, line: string) => void {
