@@ -31,7 +31,7 @@ import {
   type ServerRequest,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import { decideCall } from '../policy/mcp.js';
+import { decideCall, decideTool } from '../policy/mcp.js';
 import { guardToolResult, redactText } from '../guard/output.js';
 import { mcpEvent } from './audit.js';
 import { SessionBudget } from './budget.js';
@@ -58,6 +58,8 @@ export class McpSession {
   private exposed = new Map<string, { server: string; tool: string }>();
   /** Exposed names two servers both claimed: refused until the collision is resolved. */
   private collisions = new Map<string, string>();
+  /** Tools the tool rules deny: never listed, but a call by name gets the policy's reason. */
+  private policyHidden = new Map<string, { server: string; tool: string }>();
   /** Exposed prompt name → server and prompt name. */
   private prompts = new Map<string, { server: string; prompt: string }>();
   /** Resource URI → server (from the latest resources/list). */
@@ -191,12 +193,19 @@ export class McpSession {
     );
     const exposed = new Map<string, { server: string; tool: string }>();
     const collisions = new Map<string, string>();
+    const policyHidden = new Map<string, { server: string; tool: string }>();
     const tools: Tool[] = [];
     for (const { entry, tools: list } of listed.sort((a, b) =>
       a.entry.setup.name.localeCompare(b.entry.setup.name),
     )) {
       for (const t of list) {
         const name = this.exposedName(entry, t.name);
+        // Least privilege: a tool the rules deny by name is not shown (nor can it take a name from
+        // an allowed tool of another server); calling it anyway gets decideCall()'s reason.
+        if (decideTool(entry.setup.rules, t.name).action === 'deny') {
+          policyHidden.set(name, { server: entry.setup.name, tool: t.name });
+          continue;
+        }
         const prior = exposed.get(name);
         if (prior || collisions.has(name)) {
           // Never merge: both lose the name until the operator namespaces them apart.
@@ -226,6 +235,8 @@ export class McpSession {
     }
     this.exposed = exposed;
     this.collisions = collisions;
+    for (const name of [...exposed.keys(), ...collisions.keys()]) policyHidden.delete(name);
+    this.policyHidden = policyHidden;
     return tools.filter((t) => exposed.has(t.name));
   }
 
@@ -405,7 +416,8 @@ export class McpSession {
     args: Record<string, unknown> | undefined,
     extra: Extra,
   ): Promise<CallToolResult> {
-    if (!this.exposed.has(name) && !this.collisions.has(name)) await this.refreshTools();
+    if (!this.exposed.has(name) && !this.collisions.has(name) && !this.policyHidden.has(name))
+      await this.refreshTools();
     const audit = (fields: Parameters<typeof mcpEvent>[0]): void =>
       this.core.audit(mcpEvent({ session: this.sessionId, tenant: this.tenant, ...fields }));
     const collision = this.collisions.get(name);
@@ -422,7 +434,7 @@ export class McpSession {
       });
       throw this.deny('name_collision', reason);
     }
-    const target = this.exposed.get(name);
+    const target = this.exposed.get(name) ?? this.policyHidden.get(name);
     if (!target) {
       const quarantinedIn = [...this.perServer.values()].find((p) =>
         [...(p.last?.quarantined.keys() ?? [])].some((t) => this.exposedName(p.entry, t) === name),
