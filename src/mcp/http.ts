@@ -182,6 +182,18 @@ export class HttpFront {
             `dropped a broken frame from a client: ${parsed.reason}`,
             tenant,
           );
+          // A broken answer (to sampling, elicitation, roots) fails the session's pending request with
+          // that id now; only the caller's own session is touched.
+          const own = sessionId === undefined ? undefined : this.live.get(sessionId);
+          if (parsed.responseId !== undefined && own?.tenant === tenant) {
+            const { error } = jsonRpcErrorFor({ ok: false, code: parsed.code, reason: parsed.reason });
+            own.transport.receiveLocal({
+              jsonrpc: '2.0',
+              id: parsed.responseId,
+              error: { code: error.code, message: `Airlock dropped the client's answer: ${error.message}` },
+            });
+          }
+          // The error names the request id when the frame carried one (recoverIds), else null.
           res.writeHead(400, { 'content-type': 'application/json' });
           res.end(JSON.stringify(jsonRpcErrorFor(parsed)));
           return;

@@ -390,6 +390,11 @@ export class NodeStreamableTransport implements Transport {
     void this.toSse(stream).then(() => this.end(stream));
   }
 
+  /** Hand a message made by the gateway itself (never a peer's bytes) to the session, as if received. */
+  receiveLocal(message: JSONRPCMessage): void {
+    if (!this.closed) this.onmessage?.(message);
+  }
+
   closeStandaloneSSEStream(): void {
     const s = this.streams.get(STANDALONE);
     if (s) this.end(s);

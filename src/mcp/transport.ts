@@ -1,8 +1,10 @@
 // An MCP transport over a pair of byte streams (a sandboxed server's stdout/stdin, or Airlock's own
 // stdin/stdout when it is the server a client launched). Every incoming line goes through the one
 // canonical parser (frame.ts): what the gateway checks is exactly what it forwards. A broken frame
-// is reported through `onframeerror` and dropped (or answered with a JSON-RPC error when it carried
-// a usable request id); it never closes the session.
+// is reported through `onframeerror` and dropped; it never closes the session. When it carried a
+// request id, the peer gets a JSON-RPC error answer (in both directions: a client's broken request to
+// the gateway, a server's broken request to its client). When it was a response, the local side's
+// pending request with that id fails at once with the reason instead of waiting for its timeout.
 import type { Readable, Writable } from 'node:stream';
 import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
@@ -12,10 +14,12 @@ export interface FrameErrorInfo {
   readonly code: string;
   readonly reason: string;
   readonly id?: string | number;
+  /** The id of a broken response (see ParseFailure.responseId). */
+  readonly responseId?: string | number;
 }
 
 export interface StreamTransportOptions {
-  /** Answer a broken request that carried an id with a JSON-RPC error (the peer is a client). */
+  /** Answer a broken request that carried an id with a JSON-RPC error. Default true (either peer). */
   readonly answerBrokenRequests?: boolean;
   readonly maxFrameBytes?: number;
   /** Longest string in a message (default: the parser's 4 MiB; a server's results may be larger). */
@@ -79,11 +83,26 @@ export class StreamTransport implements Transport {
       this.onmessage?.(ev.message as JSONRPCMessage);
       return;
     }
-    this.onframeerror?.({ code: ev.code, reason: ev.reason, ...(ev.id !== undefined ? { id: ev.id } : {}) });
-    if (this.opts.answerBrokenRequests && ev.id !== undefined) {
+    this.onframeerror?.({
+      code: ev.code,
+      reason: ev.reason,
+      ...(ev.id !== undefined ? { id: ev.id } : {}),
+      ...(ev.responseId !== undefined ? { responseId: ev.responseId } : {}),
+    });
+    if (this.opts.answerBrokenRequests !== false && ev.id !== undefined) {
       this.writeLine(
         serializeMessage(jsonRpcErrorFor({ ok: false, code: ev.code, reason: ev.reason, id: ev.id })),
       ).catch(() => {}); // the transport closed first: nobody is left to answer
+    }
+    if (ev.responseId !== undefined) {
+      // The peer's answer to one of our requests was unreadable: that request fails now, saying why.
+      // (The peer could have sent a valid error response with that id just as well: no new power.)
+      const { error } = jsonRpcErrorFor({ ok: false, code: ev.code, reason: ev.reason });
+      this.onmessage?.({
+        jsonrpc: '2.0',
+        id: ev.responseId,
+        error: { code: error.code, message: `Airlock dropped the peer's answer: ${error.message}` },
+      });
     }
   }
 
