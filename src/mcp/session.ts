@@ -31,6 +31,7 @@ import {
   type ServerRequest,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
+import { AirlockError } from '../core/errors.js';
 import { decideCall, decideTool } from '../policy/mcp.js';
 import { guardToolResult, redactText } from '../guard/output.js';
 import { mcpEvent } from './audit.js';
@@ -86,7 +87,11 @@ export class McpSession {
           scan: entry.setup.scan,
           otherToolNames: () => this.otherToolNames(entry.setup.name),
         }),
-        budget: new SessionBudget(entry.setup.budgets),
+        // The session holds every call to its reservation (output cut, call cancelled at its cap), so
+        // the budget can reserve at admission: concurrent calls cannot overrun it.
+        budget: new SessionBudget(entry.setup.budgets, {
+          perCall: { maxOutputBytes: entry.setup.output.maxTextBytes, maxWallTimeMs: core.callHardCapMs },
+        }),
       });
     }
     this.install();
@@ -476,9 +481,31 @@ export class McpSession {
     if (verdict.action === 'deny') throw refuse(verdict.code, verdict.reason);
     const budget = ps.budget.beforeCall();
     if (budget.action === 'deny') throw refuse(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
+    const reservation = budget.reservation;
 
     const started = performance.now();
+    // The call's hard wall-time cap: its wall-time reservation (never more than budgets.maxCallMs or
+    // the gateway's cap). A timer of its own, so progress (which may reset the per-request timeout)
+    // cannot extend it; at the cap the call is cancelled on the server.
+    const capMs =
+      reservation?.wallTimeMs ?? Math.min(this.core.callHardCapMs, setup.budgets.maxCallMs ?? Infinity);
+    const capWhy =
+      setup.budgets.maxCallMs !== undefined && capMs >= setup.budgets.maxCallMs
+        ? `budgets.maxCallMs ${setup.budgets.maxCallMs} ms`
+        : capMs < this.core.callHardCapMs
+          ? `the ${capMs} ms left of maxWallTimeMs ${setup.budgets.maxWallTimeMs ?? ''} for this session`
+          : `the gateway's per-call cap of ${this.core.callHardCapMs} ms`;
+    const deadline = new AbortController();
+    let capped = false;
+    const capTimer = setTimeout(() => {
+      capped = true;
+      deadline.abort(new AirlockError('MCP_BUDGET_EXHAUSTED', `call cancelled at its wall-time cap`));
+    }, capMs);
+    const onClientAbort = (): void => deadline.abort(extra.signal.reason);
+    if (extra.signal.aborted) onClientAbort();
+    else extra.signal.addEventListener('abort', onClientAbort, { once: true });
     let lease: Lease | undefined;
+    let settled = false;
     const entry = { server: setup.name, extra };
     this.inflight.push(entry);
     try {
@@ -491,7 +518,7 @@ export class McpSession {
         raw = await up.callTool(
           target.tool,
           args,
-          { signal: extra.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
+          { signal: deadline.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
           token === undefined
             ? undefined
             : (p) =>
@@ -504,7 +531,23 @@ export class McpSession {
         );
       } catch (e) {
         const durationMs = performance.now() - started;
-        ps.budget.afterCall({ text: '', bytes: 0, durationMs });
+        ps.budget.afterCall({ text: '', bytes: 0, durationMs }, reservation);
+        settled = true;
+        if (capped) {
+          const reason = `Airlock stopped ${target.tool} of server ${setup.name} at its wall-time cap (${capWhy}); progress does not extend it. Ask for less work per call or ask the operator to raise the cap`;
+          audit({
+            sandboxId: up.sandbox.id,
+            server: setup.name,
+            method: 'tools/call',
+            tool: target.tool,
+            decision: 'error',
+            code: 'call_time_cap',
+            reason,
+            bytesUp,
+            durationMs,
+          });
+          throw this.deny('call_time_cap', reason, AIRLOCK_RPC_ERRORS.budget);
+        }
         if (e instanceof McpError && e.code !== -32000 && e.code !== -32001) {
           // The server answered with a JSON-RPC error: pass its code on, with the message guarded.
           const msg = redactText(e.message, this.core.guardOptions(up.sandbox.id, setup, target.tool)).text;
@@ -535,11 +578,22 @@ export class McpSession {
         });
         throw this.deny('server_failed', reason, AIRLOCK_RPC_ERRORS.serverFailed);
       }
-      const guarded = guardToolResult(raw, this.core.guardOptions(up.sandbox.id, setup, target.tool));
+      // The output is cut to the call's output reservation (tokens are never more than bytes).
+      const guardOpts = this.core.guardOptions(up.sandbox.id, setup, target.tool);
+      const maxTextBytes = Math.min(
+        guardOpts.maxTextBytes ?? Infinity,
+        reservation?.outputBytes ?? Infinity,
+        reservation?.outputTokens ?? Infinity,
+      );
+      const guarded = guardToolResult(
+        raw,
+        maxTextBytes === Infinity ? guardOpts : { ...guardOpts, maxTextBytes },
+      );
       const text = textOf(guarded.result);
       const bytesDown = guarded.report.originalTextBytes;
       const durationMs = performance.now() - started;
-      ps.budget.afterCall({ text, bytes: bytesDown, durationMs });
+      ps.budget.afterCall({ text, bytes: bytesDown, durationMs }, reservation);
+      settled = true;
       const redactions = guarded.report.redactions.reduce((n, r) => n + r.count, 0);
       audit({
         sandboxId: up.sandbox.id,
@@ -560,6 +614,11 @@ export class McpSession {
       });
       return guarded.result;
     } finally {
+      // A call that never reached the server (no instance) still gives its reservation back.
+      if (!settled)
+        ps.budget.afterCall({ text: '', bytes: 0, durationMs: performance.now() - started }, reservation);
+      clearTimeout(capTimer);
+      extra.signal.removeEventListener('abort', onClientAbort);
       this.inflight.splice(this.inflight.indexOf(entry), 1);
       await lease?.release();
     }
