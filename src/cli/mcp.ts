@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { AirlockError } from '../core/errors.js';
+import { AirlockError, ERROR_CODES } from '../core/errors.js';
 import { jsonlAuditSink, teeAudit, type AuditEvent } from '../mcp/audit.js';
 import {
   McpServerAirlockSchema,
@@ -240,6 +240,7 @@ export async function mcpServeCommand(cmd: string[], f: McpFlags, io: Io): Promi
   const lock = readLockfile(lockPath);
   const airlock = cliAirlock();
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
+  let overflowed = false;
   const core = new GatewayCore({
     airlock,
     mode: 'single',
@@ -252,13 +253,26 @@ export async function mcpServeCommand(cmd: string[], f: McpFlags, io: Io): Promi
     if (trap.exitCode !== undefined) return trap.exitCode;
     await serveStdio(core, process.stdin, process.stdout, {
       onFrameError: (reason) => io.err(`[airlock] dropped a broken frame from the client: ${reason}\n`),
+      onOverflow: (reason) => {
+        overflowed = true;
+        io.err(`[airlock] ${reason}\n`);
+      },
     });
-    return trap.exitCode ?? 0;
+    return trap.exitCode ?? (overflowed ? ERROR_CODES.CAPACITY_EXHAUSTED.exit : 0);
   } finally {
     await core.close();
     await airlock.killAll();
     trap.dispose();
+    if (overflowed) exitWhenDone(ERROR_CODES.CAPACITY_EXHAUSTED.exit);
   }
+}
+
+/**
+ * Exit soon after the cleanup is done: stdout's unread bytes (a client that stopped reading) keep a
+ * write pending that no one will ever take, which would hold the process open.
+ */
+function exitWhenDone(code: number): void {
+  setTimeout(() => process.exit(code), 100).unref();
 }
 
 async function withServer<T>(
@@ -363,6 +377,7 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
   const tenants = transport === 'http' ? resolveTenants(config) : [];
   const airlock = cliAirlock();
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
+  let overflowed = false;
   const core = new GatewayCore({
     airlock,
     mode: 'multi',
@@ -374,8 +389,13 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
   try {
     await core.start();
     if (transport === 'stdio') {
-      await serveStdio(core, process.stdin, process.stdout);
-      return trap.exitCode ?? 0;
+      await serveStdio(core, process.stdin, process.stdout, {
+        onOverflow: (reason) => {
+          overflowed = true;
+          io.err(`[airlock] ${reason}\n`);
+        },
+      });
+      return trap.exitCode ?? (overflowed ? ERROR_CODES.CAPACITY_EXHAUSTED.exit : 0);
     }
     const listen = f.listen ?? config.airlock.listen;
     const m = /^(?:\[(.+)\]|([^:]+)):(\d+)$/.exec(
@@ -413,5 +433,6 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
     await core.close();
     await airlock.killAll();
     trap.dispose();
+    if (overflowed) exitWhenDone(ERROR_CODES.CAPACITY_EXHAUSTED.exit);
   }
 }

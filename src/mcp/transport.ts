@@ -8,6 +8,7 @@
 import type { Readable, Writable } from 'node:stream';
 import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { AirlockError } from '../core/errors.js';
 import { LineFramer, jsonRpcErrorFor, serializeMessage, type JsonRpcMessage } from './frame.js';
 
 export interface FrameErrorInfo {
@@ -24,7 +25,15 @@ export interface StreamTransportOptions {
   readonly maxFrameBytes?: number;
   /** Longest string in a message (default: the parser's 4 MiB; a server's results may be larger). */
   readonly maxStringBytes?: number;
+  /**
+   * Most bytes written but not yet taken by the peer (default 32 MiB). A peer that stops reading while
+   * the other side keeps sending (a fast server, a slow client) does not grow memory past it: the
+   * transport closes instead, after `onoverflow`. One message always fits into an empty buffer.
+   */
+  readonly maxBufferedBytes?: number;
 }
+
+export const DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
 
 export class StreamTransport implements Transport {
   onclose?: () => void;
@@ -34,6 +43,8 @@ export class StreamTransport implements Transport {
   intercept?: (message: JSONRPCMessage) => boolean;
   /** Called for every frame the canonical parser rejected. */
   onframeerror?: (info: FrameErrorInfo) => void;
+  /** The peer stopped reading: `bufferedBytes` waited for it when the transport gave up and closed. */
+  onoverflow?: (info: { bufferedBytes: number; maxBufferedBytes: number }) => void;
   /** Bytes read and written so far (for audit). */
   bytesIn = 0;
   bytesOut = 0;
@@ -111,10 +122,32 @@ export class StreamTransport implements Transport {
     await this.writeLine(serializeMessage(message as JsonRpcMessage));
   }
 
+  /** Bytes written to the output that the peer has not taken yet. */
+  get bufferedBytes(): number {
+    return this.output.writableLength;
+  }
+
   private writeLine(line: string): Promise<void> {
     return new Promise((resolve, reject) => {
       if (this.output.destroyed || this.output.writableEnded) return resolve();
-      this.bytesOut += Buffer.byteLength(line);
+      const bytes = Buffer.byteLength(line);
+      // Backpressure has a bound: sends wait for 'drain' below, but every sender's bytes are held until
+      // the peer reads them. Past the cap the peer is not reading: close rather than grow.
+      const max = this.opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
+      const waiting = this.output.writableLength;
+      if (waiting > 0 && waiting + bytes > max) {
+        this.onoverflow?.({ bufferedBytes: waiting, maxBufferedBytes: max });
+        reject(
+          new AirlockError(
+            'CAPACITY_EXHAUSTED',
+            `the peer is not reading: ${waiting} bytes wait for it (cap ${max}); the transport is closed`,
+          ),
+        );
+        void this.close();
+        this.output.destroy();
+        return;
+      }
+      this.bytesOut += bytes;
       // Lines written in the same turn of the event loop (many calls in flight) leave in one write
       // and wake the peer once; the stream is uncorked right after the turn's I/O callbacks.
       if (!this.corked) {
@@ -144,6 +177,7 @@ export class StreamTransport implements Transport {
     this.closed = true;
     this.input.off('data', this.onData);
     this.input.off('end', this.onEnd);
+    this.input.pause(); // stop reading (and let a process whose stdin this is exit)
     // Sends still waiting for the peer to read will not be read now: they fail instead of hanging.
     this.output.off('drain', this.drained);
     const waiters = this.drainWaiters;
