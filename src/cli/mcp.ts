@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { AirlockError } from '../core/errors.js';
+import { AirlockError, ERROR_CODES } from '../core/errors.js';
 import { jsonlAuditSink, teeAudit, type AuditEvent } from '../mcp/audit.js';
 import {
   McpServerAirlockSchema,
@@ -31,7 +31,8 @@ import { gatewaySetups, serverSetup } from '../mcp/setup.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { Upstream } from '../mcp/upstream.js';
 import { parseOrThrow } from '../core/validate.js';
-import { planEgress } from './egress-flags.js';
+import { checkSecretSources, parseSecretFlag, planEgress } from './egress-flags.js';
+import { decideHost, NetworkPolicySchema } from '../policy/network.js';
 import { checkWorkspaceDir, parseBackend, parseEnvPairs, parseWorkspace } from './flags.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
@@ -132,7 +133,13 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
     { ...(f.allow ? { allow: f.allow } : {}), ...(f.deny ? { deny: f.deny } : {}) },
     cwd,
   );
-  const flagSecrets = planEgress({ secret: f.secret ?? [], allow: ['flag-secrets.invalid'] }, cwd).secrets;
+  // Each --secret is parsed on its own (its hosts are checked against the merged network below, not
+  // against a placeholder policy: that check refused every --secret whatever --allow said).
+  const flagSecrets = (f.secret ?? []).map(parseSecretFlag);
+  for (const [i, s] of flagSecrets.entries()) {
+    if (flagSecrets.findIndex((x) => x.name === s.name) !== i)
+      throw new AirlockError('INVALID_ARGUMENT', `--secret: ${s.name} is given twice`, { field: '--secret' });
+  }
   const baseNet = (base.network ?? undefined) as { allow?: string[]; deny?: string[] } | undefined;
   const network =
     baseNet || egress.network
@@ -144,6 +151,7 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
       : undefined;
   const baseSecrets = (Array.isArray(base.secrets) ? base.secrets : []) as Array<{ name?: string }>;
   const secrets = [...baseSecrets.filter((s) => !flagSecrets.some((x) => x.name === s.name)), ...flagSecrets];
+  checkFlagSecrets(flagSecrets, network);
   const limits: Record<string, number> = { ...((base.limits as Record<string, number> | undefined) ?? {}) };
   if (f.memory !== undefined) limits.memoryBytes = parseBytes(f.memory, '--memory');
   if (f.cpus !== undefined) limits.cpus = Number(f.cpus);
@@ -177,6 +185,35 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
   return { name, command: cmd[0]!, args: cmd.slice(1), env: parseEnvPairs(f.env), cwd, airlock };
 }
 
+/**
+ * A --secret is only ever swapped in at egress to its hosts: each host must be reachable under the merged
+ * network (--allow and the --policy file), and an env: source must be set. Errors name --secret (exit 2)
+ * and never repeat the source (a cmd: argument may itself be a credential).
+ */
+function checkFlagSecrets(
+  secrets: ReadonlyArray<ReturnType<typeof parseSecretFlag>>,
+  network: { allow?: string[]; deny?: string[] } | undefined,
+): void {
+  if (!secrets.length) return;
+  const parsed = NetworkPolicySchema.safeParse(network ?? { allow: [] });
+  if (!parsed.success) return; // reported (naming its field) when the whole config is parsed
+  for (const s of secrets) {
+    for (const host of s.hosts) {
+      if (![443, 80].some((port) => decideHost(parsed.data, host, port).action === 'allow')) {
+        throw new AirlockError(
+          'INVALID_ARGUMENT',
+          `--secret: ${s.name} is bound to ${host}, which the network policy does not allow; add --allow ${host}`,
+          { field: '--secret' },
+        );
+      }
+    }
+  }
+  checkSecretSources({
+    secrets: [...secrets],
+    secretOrigin: new Map(secrets.map((s) => [s.name, '--secret'])),
+  });
+}
+
 function stderrLogger(io: Io, name: string): (server: string, line: string) => void {
   return (_server, line) => io.err(`[${name}] ${line}\n`);
 }
@@ -203,6 +240,7 @@ export async function mcpServeCommand(cmd: string[], f: McpFlags, io: Io): Promi
   const lock = readLockfile(lockPath);
   const airlock = cliAirlock();
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
+  let overflowed = false;
   const core = new GatewayCore({
     airlock,
     mode: 'single',
@@ -215,13 +253,26 @@ export async function mcpServeCommand(cmd: string[], f: McpFlags, io: Io): Promi
     if (trap.exitCode !== undefined) return trap.exitCode;
     await serveStdio(core, process.stdin, process.stdout, {
       onFrameError: (reason) => io.err(`[airlock] dropped a broken frame from the client: ${reason}\n`),
+      onOverflow: (reason) => {
+        overflowed = true;
+        io.err(`[airlock] ${reason}\n`);
+      },
     });
-    return trap.exitCode ?? 0;
+    return trap.exitCode ?? (overflowed ? ERROR_CODES.CAPACITY_EXHAUSTED.exit : 0);
   } finally {
     await core.close();
     await airlock.killAll();
     trap.dispose();
+    if (overflowed) exitWhenDone(ERROR_CODES.CAPACITY_EXHAUSTED.exit);
   }
+}
+
+/**
+ * Exit soon after the cleanup is done: stdout's unread bytes (a client that stopped reading) keep a
+ * write pending that no one will ever take, which would hold the process open.
+ */
+function exitWhenDone(code: number): void {
+  setTimeout(() => process.exit(code), 100).unref();
 }
 
 async function withServer<T>(
@@ -326,6 +377,7 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
   const tenants = transport === 'http' ? resolveTenants(config) : [];
   const airlock = cliAirlock();
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
+  let overflowed = false;
   const core = new GatewayCore({
     airlock,
     mode: 'multi',
@@ -337,8 +389,13 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
   try {
     await core.start();
     if (transport === 'stdio') {
-      await serveStdio(core, process.stdin, process.stdout);
-      return trap.exitCode ?? 0;
+      await serveStdio(core, process.stdin, process.stdout, {
+        onOverflow: (reason) => {
+          overflowed = true;
+          io.err(`[airlock] ${reason}\n`);
+        },
+      });
+      return trap.exitCode ?? (overflowed ? ERROR_CODES.CAPACITY_EXHAUSTED.exit : 0);
     }
     const listen = f.listen ?? config.airlock.listen;
     const m = /^(?:\[(.+)\]|([^:]+)):(\d+)$/.exec(
@@ -376,5 +433,6 @@ export async function gatewayCommand(f: GatewayFlags, io: Io): Promise<number> {
     await core.close();
     await airlock.killAll();
     trap.dispose();
+    if (overflowed) exitWhenDone(ERROR_CODES.CAPACITY_EXHAUSTED.exit);
   }
 }

@@ -1,9 +1,13 @@
 // Per-session budgets for MCP tool calls: how many calls, how much tool output (real o200k_base tokens
-// and bytes), how much total call wall time, and a sliding-window rate. Mechanism with its own small
-// verdict: the gateway asks beforeCall() before forwarding a tools/call (after policy allowed it) and
-// reports afterCall() when the result is back. Budgets are checked against what was used BEFORE the
-// call: the call that crosses a line completes (its output is shaped by the output guard), the next one
-// is refused. No sleeping, no timers: the clock is injected.
+// and bytes), how much total call wall time, a sliding-window rate, and a hard cap on one call's wall
+// time. Mechanism with its own small verdict: the gateway asks beforeCall() before forwarding a
+// tools/call (after policy allowed it) and reports afterCall() when the result is back.
+// Calls in flight count at admission (reserve, then settle): an allowed call is counted at once and,
+// when the budget knows the most one call can use (`perCall`: the output guard's cap, the hard wall-time
+// cap), it reserves that much of what is left of each output and wall-time budget. The gateway holds the
+// call to its reservation (output cut to it, the call cancelled at it), so 20 concurrent calls cannot
+// spend more than the budget: calls beyond what is left unreserved are refused. afterCall() releases the
+// reservation and adds what was really used. No sleeping, no timers: the clock is injected.
 import type * as O200k from 'gpt-tokenizer/encoding/o200k_base';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
@@ -28,6 +32,11 @@ export const BudgetsSchema = z
     maxWallTimeMs: positiveInt('maxWallTimeMs')
       .optional()
       .describe('Total wall time of the tool calls of a session, in milliseconds.'),
+    maxCallMs: positiveInt('maxCallMs')
+      .optional()
+      .describe(
+        'Hard wall-time cap of one tool call, in milliseconds: the call is cancelled then, however much progress it reports.',
+      ),
     rate: z
       .object({
         calls: positiveInt('rate.calls'),
@@ -46,8 +55,25 @@ export type Budgets = z.output<typeof BudgetsSchema>;
 export type BudgetDenyCode =
   'budget_calls' | 'budget_tokens' | 'budget_bytes' | 'budget_wall_time' | 'rate_limited';
 
+/** What one admitted call may use at most (absent: not limited by a budget). */
+export interface Reservation {
+  readonly id: number;
+  readonly outputTokens?: number;
+  readonly outputBytes?: number;
+  readonly wallTimeMs?: number;
+}
+
 export type BudgetVerdict =
-  { action: 'allow' } | { action: 'deny'; code: BudgetDenyCode; reason: string; retryAfterMs?: number };
+  | { action: 'allow'; reservation?: Reservation }
+  | { action: 'deny'; code: BudgetDenyCode; reason: string; retryAfterMs?: number };
+
+/** The most one call can use, when the caller enforces it (enables reservations). */
+export interface PerCallLimits {
+  /** Output bytes one call can return (the output guard's cap). Tokens are never more than bytes. */
+  readonly maxOutputBytes?: number;
+  /** Wall time one call can take (its hard cap). */
+  readonly maxWallTimeMs?: number;
+}
 
 export interface CallResult {
   /** The text returned to the model (what its tokens are counted on). */
@@ -90,6 +116,11 @@ export function parseBudgets(input: unknown, what = 'budgets'): Budgets {
 }
 
 const EXHAUSTED = 'Airlock budget exhausted: ';
+/**
+ * The smallest output reservation worth a call: below it, the output guard's truncation notice alone
+ * could overrun what is left, so the rest of an output budget is not handed out.
+ */
+const MIN_OUTPUT_GRANT_BYTES = 1024;
 const ADVICE = 'start a new session or ask the operator to raise it';
 
 export class SessionBudget {
@@ -102,14 +133,30 @@ export class SessionBudget {
   private wallTimeMs = 0;
   /** Start times of the calls inside the current rate window, oldest first. */
   private readonly window: number[] = [];
+  private readonly perCall: PerCallLimits;
+  /** Reservations of the calls in flight, oldest first (Map keeps insertion order). */
+  private readonly reservations = new Map<number, Reservation>();
+  private reservationSeq = 0;
 
-  constructor(budgets: Budgets, opts: { now?: () => number } = {}) {
+  constructor(budgets: Budgets, opts: { now?: () => number; perCall?: PerCallLimits } = {}) {
     this.budgets = parseBudgets(budgets);
     this.now = opts.now ?? (() => performance.now());
+    this.perCall = opts.perCall ?? {};
     tokenizer(); // loaded with the session, not by (and on the latency of) its first tool call
   }
 
-  /** Whether one more call may start; on allow the call is counted (reserved) right away. */
+  /** Totals reserved by the calls in flight. */
+  reserved(): { outputTokens: number; outputBytes: number; wallTimeMs: number; calls: number } {
+    const out = { outputTokens: 0, outputBytes: 0, wallTimeMs: 0, calls: this.reservations.size };
+    for (const r of this.reservations.values()) {
+      out.outputTokens += r.outputTokens ?? 0;
+      out.outputBytes += r.outputBytes ?? 0;
+      out.wallTimeMs += r.wallTimeMs ?? 0;
+    }
+    return out;
+  }
+
+  /** Whether one more call may start; on allow the call is counted and its reservation made at once. */
   beforeCall(): BudgetVerdict {
     const b = this.budgets;
     if (b.maxCalls !== undefined && this.calls >= b.maxCalls) {
@@ -133,6 +180,43 @@ export class SessionBudget {
         `maxWallTimeMs ${b.maxWallTimeMs} reached for this session (${Math.round(this.wallTimeMs)} ms of tool calls so far)`,
       );
     }
+    // What is left once the calls in flight have their reservations: nothing left is a refusal too.
+    const held = this.reserved();
+    const perCallBytes = this.perCall.maxOutputBytes;
+    const perCallWall = Math.min(this.perCall.maxWallTimeMs ?? Infinity, b.maxCallMs ?? Infinity);
+    const grant: { outputTokens?: number; outputBytes?: number; wallTimeMs?: number } = {};
+    const dims = [
+      [
+        'outputTokens',
+        'budget_tokens',
+        'maxOutputTokens',
+        b.maxOutputTokens,
+        this.outputTokens,
+        perCallBytes,
+      ],
+      ['outputBytes', 'budget_bytes', 'maxOutputBytes', b.maxOutputBytes, this.outputBytes, perCallBytes],
+      ['wallTimeMs', 'budget_wall_time', 'maxWallTimeMs', b.maxWallTimeMs, this.wallTimeMs, perCallWall],
+    ] as const;
+    for (const [key, code, name, max, used, perCall] of dims) {
+      if (max === undefined || perCall === undefined || perCall === Infinity) continue;
+      const left = max - used - held[key];
+      const floor = key === 'wallTimeMs' ? 1 : Math.min(MIN_OUTPUT_GRANT_BYTES, perCall, max);
+      if (left < floor && held.calls === 0) {
+        return this.exhausted(
+          code,
+          `${name} ${max} reached for this session (${Math.max(0, Math.floor(left))} left, less than one call's ${floor})`,
+        );
+      }
+      if (left < floor) {
+        return {
+          action: 'deny',
+          code,
+          reason: `Airlock budget held by calls in flight: what is left of ${name} ${max} for this session is reserved by ${held.calls} call(s) still running; retry when one finishes`,
+        };
+      }
+      grant[key] = Math.min(perCall, left);
+    }
+    if (grant.wallTimeMs === undefined && perCallWall !== Infinity) grant.wallTimeMs = perCallWall;
     const now = this.now();
     if (b.rate !== undefined) {
       while (this.window.length > 0 && this.window[0]! <= now - b.rate.perMs) this.window.shift();
@@ -149,13 +233,22 @@ export class SessionBudget {
     }
     this.calls++;
     this.inFlight++;
-    return { action: 'allow' };
+    if (Object.keys(grant).length === 0) return { action: 'allow' };
+    const reservation: Reservation = { id: ++this.reservationSeq, ...grant };
+    this.reservations.set(reservation.id, reservation);
+    return { action: 'allow', reservation };
   }
 
-  /** Account for a call that beforeCall() allowed (also for calls that failed: pass what came back). */
-  afterCall(result: CallResult): void {
+  /**
+   * Account for a call that beforeCall() allowed (also for calls that failed: pass what came back),
+   * releasing its reservation (the one given, else the oldest still held).
+   */
+  afterCall(result: CallResult, reservation?: Reservation): void {
     if (this.inFlight === 0) {
       throw new AirlockError('INTERNAL', 'SessionBudget.afterCall() without a matching allowed beforeCall()');
+    }
+    if (reservation !== undefined && !this.reservations.has(reservation.id)) {
+      throw new AirlockError('INTERNAL', 'SessionBudget.afterCall(): that reservation was already settled');
     }
     const { text, bytes, durationMs } = result;
     if (typeof text !== 'string' || !Number.isFinite(bytes) || bytes < 0) {
@@ -165,6 +258,8 @@ export class SessionBudget {
       throw new AirlockError('INVALID_ARGUMENT', 'afterCall needs durationMs (>= 0)');
     }
     this.inFlight--;
+    const id = reservation?.id ?? this.reservations.keys().next().value;
+    if (id !== undefined) this.reservations.delete(id);
     this.outputTokens += countOutputTokens(text);
     this.outputBytes += bytes;
     this.wallTimeMs += durationMs;

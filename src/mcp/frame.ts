@@ -113,8 +113,19 @@ export interface ParseFailure {
   code: FrameErrorCode;
   /** Short, printable ASCII; quotes at most ~80 characters of the input. Safe to log and to send back. */
   reason: string;
-  /** Only when the input is a JSON object with a `method` and a valid `id` (a request to answer). */
+  /**
+   * The request id to answer: the input is an object with a top-level `method` member and one
+   * unambiguous top-level `id` that is a string or a safe integer, read up to the first point the
+   * text breaks (recoverIds). A broken request is answered with a JSON-RPC error, never dropped
+   * silently, whatever broke it (a duplicate key deep in params, a lone surrogate, bad nesting...).
+   */
   id?: JsonRpcId;
+  /**
+   * The id of a broken response (`result` or `error`, no `method`): never answered (that would inject
+   * a reply the peer never asked for), but the receiver can fail its own pending request with that
+   * id at once, with the reason, instead of waiting for its timeout.
+   */
+  responseId?: JsonRpcId;
 }
 export type ParseResult = { ok: true; message: JsonRpcMessage; bytes: number } | ParseFailure;
 
@@ -511,6 +522,125 @@ function fail(code: FrameErrorCode, reason: string, id?: JsonRpcId): ParseFailur
   return id === undefined ? { ok: false, code, reason } : { ok: false, code, reason, id };
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Id recovery from a rejected frame (only ever used to answer it; nothing in it is forwarded)
+
+/** Index just past the JSON string starting at `i` (a '"'), or -1 if it does not end. */
+function skipString(s: string, i: number): number {
+  for (let j = i + 1; j < s.length; j++) {
+    const c = s.charCodeAt(j);
+    if (c === 0x5c) j++;
+    else if (c === 0x22) return j + 1;
+  }
+  return -1;
+}
+
+/** Index just past the (possibly invalid) JSON value starting at `i`, or -1 if the text ends inside it. */
+function skipValue(s: string, i: number): number {
+  const c = s.charCodeAt(i);
+  if (c === 0x22) return skipString(s, i);
+  if (c === 0x7b || c === 0x5b) {
+    // Bracket counting, iterative (no recursion however deep); strings may hold brackets.
+    let depth = 0;
+    for (let j = i; j < s.length; j++) {
+      const d = s.charCodeAt(j);
+      if (d === 0x22) {
+        j = skipString(s, j);
+        if (j < 0) return -1;
+        j--;
+      } else if (d === 0x7b || d === 0x5b) depth++;
+      else if (d === 0x7d || d === 0x5d) {
+        if (--depth === 0) return j + 1;
+      }
+    }
+    return -1;
+  }
+  // A scalar (number, literal or junk): up to a delimiter; at the end of the text it may be cut short.
+  let j = i;
+  while (j < s.length && !/[,}\]\s]/.test(s[j]!)) j++;
+  return j === s.length ? -1 : j;
+}
+
+/** One token (a key, an id) read by the canonical parser itself; undefined if it is not clean JSON. */
+function token(text: string): unknown {
+  try {
+    return new Parser(text, FRAME_LIMITS).document();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The request or response id a rejected frame carries, read leniently: the top-level members of an
+ * object, in order, up to the first point the text breaks (values are skipped, not parsed, so a broken
+ * or too deep value does not hide the id). Only an `id` every reader agrees on counts: one value (or
+ * the same value repeated), a string or a safe integer, read cleanly; a replacement character from
+ * invalid UTF-8 disqualifies it. Linear in the (size-limited) input.
+ */
+export function recoverIds(text: string): { id?: JsonRpcId; responseId?: JsonRpcId } {
+  const s = text;
+  let i = s.charCodeAt(0) === 0xfeff ? 1 : 0;
+  const ws = (): void => {
+    while (/\s/.test(s[i] ?? 'x')) i++;
+  };
+  ws();
+  if (s[i] !== '{') return {};
+  i++;
+  let id: JsonRpcId | undefined;
+  let idSeen = false;
+  let idBad = false;
+  let method = false;
+  let answer = false;
+  for (;;) {
+    ws();
+    if (s[i] !== '"') break;
+    const keyEnd = skipString(s, i);
+    if (keyEnd < 0) break;
+    const key = token(s.slice(i, keyEnd));
+    i = keyEnd;
+    ws();
+    if (s[i] !== ':') break;
+    i++;
+    ws();
+    if (key === 'method') method = true;
+    if (key === 'result' || key === 'error') answer = true;
+    const start = i;
+    const end = skipValue(s, i);
+    if (end < 0) break;
+    if (key === 'id') {
+      const v = token(s.slice(start, end));
+      const ok = isId(v) && !(typeof v === 'string' && (v.includes('\ufffd') || !isWellFormed(v)));
+      if (!ok || (idSeen && v !== id)) idBad = true;
+      else id = v;
+      idSeen = true;
+    }
+    i = end;
+    ws();
+    if (s[i] !== ',') break;
+    i++;
+  }
+  if (idBad || id === undefined) return {};
+  if (method) return { id };
+  return answer ? { responseId: id } : {};
+}
+
+/** No lone surrogate (String.prototype.isWellFormed where @types/node lacks it). */
+function isWellFormed(v: string): boolean {
+  return !/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(v);
+}
+
+/** A failure with whatever id the rejected text carries (see recoverIds). */
+function failWithIds(code: FrameErrorCode, reason: string, text: string): ParseFailure {
+  const ids = recoverIds(text);
+  const out: ParseFailure = { ok: false, code, reason };
+  if (ids.id !== undefined) out.id = ids.id;
+  if (ids.responseId !== undefined) out.responseId = ids.responseId;
+  return out;
+}
+
+/** Lossy decoding, for id recovery from text that is not valid UTF-8 only. */
+const UTF8_LOSSY = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
+
 function parseWith(input: string | Uint8Array, limits: FrameLimits): ParseResult {
   const max = limits.maxFrameBytes;
   let text: string;
@@ -528,7 +658,7 @@ function parseWith(input: string | Uint8Array, limits: FrameLimits): ParseResult
     try {
       text = UTF8.decode(input);
     } catch {
-      return fail('invalid_utf8', 'message is not valid UTF-8');
+      return failWithIds('invalid_utf8', 'message is not valid UTF-8', UTF8_LOSSY.decode(input));
     }
   }
 
@@ -536,7 +666,7 @@ function parseWith(input: string | Uint8Array, limits: FrameLimits): ParseResult
   try {
     value = new Parser(text, limits).document();
   } catch (e) {
-    if (e instanceof Reject) return fail(e.code, e.reason);
+    if (e instanceof Reject) return failWithIds(e.code, e.reason, text);
     throw e;
   }
   if (Array.isArray(value)) {
@@ -551,9 +681,13 @@ function parseWith(input: string | Uint8Array, limits: FrameLimits): ParseResult
   const r = checkEnvelope(value);
   if (r.ok) return { ok: true, message: r.message, bytes };
   // Answerable only when it claims to be a request: answering a broken response or notification would
-  // inject a reply the peer never asked for.
-  const id = Object.hasOwn(value, 'method') && isId(value.id) ? value.id : undefined;
-  return fail('invalid_jsonrpc', `invalid JSON-RPC message: ${r.reason}`, id);
+  // inject a reply the peer never asked for. A broken response's id lets the receiver fail its request.
+  const reason = `invalid JSON-RPC message: ${r.reason}`;
+  if (!isId(value.id)) return fail('invalid_jsonrpc', reason);
+  if (Object.hasOwn(value, 'method')) return fail('invalid_jsonrpc', reason, value.id);
+  if (Object.hasOwn(value, 'result') || Object.hasOwn(value, 'error'))
+    return { ok: false, code: 'invalid_jsonrpc', reason, responseId: value.id };
+  return fail('invalid_jsonrpc', reason);
 }
 
 /**
@@ -625,7 +759,13 @@ export function jsonRpcErrorFor(failure: ParseFailure | FrameErrorEvent): JsonRp
 // ---------------------------------------------------------------------------------------------------
 // Newline-delimited stdio framing
 
-export type FrameErrorEvent = { kind: 'error'; code: FrameErrorCode; reason: string; id?: JsonRpcId };
+export type FrameErrorEvent = {
+  kind: 'error';
+  code: FrameErrorCode;
+  reason: string;
+  id?: JsonRpcId;
+  responseId?: JsonRpcId;
+};
 export type FrameEvent = { kind: 'message'; message: JsonRpcMessage; bytes: number } | FrameErrorEvent;
 
 /**
@@ -708,7 +848,11 @@ export class LineFramer {
     if (line.length === 0) return;
     const r = parseWith(line, this.#limits);
     if (r.ok) events.push({ kind: 'message', message: r.message, bytes: r.bytes });
-    else if (r.id === undefined) events.push({ kind: 'error', code: r.code, reason: r.reason });
-    else events.push({ kind: 'error', code: r.code, reason: r.reason, id: r.id });
+    else {
+      const ev: FrameErrorEvent = { kind: 'error', code: r.code, reason: r.reason };
+      if (r.id !== undefined) ev.id = r.id;
+      if (r.responseId !== undefined) ev.responseId = r.responseId;
+      events.push(ev);
+    }
   }
 }

@@ -51,6 +51,11 @@ export interface GatewayOptions {
   readonly relistIntervalMs?: number;
   /** Per-request timeout towards a server (reset by progress). Default 120 s. */
   readonly callTimeoutMs?: number;
+  /**
+   * Hard wall-time cap of one tools/call, whatever progress it reports (a server's budgets.maxCallMs
+   * can lower it). Default 10 min.
+   */
+  readonly callHardCapMs?: number;
   /** Where full outputs of truncated results are kept (default <stateDir>/spill/mcp). */
   readonly spillDir?: string;
 }
@@ -60,12 +65,14 @@ export class GatewayCore {
   private readonly sessions = new Set<McpSession>();
   readonly relistIntervalMs: number;
   readonly callTimeoutMs: number;
+  readonly callHardCapMs: number;
   private readonly spillDir: string;
   private mirrored: { info?: Implementation; caps: ServerCapabilities; instructions?: string } | undefined;
 
   constructor(private readonly opts: GatewayOptions) {
     this.relistIntervalMs = opts.relistIntervalMs ?? 30_000;
     this.callTimeoutMs = opts.callTimeoutMs ?? 120_000;
+    this.callHardCapMs = opts.callHardCapMs ?? 600_000;
     this.spillDir = opts.spillDir ?? join(opts.airlock.stateDir, 'spill', 'mcp');
     for (const setup of opts.servers) {
       const pool = new ServerPool(

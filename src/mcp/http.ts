@@ -37,6 +37,8 @@ export interface HttpFrontOptions {
   readonly maxBodyBytes?: number;
   /** Sessions idle longer than this are closed (their per-session sandboxes killed). Default 30 min. */
   readonly sessionIdleMs?: number;
+  /** Per session: bytes waiting for the client to read them before the session is closed (default 32 MiB). */
+  readonly maxBufferedBytes?: number;
 }
 
 interface Live {
@@ -182,6 +184,18 @@ export class HttpFront {
             `dropped a broken frame from a client: ${parsed.reason}`,
             tenant,
           );
+          // A broken answer (to sampling, elicitation, roots) fails the session's pending request with
+          // that id now; only the caller's own session is touched.
+          const own = sessionId === undefined ? undefined : this.live.get(sessionId);
+          if (parsed.responseId !== undefined && own?.tenant === tenant) {
+            const { error } = jsonRpcErrorFor({ ok: false, code: parsed.code, reason: parsed.reason });
+            own.transport.receiveLocal({
+              jsonrpc: '2.0',
+              id: parsed.responseId,
+              error: { code: error.code, message: `Airlock dropped the client's answer: ${error.message}` },
+            });
+          }
+          // The error names the request id when the frame carried one (recoverIds), else null.
           res.writeHead(400, { 'content-type': 'application/json' });
           res.end(JSON.stringify(jsonRpcErrorFor(parsed)));
           return;
@@ -215,6 +229,20 @@ export class HttpFront {
         onsessionclosed: (id) => {
           this.live.delete(id);
         },
+        ...(this.opts.maxBufferedBytes !== undefined ? { maxBufferedBytes: this.opts.maxBufferedBytes } : {}),
+        onoverflow: (info) =>
+          this.core.audit(
+            mcpEvent({
+              sandboxId: '',
+              server: '*',
+              method: 'transport',
+              session: session.sessionId,
+              tenant,
+              decision: 'error',
+              code: 'client_overflow',
+              reason: `the client is not reading: ${info.bufferedBytes} bytes wait for it (cap ${info.maxBufferedBytes}); session closed`,
+            }),
+          ),
       });
       const session = this.core.openSession(randomUUID(), tenant);
       transport.onclose = () => {
@@ -269,14 +297,24 @@ function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined
  * missed). Bounded: the oldest events go first.
  */
 class MemoryEventStore implements EventStore {
-  private readonly events: Array<{ id: string; streamId: string; message: JSONRPCMessage }> = [];
+  private readonly events: Array<{ id: string; streamId: string; message: JSONRPCMessage; bytes: number }> =
+    [];
   private n = 0;
+  private bytes = 0;
   private static readonly MAX = 1000;
+  /** Bounded in bytes too: 1,000 large events would otherwise be gigabytes per session. */
+  private static readonly MAX_BYTES = 8 * 1024 * 1024;
 
   async storeEvent(streamId: string, message: JSONRPCMessage): Promise<string> {
     const id = `${streamId}_${++this.n}`;
-    this.events.push({ id, streamId, message });
-    if (this.events.length > MemoryEventStore.MAX) this.events.shift();
+    const bytes = JSON.stringify(message).length;
+    this.events.push({ id, streamId, message, bytes });
+    this.bytes += bytes;
+    while (
+      this.events.length > MemoryEventStore.MAX ||
+      (this.bytes > MemoryEventStore.MAX_BYTES && this.events.length > 1)
+    )
+      this.bytes -= this.events.shift()!.bytes;
     return id;
   }
 

@@ -31,7 +31,8 @@ import {
   type ServerRequest,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
-import { decideCall } from '../policy/mcp.js';
+import { AirlockError } from '../core/errors.js';
+import { decideCall, decideTool } from '../policy/mcp.js';
 import { guardMessage } from '../guard/message.js';
 import { guardToolResult, redactText, type GuardReport } from '../guard/output.js';
 import { mcpEvent } from './audit.js';
@@ -71,6 +72,8 @@ export class McpSession {
   private exposed = new Map<string, { server: string; tool: string }>();
   /** Exposed names two servers both claimed: refused until the collision is resolved. */
   private collisions = new Map<string, string>();
+  /** Tools the tool rules deny: never listed, but a call by name gets the policy's reason. */
+  private policyHidden = new Map<string, { server: string; tool: string }>();
   /** Exposed prompt name → server and prompt name. */
   private prompts = new Map<string, { server: string; prompt: string }>();
   /** Resource URI → server (from the latest resources/list). */
@@ -104,7 +107,11 @@ export class McpSession {
           scan: entry.setup.scan,
           otherToolNames: () => this.otherToolNames(entry.setup.name),
         }),
-        budget: new SessionBudget(entry.setup.budgets),
+        // The session holds every call to its reservation (output cut, call cancelled at its cap), so
+        // the budget can reserve at admission: concurrent calls cannot overrun it.
+        budget: new SessionBudget(entry.setup.budgets, {
+          perCall: { maxOutputBytes: entry.setup.output.maxTextBytes, maxWallTimeMs: core.callHardCapMs },
+        }),
       });
     }
     this.install();
@@ -212,12 +219,19 @@ export class McpSession {
     );
     const exposed = new Map<string, { server: string; tool: string }>();
     const collisions = new Map<string, string>();
+    const policyHidden = new Map<string, { server: string; tool: string }>();
     const tools: Tool[] = [];
     for (const { entry, tools: list } of listed.sort((a, b) =>
       a.entry.setup.name.localeCompare(b.entry.setup.name),
     )) {
       for (const t of list) {
         const name = this.exposedName(entry, t.name);
+        // Least privilege: a tool the rules deny by name is not shown (nor can it take a name from
+        // an allowed tool of another server); calling it anyway gets decideCall()'s reason.
+        if (decideTool(entry.setup.rules, t.name).action === 'deny') {
+          policyHidden.set(name, { server: entry.setup.name, tool: t.name });
+          continue;
+        }
         const prior = exposed.get(name);
         if (prior || collisions.has(name)) {
           // Never merge: both lose the name until the operator namespaces them apart.
@@ -247,6 +261,8 @@ export class McpSession {
     }
     this.exposed = exposed;
     this.collisions = collisions;
+    for (const name of [...exposed.keys(), ...collisions.keys()]) policyHidden.delete(name);
+    this.policyHidden = policyHidden;
     return tools.filter((t) => exposed.has(t.name));
   }
 
@@ -497,7 +513,8 @@ export class McpSession {
     args: Record<string, unknown> | undefined,
     extra: Extra,
   ): Promise<CallToolResult> {
-    if (!this.exposed.has(name) && !this.collisions.has(name)) await this.refreshTools();
+    if (!this.exposed.has(name) && !this.collisions.has(name) && !this.policyHidden.has(name))
+      await this.refreshTools();
     const audit = (fields: Parameters<typeof mcpEvent>[0]): void =>
       this.core.audit(mcpEvent({ session: this.sessionId, tenant: this.tenant, ...fields }));
     const collision = this.collisions.get(name);
@@ -514,7 +531,7 @@ export class McpSession {
       });
       throw this.deny('name_collision', reason);
     }
-    const target = this.exposed.get(name);
+    const target = this.exposed.get(name) ?? this.policyHidden.get(name);
     if (!target) {
       const quarantinedIn = [...this.perServer.values()].find((p) =>
         [...(p.last?.quarantined.keys() ?? [])].some((t) => this.exposedName(p.entry, t) === name),
@@ -556,10 +573,32 @@ export class McpSession {
     if (verdict.action === 'deny') throw refuse(verdict.code, verdict.reason);
     const budget = ps.budget.beforeCall();
     if (budget.action === 'deny') throw refuse(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
+    const reservation = budget.reservation;
 
     const started = performance.now();
+    // The call's hard wall-time cap: its wall-time reservation (never more than budgets.maxCallMs or
+    // the gateway's cap). A timer of its own, so progress (which may reset the per-request timeout)
+    // cannot extend it; at the cap the call is cancelled on the server.
+    const capMs =
+      reservation?.wallTimeMs ?? Math.min(this.core.callHardCapMs, setup.budgets.maxCallMs ?? Infinity);
+    const capWhy =
+      setup.budgets.maxCallMs !== undefined && capMs >= setup.budgets.maxCallMs
+        ? `budgets.maxCallMs ${setup.budgets.maxCallMs} ms`
+        : capMs < this.core.callHardCapMs
+          ? `the ${capMs} ms left of maxWallTimeMs ${setup.budgets.maxWallTimeMs ?? ''} for this session`
+          : `the gateway's per-call cap of ${this.core.callHardCapMs} ms`;
+    const deadline = new AbortController();
+    let capped = false;
+    const capTimer = setTimeout(() => {
+      capped = true;
+      deadline.abort(new AirlockError('MCP_BUDGET_EXHAUSTED', `call cancelled at its wall-time cap`));
+    }, capMs);
+    const onClientAbort = (): void => deadline.abort(extra.signal.reason);
+    if (extra.signal.aborted) onClientAbort();
+    else extra.signal.addEventListener('abort', onClientAbort, { once: true });
     let lease: Lease | undefined;
     let entry: InFlight | undefined;
+    let settled = false;
     try {
       lease = await ps.entry.pool.acquire(this.ctx('call'));
       const up = lease.upstream;
@@ -572,7 +611,7 @@ export class McpSession {
           up.callTool(
             target.tool,
             args,
-            { signal: extra.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
+            { signal: deadline.signal, timeout: this.core.callTimeoutMs, resetTimeoutOnProgress: true },
             token === undefined
               ? undefined
               : (p) => {
@@ -589,7 +628,23 @@ export class McpSession {
         );
       } catch (e) {
         const durationMs = performance.now() - started;
-        ps.budget.afterCall({ text: own.notedText, bytes: own.notedBytes, durationMs });
+        ps.budget.afterCall({ text: own.notedText, bytes: own.notedBytes, durationMs }, reservation);
+        settled = true;
+        if (capped) {
+          const reason = `Airlock stopped ${target.tool} of server ${setup.name} at its wall-time cap (${capWhy}); progress does not extend it. Ask for less work per call or ask the operator to raise the cap`;
+          audit({
+            sandboxId: up.sandbox.id,
+            server: setup.name,
+            method: 'tools/call',
+            tool: target.tool,
+            decision: 'error',
+            code: 'call_time_cap',
+            reason,
+            bytesUp,
+            durationMs,
+          });
+          throw this.deny('call_time_cap', reason, AIRLOCK_RPC_ERRORS.budget);
+        }
         if (e instanceof McpError && e.code !== -32000 && e.code !== -32001) {
           // The server answered with a JSON-RPC error: pass its code on, with the message guarded.
           const msg = redactText(e.message, this.core.guardOptions(up.sandbox.id, setup, target.tool)).text;
@@ -620,11 +675,25 @@ export class McpSession {
         });
         throw this.deny('server_failed', reason, AIRLOCK_RPC_ERRORS.serverFailed);
       }
-      const guarded = guardToolResult(raw, this.core.guardOptions(up.sandbox.id, setup, target.tool));
+      // The output is cut to the call's output reservation (tokens are never more than bytes).
+      const guardOpts = this.core.guardOptions(up.sandbox.id, setup, target.tool);
+      const maxTextBytes = Math.min(
+        guardOpts.maxTextBytes ?? Infinity,
+        reservation?.outputBytes ?? Infinity,
+        reservation?.outputTokens ?? Infinity,
+      );
+      const guarded = guardToolResult(
+        raw,
+        maxTextBytes === Infinity ? guardOpts : { ...guardOpts, maxTextBytes },
+      );
       const text = textOf(guarded.result);
       const bytesDown = guarded.report.originalTextBytes;
       const durationMs = performance.now() - started;
-      ps.budget.afterCall({ text: text + own.notedText, bytes: bytesDown + own.notedBytes, durationMs });
+      ps.budget.afterCall(
+        { text: text + own.notedText, bytes: bytesDown + own.notedBytes, durationMs },
+        reservation,
+      );
+      settled = true;
       const redactions = guarded.report.redactions.reduce((n, r) => n + r.count, 0);
       audit({
         sandboxId: up.sandbox.id,
@@ -645,6 +714,11 @@ export class McpSession {
       });
       return guarded.result;
     } finally {
+      // A call that never reached the server (no instance) still gives its reservation back.
+      if (!settled)
+        ps.budget.afterCall({ text: '', bytes: 0, durationMs: performance.now() - started }, reservation);
+      clearTimeout(capTimer);
+      extra.signal.removeEventListener('abort', onClientAbort);
       if (entry) this.leave(entry);
       await lease?.release();
     }
@@ -715,11 +789,12 @@ export class McpSession {
       audit({ sandboxId: '', decision: 'deny', code: budget.code, reason: budget.reason });
       throw this.deny(budget.code, budget.reason, AIRLOCK_RPC_ERRORS.budget);
     }
+    const reservation = budget.reservation;
     const started = performance.now();
     let settled = false;
     const settle = (text: string, bytes: number): number => {
       const durationMs = performance.now() - started;
-      if (!settled) ps.budget.afterCall({ text, bytes, durationMs });
+      if (!settled) ps.budget.afterCall({ text, bytes, durationMs }, reservation);
       settled = true;
       return durationMs;
     };
@@ -729,11 +804,23 @@ export class McpSession {
       lease = await ps.entry.pool.acquire(this.ctx('other'));
       const up = lease.upstream;
       const own = (entry = this.enter(server, extra, up));
-      const opts = this.core.guardOptions(up.sandbox.id, setup, method);
+      // As for tools/call: the answer is cut to the output reservation, and the request is
+      // cancelled at its wall-time reservation (or the gateway's per-call cap).
+      const guardOpts = this.core.guardOptions(up.sandbox.id, setup, method);
+      const maxTextBytes = Math.min(
+        guardOpts.maxTextBytes ?? Infinity,
+        reservation?.outputBytes ?? Infinity,
+        reservation?.outputTokens ?? Infinity,
+      );
+      const opts = maxTextBytes === Infinity ? guardOpts : { ...guardOpts, maxTextBytes };
+      const capMs = reservation?.wallTimeMs ?? this.core.callHardCapMs;
       let raw: Result;
       try {
         raw = await up.asCaller(this.sessionId, () =>
-          up.forward(method, params, { signal: extra.signal, timeout: this.core.callTimeoutMs }),
+          up.forward(method, params, {
+            signal: AbortSignal.any([extra.signal, AbortSignal.timeout(capMs)]),
+            timeout: this.core.callTimeoutMs,
+          }),
         );
       } catch (e) {
         const durationMs = settle(own.notedText, own.notedBytes);

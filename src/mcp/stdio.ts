@@ -8,7 +8,11 @@ import { StreamTransport } from './transport.js';
 export interface StdioOptions {
   /** A broken frame from the client (reported, answered if it had an id, never fatal). */
   readonly onFrameError?: (reason: string) => void;
+  /** The client stopped reading and the session was closed (its buffered bytes hit the cap). */
+  readonly onOverflow?: (reason: string) => void;
   readonly tenant?: string;
+  /** Cap on bytes waiting for the client to read them (default DEFAULT_MAX_BUFFERED_BYTES). */
+  readonly maxBufferedBytes?: number;
 }
 
 /** Serve one client session on `input`/`output`; resolves when the client goes away. */
@@ -18,7 +22,25 @@ export async function serveStdio(
   output: Writable,
   opts: StdioOptions = {},
 ): Promise<void> {
-  const transport = new StreamTransport(input, output, { answerBrokenRequests: true });
+  const transport = new StreamTransport(input, output, {
+    answerBrokenRequests: true,
+    ...(opts.maxBufferedBytes !== undefined ? { maxBufferedBytes: opts.maxBufferedBytes } : {}),
+  });
+  transport.onoverflow = (info) => {
+    const reason = `the client is not reading: ${info.bufferedBytes} bytes wait for it (cap ${info.maxBufferedBytes}); session closed`;
+    opts.onOverflow?.(reason);
+    core.audit(
+      mcpEvent({
+        sandboxId: '',
+        server: '*',
+        method: 'transport',
+        session: 'stdio',
+        decision: 'error',
+        code: 'client_overflow',
+        reason,
+      }),
+    );
+  };
   transport.onframeerror = (info) => {
     opts.onFrameError?.(info.reason);
     core.audit(
@@ -39,4 +61,6 @@ export async function serveStdio(
   await session.connect(transport);
   await ended;
   await session.close();
+  // Nothing more is read from this client (the session may have ended without its EOF, e.g. on overflow).
+  input.destroy();
 }

@@ -48,7 +48,17 @@ export interface StreamableOptions {
   readonly keepAliveMs?: number;
   /** `retry` field of priming events (ms), if set. */
   readonly retryIntervalMs?: number;
+  /**
+   * Most bytes of this session's answers and events written but not yet taken by the client, over all
+   * its open streams (default 32 MiB). A client that stops reading while a server keeps sending does
+   * not grow the gateway's memory past it: the session is closed (streams destroyed) after
+   * `onoverflow`. One message always fits when nothing is waiting.
+   */
+  readonly maxBufferedBytes?: number;
+  readonly onoverflow?: (info: { bufferedBytes: number; maxBufferedBytes: number }) => void;
 }
+
+const DEFAULT_MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
 
 /**
  * Long enough that a call which only waited in a queue (64 calls in flight on a loaded host spend
@@ -283,11 +293,34 @@ export class NodeStreamableTransport implements Transport {
     stream.timer.unref();
   }
 
+  /** Bytes written to this session's open streams that the client has not taken yet. */
+  get bufferedBytes(): number {
+    let n = 0;
+    for (const s of this.streams.values()) n += s.res.writableLength;
+    return n;
+  }
+
+  /**
+   * Whether `bytes` more may be written: false (and the session closed) when the client is not reading
+   * what is already waiting. The bound on this session's memory, whatever its servers send.
+   */
+  private admit(bytes: number): boolean {
+    if (this.closed) return false;
+    const max = this.opts.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES;
+    const waiting = this.bufferedBytes;
+    if (waiting === 0 || waiting + bytes <= max) return true;
+    this.opts.onoverflow?.({ bufferedBytes: waiting, maxBufferedBytes: max });
+    // Destroyed, not ended: an ended response still holds its unread bytes until the socket goes.
+    for (const st of this.streams.values()) st.res.destroy();
+    void this.close();
+    return false;
+  }
+
   private writeEvent(stream: Stream, message: JSONRPCMessage, eventId?: string): boolean {
     if (stream.mode !== 'sse' || stream.res.writableEnded) return false;
-    stream.res.write(
-      `event: message\n${eventId ? `id: ${eventId}\n` : ''}data: ${JSON.stringify(message)}\n\n`,
-    );
+    const event = `event: message\n${eventId ? `id: ${eventId}\n` : ''}data: ${JSON.stringify(message)}\n\n`;
+    if (!this.admit(Buffer.byteLength(event))) return false;
+    stream.res.write(event);
     return true;
   }
 
@@ -390,6 +423,11 @@ export class NodeStreamableTransport implements Transport {
     void this.toSse(stream).then(() => this.end(stream));
   }
 
+  /** Hand a message made by the gateway itself (never a peer's bytes) to the session, as if received. */
+  receiveLocal(message: JSONRPCMessage): void {
+    if (!this.closed) this.onmessage?.(message);
+  }
+
   closeStandaloneSSEStream(): void {
     const s = this.streams.get(STANDALONE);
     if (s) this.end(s);
@@ -426,6 +464,7 @@ export class NodeStreamableTransport implements Transport {
       stream.mode = 'done';
       this.streams.delete(streamId);
       const json = JSON.stringify(message);
+      if (!this.admit(json.length)) return;
       // With a length (not chunked), headers and body leave in one write.
       const headers: Record<string, string | number> = {
         'content-type': 'application/json',

@@ -227,6 +227,9 @@ export class Upstream {
    */
   frameLost(info: FrameErrorInfo): void {
     if (!['oversized', 'string_too_long', 'too_deep', 'too_many_keys'].includes(info.code)) return;
+    // A readable id says what it was: a request (answered by the transport) or the answer to one
+    // request (which the transport already failed): the other pending requests are not affected.
+    if (info.id !== undefined || info.responseId !== undefined) return;
     const reason = new AirlockError(
       'MCP_SERVER_FAILED',
       `MCP server ${this.launch.name} sent a message Airlock cannot read (${info.reason}); pending requests failed`,

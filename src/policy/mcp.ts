@@ -393,18 +393,13 @@ const isPlainObject = (v: unknown): v is Record<string, unknown> =>
 const typeName = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
 
 /**
- * Decide whether `toolName` (the server's own name, without the gateway's namespace prefix) may be called
- * with `args` (the JSON-RPC `params.arguments`, untrusted). Reasons are written for the model.
+ * Whether `toolName` may be called at all (tools.deny, then tools.allow), whatever its arguments. The
+ * gateway lists only tools this allows (least privilege: a model is not shown what it may not call);
+ * decideCall() starts with the same check, so a call to a hidden tool still gets the reason.
  */
-export function decideCall(
-  compiled: CompiledToolRules,
-  toolName: string,
-  args: unknown,
-  context: CallContext = {},
-): CallVerdict {
+export function decideTool(compiled: CompiledToolRules, toolName: string): CallVerdict {
   const forServer = compiled.server === undefined ? '' : ` for server ${compiled.server}`;
   const tool = quote(toolName);
-
   const denied = compiled.deny.find((g) => g.test(toolName));
   if (denied) {
     return deny(
@@ -418,6 +413,24 @@ export function decideCall(
       `tool ${tool} is not in tools.allow${forServer}; ask the operator to allow it`,
     );
   }
+  return ALLOW;
+}
+
+/**
+ * Decide whether `toolName` (the server's own name, without the gateway's namespace prefix) may be called
+ * with `args` (the JSON-RPC `params.arguments`, untrusted). Reasons are written for the model.
+ */
+export function decideCall(
+  compiled: CompiledToolRules,
+  toolName: string,
+  args: unknown,
+  context: CallContext = {},
+): CallVerdict {
+  const forServer = compiled.server === undefined ? '' : ` for server ${compiled.server}`;
+  const tool = quote(toolName);
+
+  const byName = decideTool(compiled, toolName);
+  if (byName.action === 'deny') return byName;
   const quarantine = context.quarantined?.get(toolName);
   if (quarantine !== undefined) {
     return deny(

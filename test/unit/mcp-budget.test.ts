@@ -165,6 +165,67 @@ describe('SessionBudget', () => {
   });
 });
 
+describe('SessionBudget: reserve at admission, settle after (concurrency)', () => {
+  const perCall = (input: BudgetsInput, limits: { maxOutputBytes?: number; maxWallTimeMs?: number }) =>
+    new SessionBudget(BudgetsSchema.parse(input), { perCall: limits });
+
+  it('20 calls started together against maxCalls 5: exactly 5 admitted', () => {
+    const b = budget({ maxCalls: 5 });
+    const verdicts = Array.from({ length: 20 }, () => b.beforeCall());
+    expect(verdicts.filter((v) => v.action === 'allow')).toHaveLength(5);
+    expect(new Set(verdicts.slice(5).map((v) => denied(v).code))).toEqual(new Set(['budget_calls']));
+    expect(b.usage()).toMatchObject({ calls: 5, inFlight: 5 });
+  });
+
+  it('output bytes: each call in flight holds what it may return; the rest is refused until one settles', () => {
+    const b = perCall({ maxOutputBytes: 100_000 }, { maxOutputBytes: 64_000 });
+    const first = b.beforeCall();
+    const second = b.beforeCall();
+    expect(first).toMatchObject({ action: 'allow', reservation: { outputBytes: 64_000 } });
+    expect(second).toMatchObject({ action: 'allow', reservation: { outputBytes: 36_000 } });
+    const third = denied(b.beforeCall());
+    expect(third.code).toBe('budget_bytes');
+    expect(third.reason).toMatch(/maxOutputBytes 100000 .* reserved by 2 call\(s\) still running; retry/);
+    expect(b.reserved()).toMatchObject({ outputBytes: 100_000, calls: 2 });
+    // Settling the first with 10 bytes used frees the rest of its reservation.
+    b.afterCall(done('0123456789'), first.action === 'allow' ? first.reservation : undefined);
+    const fourth = b.beforeCall();
+    expect(fourth).toMatchObject({ action: 'allow', reservation: { outputBytes: 63_990 } });
+    // The sum of what admitted calls may return never exceeds the budget.
+    expect(b.reserved().outputBytes + b.usage().outputBytes).toBeLessThanOrEqual(100_000);
+  });
+
+  it('output tokens: reserved as bytes (a token is at least one byte)', () => {
+    const b = perCall({ maxOutputTokens: 1000 }, { maxOutputBytes: 64_000 });
+    expect(b.beforeCall()).toMatchObject({ action: 'allow', reservation: { outputTokens: 1000 } });
+    expect(denied(b.beforeCall()).code).toBe('budget_tokens');
+  });
+
+  it('wall time: each call holds its hard cap (lowered by maxCallMs); 20 together against 3000 ms: 3 admitted', () => {
+    const b = perCall({ maxWallTimeMs: 3000 }, { maxWallTimeMs: 1000 });
+    const verdicts = Array.from({ length: 20 }, () => b.beforeCall());
+    const allowed = verdicts.filter((v) => v.action === 'allow');
+    expect(allowed).toHaveLength(3);
+    for (const v of allowed) expect(v).toMatchObject({ reservation: { wallTimeMs: 1000 } });
+    expect(new Set(verdicts.slice(3).map((v) => denied(v).code))).toEqual(new Set(['budget_wall_time']));
+
+    const capped = perCall({ maxWallTimeMs: 3000, maxCallMs: 400 }, { maxWallTimeMs: 1000 });
+    const n = Array.from({ length: 20 }, () => capped.beforeCall()).filter((v) => v.action === 'allow');
+    expect(n).toHaveLength(8); // 7 x 400 + one holding the last 200
+    expect(n[7]).toMatchObject({ reservation: { wallTimeMs: 200 } });
+  });
+
+  it('a hard cap is granted even without a wall-time budget; a reservation settles once', () => {
+    const b = perCall({ maxCallMs: 250 }, { maxWallTimeMs: 1000 });
+    const v = b.beforeCall();
+    expect(v).toMatchObject({ action: 'allow', reservation: { wallTimeMs: 250 } });
+    const r = v.action === 'allow' ? v.reservation : undefined;
+    b.beforeCall();
+    b.afterCall(done(), r);
+    expect(() => b.afterCall(done(), r)).toThrow(expect.objectContaining({ code: 'INTERNAL' }));
+  });
+});
+
 describe('BudgetsSchema', () => {
   it('accepts positive whole numbers; absent means unlimited', () => {
     expect(BudgetsSchema.parse({})).toEqual({});

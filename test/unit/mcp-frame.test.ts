@@ -427,7 +427,7 @@ describe('parseMessage: rejections', () => {
     ).toContain('$.params');
   });
 
-  it('recovers the id only from a readable request, so the caller can answer it', () => {
+  it('recovers the id of a request, so the caller can answer it', () => {
     const id = (text: string): unknown => {
       const r = parseMessage(text);
       return r.ok ? 'accepted' : r.id;
@@ -436,14 +436,47 @@ describe('parseMessage: rejections', () => {
     expect(id('{"jsonrpc":"1.0","id":"abc","method":"tools/call"}')).toBe('abc');
     expect(id('{"jsonrpc":"2.0","id":5,"method":"x","params":[1]}')).toBe(5);
     expect(id('{"jsonrpc":"2.0","id":5,"method":"x","extra":1}')).toBe(5);
-    // Not recoverable: no method (a broken response must not be answered), bad id, unreadable text.
+    // Issue 30: a request the parser drops for ANY reason still carries its id, and is answered.
+    expect(id('{"jsonrpc":"2.0","id":5,"method":"x","params":{"a":1,"a":2}}')).toBe(5); // duplicate key
+    expect(id('{"jsonrpc":"2.0","id":5,"method":"x","params":{"a":1,"A":2}}')).toBe(5); // case variant
+    expect(id('{"jsonrpc":"2.0","id":"q","method":"x","params":{"__proto__":{}}}')).toBe('q');
+    expect(id('{"jsonrpc":"2.0","method":"x","params":{"s":"\\ud800"},"id":"late"}')).toBe('late');
+    expect(id('{"jsonrpc":"2.0","id":6,"method":"x","n":1e400}')).toBe(6); // number out of range
+    expect(id(`{"jsonrpc":"2.0","id":7,"method":"x","p":${'['.repeat(100)}${']'.repeat(100)}}`)).toBe(7);
+    expect(id('\ufeff{"jsonrpc":"2.0","id":8,"method":"x"}')).toBe(8); // BOM
+    expect(id('{"jsonrpc":"2.0","\\u0069d":9,"method":"x","bad":tru}')).toBe(9); // escaped key
+    expect(id('{"jsonrpc":"2.0","id":5,"method":"x"')).toBe(5); // cut short after the id
+    expect(id('{"jsonrpc":"2.0","id":5,"id":5,"method":"x","a":1,"a":1}')).toBe(5); // same id twice
+    const bytes = Buffer.concat([
+      Buffer.from('{"jsonrpc":"2.0","id":12,"method":"x","params":{"s":"'),
+      Buffer.from([0xff]),
+      Buffer.from('"}}'),
+    ]);
+    const utf8 = parseMessage(bytes);
+    expect(utf8.ok ? 'accepted' : [utf8.code, utf8.id]).toEqual(['invalid_utf8', 12]);
+    // Not recoverable: no method (a broken response must not be answered), an id readers could read
+    // differently or not at all, a value cut short, a batch.
     expect(id('{"jsonrpc":"2.0","id":5,"result":null}')).toBeUndefined();
     expect(id('{"jsonrpc":"2.0","id":5}')).toBeUndefined();
     expect(id('{"jsonrpc":"2.0","id":1.5,"method":"x"}')).toBeUndefined();
-    expect(id('{"jsonrpc":"2.0","id":5,"method":"x"')).toBeUndefined();
+    expect(id('{"jsonrpc":"2.0","id":1e400,"method":"x"}')).toBeUndefined();
+    expect(id('{"jsonrpc":"2.0","id":"q\\ud800","method":"x"}')).toBeUndefined();
     expect(id('{"jsonrpc":"2.0","id":5,"id":6,"method":"x"}')).toBeUndefined();
-    expect(id('{"jsonrpc":"2.0","id":5,"method":"x","params":{"a":1,"a":2}}')).toBeUndefined();
+    expect(id('{"jsonrpc":"2.0","id":5')).toBeUndefined();
+    expect(id('{"jsonrpc":"2.0","method":"x","params":{"a":1,"a":2}}')).toBeUndefined();
     expect(id('[{"jsonrpc":"2.0","id":5,"method":"x"}]')).toBeUndefined();
+  });
+
+  it('recovers the id of a broken response separately (never answered, but its request can fail)', () => {
+    const ids = (text: string): unknown => {
+      const r = parseMessage(text);
+      return r.ok ? 'accepted' : [r.id, r.responseId];
+    };
+    expect(ids('{"jsonrpc":"2.0","id":5,"result":null}')).toEqual([undefined, 5]);
+    expect(ids('{"jsonrpc":"2.0","id":"s1","result":{"a":1,"a":2}}')).toEqual([undefined, 's1']);
+    expect(ids('{"jsonrpc":"2.0","id":6,"error":{"code":1,"message":"\\udc00"}}')).toEqual([undefined, 6]);
+    expect(ids('{"jsonrpc":"2.0","id":5,"id":7,"result":{}}')).toEqual([undefined, undefined]);
+    expect(ids('{"jsonrpc":"2.0","id":5,"method":"x","result":{"a":1,"a":2}}')).toEqual([5, undefined]);
   });
 
   it('keeps reasons short, printable and free of long runs of the input', () => {

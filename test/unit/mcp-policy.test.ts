@@ -9,6 +9,7 @@ import {
   compileToolRules,
   decideCall,
   decideFinding,
+  decideTool,
   resolveArgumentPath,
   type CallVerdict,
   type CompileToolRulesOptions,
@@ -86,6 +87,35 @@ describe('tool names', () => {
   it('omits the server from reasons when it is not known', () => {
     const v = denied(decideCall(compileToolRules(ToolRulesSchema.parse({ allow: [] })), 'x', {}));
     expect(v.reason).toBe(`${PREFIX}tool "x" is not in tools.allow; ask the operator to allow it`);
+  });
+});
+
+describe('decideTool (what tools/list may show)', () => {
+  it('agrees with decideCall on the name rules, whatever the arguments', () => {
+    const r = rules({ allow: ['read_*', 'list', 'Write'], deny: ['READ_SECRET*'] });
+    for (const name of [
+      'read_file',
+      'read_secret_key',
+      'Read_Secret',
+      'list',
+      'LIST',
+      'write',
+      'Write',
+      'x',
+    ]) {
+      const byName = decideTool(r, name);
+      const byCall = decideCall(r, name, {});
+      expect(byName, name).toEqual(byCall);
+    }
+    expect(decideTool(r, 'read_file')).toEqual({ action: 'allow' });
+    expect(denied(decideTool(r, 'read_secret_key')).code).toBe('tool_denied');
+    expect(denied(decideTool(r, 'LIST')).code).toBe('tool_not_allowed'); // allow is exact
+  });
+
+  it('does not look at arguments or quarantine: a tool allowed by name is listable', () => {
+    const r = rules({ arguments: { '*': { schema: { type: 'object', required: ['x'] } } } });
+    expect(decideTool(r, 'anything')).toEqual({ action: 'allow' });
+    expect(denied(decideCall(r, 'anything', {})).code).toBe('arguments_schema');
   });
 });
 

@@ -70,4 +70,50 @@ describe('StreamTransport', () => {
       if (r.status === 'rejected') expect(String(r.reason)).toMatch(/transport closed/);
     await expect(t.send(request(9, 'z'))).rejects.toThrow(/transport closed/);
   });
+
+  it('caps the bytes a peer that stops reading holds: closes with onoverflow, never grows past it', async () => {
+    const output = new PassThrough({ highWaterMark: 1024 });
+    const t = new StreamTransport(new PassThrough(), output, { maxBufferedBytes: 64 * 1024 });
+    await t.start();
+    const overflows: Array<{ bufferedBytes: number; maxBufferedBytes: number }> = [];
+    t.onoverflow = (i) => void overflows.push(i);
+    let closed = false;
+    t.onclose = () => void (closed = true);
+    const sends: Array<Promise<void>> = [];
+    let peak = 0;
+    for (let i = 0; i < 200 && !closed; i++) {
+      sends.push(t.send(request(i, 'f'.repeat(2000))));
+      peak = Math.max(peak, output.writableLength);
+    }
+    const results = await Promise.allSettled(sends);
+    expect(overflows).toHaveLength(1);
+    expect(overflows[0]!.maxBufferedBytes).toBe(64 * 1024);
+    expect(closed).toBe(true);
+    expect(peak).toBeLessThanOrEqual(64 * 1024);
+    const refused = results.filter((r) => r.status === 'rejected');
+    expect(refused.length).toBeGreaterThan(0);
+    const reasons = refused.map((r) => String((r as PromiseRejectedResult).reason));
+    expect(reasons.filter((r) => /the peer is not reading: \d+ bytes wait for it/.test(r))).toHaveLength(1);
+    expect(results.length).toBeLessThan(200);
+  });
+
+  it('answers a broken request that carries an id by default, and fails our request a broken answer was for', async () => {
+    const input = new PassThrough();
+    const output = new PassThrough();
+    const t = new StreamTransport(input, output);
+    const got: JSONRPCMessage[] = [];
+    t.onmessage = (m) => void got.push(m);
+    let written = '';
+    output.on('data', (c: Buffer) => (written += c.toString()));
+    await t.start();
+    input.write('{"jsonrpc":"2.0","id":"r1","method":"roots/list","params":{"a":1,"a":2}}\n');
+    input.write('{"jsonrpc":"2.0","id":7,"result":{"content":[],"content":[]}}\n');
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    const answer = JSON.parse(written.trim()) as { id: unknown; error: { code: number } };
+    expect(answer).toMatchObject({ id: 'r1', error: { code: -32700 } });
+    expect(got).toHaveLength(1);
+    expect(got[0]).toMatchObject({ id: 7, error: { code: -32700 } });
+    expect(JSON.stringify(got[0])).toMatch(/Airlock dropped the peer's answer: duplicate key/);
+  });
 });
