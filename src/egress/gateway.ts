@@ -322,6 +322,7 @@ export class SandboxEgress {
 
   /** Count an upstream socket against the sandbox until it closes (and close it with the sandbox). */
   private hold(sock: Socket): void {
+    if (this.sockets.has(sock)) return;
     this.sockets.add(sock);
     sock.once('close', () => this.sockets.delete(sock));
     sock.on('error', () => {});
@@ -1057,6 +1058,9 @@ export class SandboxEgress {
     started: number,
     early?: Buffer,
   ): Promise<void> {
+    // The upstream is open while the first bytes are awaited: it counts against the sandbox's fds
+    // (and Airlock's fd budget) from now on, not only once the tunnel is relayed.
+    this.hold(r.socket);
     const s = await sniffTunnel(client, r.socket, early ?? Buffer.alloc(0), HEADERS_TIMEOUT_MS);
     if (s.from === 'none') {
       r.socket.destroy();
