@@ -142,8 +142,10 @@ export class Airlock {
     };
     this.templates = new Templates(this.stateDir, {
       create: (spec) => this.create(spec),
-      layer: async (d) => this.backends.namespaces?.snapshots?.get(d),
-      removeLayer: (d) => this.snapshotStore('namespaces').remove(d),
+      // Layers of any tier (a template build runs on its base's tier; see Templates.build).
+      layer: (d) => this.layerRecord(d),
+      removeLayer: async (d) =>
+        this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces').remove(d),
     });
     this.snapshots = {
       list: async () => {
@@ -164,6 +166,15 @@ export class Airlock {
     const store = this.backend(name).snapshots;
     if (!store) throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${name}" cannot take snapshots`);
     return store;
+  }
+
+  /** The record of a layer digest on whichever tier took it, or undefined. */
+  private async layerRecord(digest: string): Promise<SnapshotRecord | undefined> {
+    for (const b of Object.values(this.backends)) {
+      const r = await b.snapshots?.get(digest);
+      if (r) return r;
+    }
+    return undefined;
   }
 
   private snapshotOf(record: SnapshotRecord): Snapshot {
@@ -266,6 +277,8 @@ export class Airlock {
     const name = typeof t === 'string' ? r.name : t.name;
     return {
       ...spec,
+      // The tier its layer was taken on, unless the input names one: never silently a weaker tier.
+      backend: input.backend === undefined ? r.backend : spec.backend,
       // A template keeps the workspace it was built over (given one must match; see resolveChain).
       workspace: input.workspace === undefined ? { ...r.workspace } : spec.workspace,
       layers: [...r.layers],
