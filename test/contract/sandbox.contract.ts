@@ -519,7 +519,8 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
 
       test('timeout kills the whole process tree', async () => {
         const sbx = await create();
-        const r = await sbx.exec('sleep 30 & sleep 30 & echo forked; wait', { timeoutMs: 500 });
+        // The timeout leaves a loaded host time to start the command (a gVisor exec starts a sentry).
+        const r = await sbx.exec('sleep 30 & sleep 30 & echo forked; wait', { timeoutMs: 5000 });
         expect(r.killedBy).toBe('timeout');
         expect(r.exitCode === 137 || r.signal === 'SIGKILL').toBe(true);
         expect(r.stdout).toBe('forked\n');
@@ -1012,9 +1013,11 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
 
     describe('ttl', () => {
       test('ttlMs: the sandbox is gone after it', async () => {
-        const sbx = await create({ ttlMs: 1500 });
+        // Long enough for a first exec on a loaded host (a gVisor exec starts a sentry), then wait
+        // for the TTL to strike (bounded).
+        const sbx = await create({ ttlMs: 5000 });
         expect((await sbx.exec('echo young')).stdout).toBe('young\n');
-        await sleep(2000);
+        for (const end = Date.now() + 30_000; sbx.alive && Date.now() < end;) await sleep(100);
         expect(sbx.alive).toBe(false);
         const e = await expectError(sbx.exec('true'), 'SANDBOX_GONE');
         expect(e.message).toMatch(/TTL/);
