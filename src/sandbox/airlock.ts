@@ -216,6 +216,11 @@ export class Airlock {
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     let spec = parseSandboxSpec(input);
     if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
+    else if (spec.layers?.length && input.backend === undefined) {
+      // On snapshot layers with no tier named: the tier the top layer was taken on, not the default.
+      const top = await this.layerRecord(spec.layers[0]!);
+      if (top) spec = { ...spec, backend: top.backend };
+    }
     const backend = this.backend(spec.backend);
     if (spec.layers && !backend.snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {

@@ -425,10 +425,14 @@ export function snapshotContract(backend: BackendName, opts: ContractOptions = {
         // The other tier's snapshot still forks onto the other tier.
         const of = await fork(theirs);
         expect([of.info.backend, await kernel(of)]).toEqual([other, otherKernel]);
-        // Started from the snapshot as a template, with no tier named: its tier, not the default.
+        // Started from the snapshot as a template, or on its layers, with no tier named: its tier,
+        // not the default one.
         const t = await airlock.create({ template: mine.id });
         owned.push(t);
         expect([t.info.backend, await kernel(t)]).toEqual([backend, myKernel]);
+        const l = await airlock.create({ layers: [...mine.layers], workspace: mine.parent.workspace });
+        owned.push(l);
+        expect([l.info.backend, await kernel(l)]).toEqual([backend, myKernel]);
       }, 120_000);
 
       test('snapshots of unchanged sandboxes on the two tiers are two snapshots, each forking on its tier', async () => {
