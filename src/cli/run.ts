@@ -51,6 +51,8 @@ export async function runCommand(
       for (const p of Object.values(result.spillPaths ?? {})) rmSync(p, { force: true });
       const why = killedLine(result, plan, sbx.spec.limits);
       if (why) io.err(`airlock: ${why}\n`);
+      const oom = oomLine(result, sbx.spec.limits);
+      if (oom) io.err(`airlock: ${oom}\n`);
     }
     return statusOf(result);
   } catch (e) {
@@ -67,6 +69,16 @@ export async function runCommand(
       if (flags.stdin) process.stdin.destroy();
     }
   }
+}
+
+/**
+ * One line when the OOM killer killed processes of the sandbox during the command but the command
+ * itself was not ended by it (a child killed under a parent that carried on).
+ */
+export function oomLine(r: ExecResult, limits: { memoryBytes: number }): string | undefined {
+  if (r.oomKills <= 0 || r.killedBy === 'oom') return undefined;
+  const n = r.oomKills === 1 ? '1 process was' : `${r.oomKills} processes were`;
+  return `${n} killed for exceeding the memory limit (${formatBytes(limits.memoryBytes)}); raise it with --memory`;
 }
 
 /** One line saying which limit ended the command, e.g. "out of memory (limit 256 MiB)". */

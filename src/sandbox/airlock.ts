@@ -156,8 +156,10 @@ export class Airlock {
     };
     this.templates = new Templates(this.stateDir, {
       create: (spec) => this.create(spec),
-      layer: async (d) => this.backends.namespaces?.snapshots?.get(d),
-      removeLayer: (d) => this.snapshotStore('namespaces').remove(d),
+      // Layers of any tier (a template build runs on its base's tier; see Templates.build).
+      layer: (d) => this.layerRecord(d),
+      removeLayer: async (d) =>
+        this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces').remove(d),
     });
     this.snapshots = {
       list: async () => {
@@ -178,6 +180,15 @@ export class Airlock {
     const store = this.backend(name).snapshots;
     if (!store) throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${name}" cannot take snapshots`);
     return store;
+  }
+
+  /** The record of a layer digest on whichever tier took it, or undefined. */
+  private async layerRecord(digest: string): Promise<SnapshotRecord | undefined> {
+    for (const b of Object.values(this.backends)) {
+      const r = await b.snapshots?.get(digest);
+      if (r) return r;
+    }
+    return undefined;
   }
 
   private snapshotOf(record: SnapshotRecord): Snapshot {
@@ -219,6 +230,11 @@ export class Airlock {
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     let spec = parseSandboxSpec(input);
     if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
+    else if (spec.layers?.length && input.backend === undefined) {
+      // On snapshot layers with no tier named: the tier the top layer was taken on, not the default.
+      const top = await this.layerRecord(spec.layers[0]!);
+      if (top) spec = { ...spec, backend: top.backend };
+    }
     const backend = this.backend(spec.backend);
     if (spec.layers && !backend.snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {
@@ -280,6 +296,8 @@ export class Airlock {
     const name = typeof t === 'string' ? r.name : t.name;
     return {
       ...spec,
+      // The tier its layer was taken on, unless the input names one: never silently a weaker tier.
+      backend: input.backend === undefined ? r.backend : spec.backend,
       // A template keeps the workspace it was built over (given one must match; see resolveChain).
       workspace: input.workspace === undefined ? { ...r.workspace } : spec.workspace,
       layers: [...r.layers],

@@ -17,6 +17,7 @@ import { defaultEnv } from '../core/env.js';
 import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
+import { checkedArgv } from './exec-check.js';
 import type { Snapshot } from './snapshot.js';
 
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
@@ -32,6 +33,14 @@ export interface ExecResult {
   readonly spillPaths?: { readonly stdout?: string; readonly stderr?: string };
   readonly durationMs: number;
   readonly killedBy?: KilledBy;
+  /**
+   * Processes of the sandbox the kernel's OOM killer killed while this exec ran (its memory limit),
+   * also when the exec's own top process survived (e.g. a child was killed and the parent went on).
+   * Counted on the sandbox's cgroup: an exec running beside others in the same sandbox also counts
+   * theirs. On the gVisor tier an OOM kill takes the whole exec (gVisor's kernel is the process
+   * the host kills).
+   */
+  readonly oomKills: number;
   /** Egress attempts made while this exec ran (only for sandboxes with a network policy). */
   readonly egress?: readonly EgressEvent[];
 }
@@ -204,9 +213,10 @@ export class SandboxBase {
     const before = await this.backend.counters();
     const started = performance.now();
     const egressMark = this.hooks.egressQuiet?.mark();
+    const env = this.envWith(o.env);
     const proc = await this.backend.spawn({
-      argv,
-      env: this.envWith(o.env),
+      argv: typeof cmd === 'string' ? argv : checkedArgv(argv, env),
+      env,
       cwd: o.cwd,
       stdin: opts.stdin !== undefined,
     });
@@ -248,7 +258,13 @@ export class SandboxBase {
     );
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'spawn aborted before it started');
     const before = await this.backend.counters();
-    const proc = await this.backend.spawn({ argv, env: this.envWith(o.env), cwd: o.cwd, stdin: true });
+    const env = this.envWith(o.env);
+    const proc = await this.backend.spawn({
+      argv: typeof cmd === 'string' ? argv : checkedArgv(argv, env),
+      env,
+      cwd: o.cwd,
+      stdin: true,
+    });
     let killedBy: KilledBy | undefined;
     const entry = {
       kill: (reason: KilledBy) => {
@@ -344,13 +360,15 @@ export class SandboxBase {
       if (timer) clearTimeout(timer);
       o.signal?.removeEventListener('abort', onAbort);
       this.running.delete(entry);
+      // Read after every exec, not only a failed one: a child can be OOM-killed under a parent
+      // that carries on and exits 0.
+      const after = await this.backend.counters().catch(() => o.before);
+      const oomKills = Math.max(0, after.oomKills - o.before.oomKills);
       if (killedBy === undefined && exit.exitCode !== 0) {
-        const after = await this.backend.counters().catch(() => o.before);
-        if (after.oomKills > o.before.oomKills) killedBy = 'oom';
+        if (oomKills > 0) killedBy = 'oom';
         else if (after.pidsLimitHits > o.before.pidsLimitHits) killedBy = 'pids';
       } else if (killedBy === 'timeout' && exit.exitCode !== 0) {
         // A fork bomb is held at pids.max until the timeout: say which limit it ran into.
-        const after = await this.backend.counters().catch(() => o.before);
         if (after.pidsLimitHits > o.before.pidsLimitHits) killedBy = 'pids';
       }
       const spillPaths = {
@@ -367,6 +385,7 @@ export class SandboxBase {
         ...(spillPath ? { spillPath, spillPaths } : {}),
         durationMs: Math.round((performance.now() - o.started) * 1000) / 1000,
         ...(killedBy ? { killedBy } : {}),
+        oomKills,
         ...(this.spec.network ? { egress } : {}),
       };
     })();

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import { readRecordFile } from '../core/validate.js';
 import type { SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
-import { DIGEST_RE, TEMPLATE_NAME_RE, type SandboxSpecInput } from '../core/spec.js';
+import { DIGEST_RE, TEMPLATE_NAME_RE, type BackendName, type SandboxSpecInput } from '../core/spec.js';
 import {
   HOST_BASE,
   TEMPLATE_RECORD_VERSION,
@@ -43,6 +43,11 @@ export type TemplateProgress =
 export interface TemplateBuildOptions {
   readonly onProgress?: (p: TemplateProgress) => void;
   readonly signal?: AbortSignal;
+  /**
+   * The tier the build's steps run on. Default: the tier its base was taken on (a template's or
+   * snapshot's), namespaces for the host base; never silently a weaker one.
+   */
+  readonly backend?: BackendName;
 }
 
 export interface TemplateInfo {
@@ -80,12 +85,14 @@ export interface ResolvedTemplate {
   /** The whole chain, top first (the digest, then what it lies on). */
   readonly layers: readonly string[];
   readonly workspace: SnapshotParent['workspace'];
+  /** The tier its top layer was taken on: sandboxes on it run there unless their spec names one. */
+  readonly backend: BackendName;
 }
 
 /** What Templates needs from its runtime (narrow, so that it does not depend on Airlock). */
 export interface TemplateRuntime {
   create(spec: SandboxSpecInput): Promise<Sandbox>;
-  /** The namespaces tier's layer record for a digest, or undefined. */
+  /** The layer record for a digest (of any tier: layers share one store), or undefined. */
   layer(digest: string): Promise<SnapshotRecord | undefined>;
   /** Remove a layer with the snapshot store's rules (SNAPSHOT_IN_USE while used). */
   removeLayer(digest: string): Promise<void>;
@@ -120,6 +127,7 @@ export class Templates {
       if (opts.signal?.aborted) throw new AirlockError('ABORTED', `template ${t.name}: build aborted`);
     };
     const base = t.base === HOST_BASE ? undefined : await this.resolve(t.base);
+    const backend = opts.backend ?? base?.backend ?? 'namespaces';
     progress({ phase: 'start', name: t.name, steps: t.steps.length });
     const segments = segment(t.steps);
     const stacked: SnapshotRecord[] = [];
@@ -138,6 +146,7 @@ export class Templates {
           from = rec.digest;
         }
         sbx = await this.runtime.create({
+          backend,
           ...(from ? { template: from } : {}),
           limits: t.limits,
           persistent: true, // killed below, whatever happens; no TTL cuts a long step short
@@ -265,6 +274,7 @@ export class Templates {
       digest,
       layers: [digest, ...layer.parent.layers],
       workspace: layer.parent.workspace,
+      backend: layer.backend,
     };
   }
 

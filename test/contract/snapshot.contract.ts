@@ -15,7 +15,7 @@ import {
   type Snapshot,
   type SandboxSpecInput,
 } from '../../src/index.js';
-import { NO_RESIDUE, residue, testAirlock } from '../helpers.js';
+import { NO_RESIDUE, canRunGvisor, residue, testAirlock } from '../helpers.js';
 import { contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;
@@ -382,6 +382,74 @@ export function snapshotContract(backend: BackendName, opts: ContractOptions = {
         expect(c1.id).toBe(c2.id);
         expect(c1.id).not.toBe(one.id);
       });
+    });
+
+    // ---- the tier a fork runs on (no silent downgrade) --------------------------------------------
+
+    describe('tier', () => {
+      // Both tiers are needed: the other one makes the same content first (it used to own the digest).
+      if (!canRunGvisor) return;
+      const other: BackendName = backend === 'gvisor' ? 'namespaces' : 'gvisor';
+      const kernel = (sbx: Sandbox): Promise<string> => sh(sbx, 'cat /proc/version');
+      const onOther = async (): Promise<Sandbox> => {
+        const sbx = await Sandbox.create({ backend: other }, { airlock });
+        owned.push(sbx);
+        return sbx;
+      };
+
+      test("a fork runs on its snapshot's tier and kernel, also when the other tier has the same content", async () => {
+        const content = 'echo same > /workspace/f && echo h > ~/h';
+        const o = await onOther();
+        await sh(o, content);
+        const theirs = await snapshot(o);
+        const sbx = await create();
+        await sh(sbx, content);
+        const mine = await snapshot(sbx);
+        const [myKernel, otherKernel] = [await kernel(sbx), await kernel(o)];
+        expect(myKernel).not.toBe(otherKernel); // gVisor's sentry reports its own kernel
+        expect(sbx.info.backend).toBe(backend);
+        expect({ mine: mine.backend, theirs: theirs.backend }).toEqual({ mine: backend, theirs: other });
+        expect(mine.id).not.toBe(theirs.id);
+        expect((await airlock.snapshots.inspect(mine.id)).backend).toBe(backend);
+        // A fork, forks with count, a fork of a fork: each on this tier's kernel, with the content.
+        const f = await fork(mine);
+        expect(f.info.backend).toBe(backend);
+        expect(await kernel(f)).toBe(myKernel);
+        expect(await sh(f, 'cat /workspace/f ~/h')).toBe('same\nh\n');
+        const many = await mine.fork({ count: 2 });
+        owned.push(...many);
+        for (const m of many) expect([m.info.backend, await kernel(m)]).toEqual([backend, myKernel]);
+        await sh(f, 'echo more >> /workspace/f');
+        const ff = await fork(await snapshot(f));
+        expect([ff.info.backend, await kernel(ff)]).toEqual([backend, myKernel]);
+        // The other tier's snapshot still forks onto the other tier.
+        const of = await fork(theirs);
+        expect([of.info.backend, await kernel(of)]).toEqual([other, otherKernel]);
+        // Started from the snapshot as a template, or on its layers, with no tier named: its tier,
+        // not the default one.
+        const t = await airlock.create({ template: mine.id });
+        owned.push(t);
+        expect([t.info.backend, await kernel(t)]).toEqual([backend, myKernel]);
+        const l = await airlock.create({ layers: [...mine.layers], workspace: mine.parent.workspace });
+        owned.push(l);
+        expect([l.info.backend, await kernel(l)]).toEqual([backend, myKernel]);
+      }, 120_000);
+
+      test('snapshots of unchanged sandboxes on the two tiers are two snapshots, each forking on its tier', async () => {
+        // Nothing written: the same (empty) content over the same parent on both tiers, in both orders.
+        const first = await snapshot(await create());
+        const o = await onOther();
+        const theirs = await snapshot(o);
+        const second = await snapshot(await create());
+        expect(second.id).toBe(first.id);
+        expect(theirs.id).not.toBe(first.id);
+        expect([first.backend, theirs.backend]).toEqual([backend, other]);
+        const f = await fork(second);
+        const of = await fork(theirs);
+        expect([f.info.backend, of.info.backend]).toEqual([backend, other]);
+        expect(await kernel(f)).not.toBe(await kernel(of));
+        expect(await kernel(of)).toBe(await kernel(o));
+      }, 120_000);
     });
 
     // ---- listing and removal --------------------------------------------------------------------

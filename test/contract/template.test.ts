@@ -210,6 +210,43 @@ describe.skipIf(!canRunNamespaces)(
       90_000,
     );
 
+    it.skipIf(!canRunGvisor)(
+      "a build runs on its base's tier (or the one asked for), and sandboxes from it start there",
+      async () => {
+        const hostKernel = readFileSync('/proc/version', 'utf8'); // a namespaces sandbox's kernel
+        // A gVisor snapshot as the base: the build's steps run on gVisor, not on the default tier.
+        const gv = await airlock.create({ backend: 'gvisor' });
+        owned.push(gv);
+        const gvKernel = await sh(gv, 'cat /proc/version');
+        expect(gvKernel).not.toBe(hostKernel);
+        await sh(gv, 'echo base > base');
+        const base = await gv.snapshot();
+        digests.add(base.id);
+        const onBase = await airlock.templates.build({
+          name: n('ongv'),
+          base: base.id,
+          steps: [{ run: 'cat /proc/version > kernel' }],
+        });
+        const a = await create(onBase.name);
+        expect(a.info.backend).toBe('gvisor');
+        expect(await sh(a, 'cat base kernel; cat /proc/version')).toBe(`base\n${gvKernel}${gvKernel}`);
+        // Asked for on the host base: the steps run on gVisor; a named tier still wins at create.
+        const asked = await airlock.templates.build(
+          { name: n('askgv'), steps: [{ run: 'cat /proc/version > kernel' }] },
+          { backend: 'gvisor' },
+        );
+        const b = await create(asked.name);
+        expect([b.info.backend, await sh(b, 'cat kernel')]).toEqual(['gvisor', gvKernel]);
+        const c = await airlock.create({ backend: 'namespaces', template: asked.name });
+        owned.push(c);
+        expect([c.info.backend, await sh(c, 'cat kernel; cat /proc/version')]).toEqual([
+          'namespaces',
+          `${gvKernel}${hostKernel}`,
+        ]);
+      },
+      120_000,
+    );
+
     it('a failing step is a typed error with its index and stderr tail; nothing is left behind', async () => {
       const before = layerCount();
       const t: TemplateInput = {

@@ -352,6 +352,33 @@ describe('airlock CLI: running sandboxes', () => {
   });
 
   it.skipIf(!canRunNamespaces)(
+    `a child OOM-killed under a parent that lives on: one line on stderr, oomKills in --json (${SKIP_REASON})`,
+    async () => {
+      const bomb = 'perl -e \'$x = "a" x (512*1024*1024)\'; echo "child $?"';
+      const r = await cli(['run', '--memory', '64m', '--', 'sh', '-c', bomb]);
+      expect([r.code, r.stdout]).toEqual([0, 'child 137\n']);
+      const own = lines(r.stderr).filter((l) => l.startsWith('airlock:'));
+      expect(own).toEqual([
+        'airlock: 1 process was killed for exceeding the memory limit (64 MiB); raise it with --memory',
+      ]);
+      const j = await cli(['run', '--memory', '64m', '--json', '--', 'sh', '-c', `${bomb}; ${bomb}`]);
+      const result = JSON.parse(j.stdout) as { oomKills: number; exitCode: number; killedBy?: string };
+      expect(result).toMatchObject({ oomKills: 2, exitCode: 0 });
+      expect(result.killedBy).toBeUndefined();
+      // Nothing killed: no line, and 0 in the result.
+      const none = await cli(['run', '--json', '--', 'true']);
+      expect((JSON.parse(none.stdout) as { oomKills: number }).oomKills).toBe(0);
+      // A command that does not exist: 127, one line.
+      const missing = await cli(['run', '--', 'no-such-command-xyz']);
+      expect([missing.code, lines(missing.stderr)]).toEqual([
+        127,
+        ['airlock: no-such-command-xyz: command not found'],
+      ]);
+    },
+    60_000,
+  );
+
+  it.skipIf(!canRunNamespaces)(
     `--workspace DIR is a copy-on-write view of DIR (${SKIP_REASON})`,
     async () => {
       const dir = mkdtempSync(join(tmpdir(), 'airlock-cli-ws-'));

@@ -313,7 +313,8 @@ for (const backend of TIERS) {
             await new Promise((res) => setTimeout(res, 20));
           }
         })();
-        const r = await sbx.exec("sh -c 'sleep 100 & sleep 100 & sleep 100'", { timeoutMs: 2_000 });
+        // Room for a loaded host to start the sentry and for the watcher to see the tree.
+        const r = await sbx.exec("sh -c 'sleep 100 & sleep 100 & sleep 100'", { timeoutMs: 5_000 });
         done = true;
         await watch;
         expect(peak).toBe(3); // the tree really existed
@@ -387,13 +388,14 @@ for (const backend of TIERS) {
     });
 
     it.skipIf(!canRun)('an idle sandbox past its TTL is reaped too', async () => {
-      const sbx = await airlock.create({ backend, ttlMs: 1000 });
+      // Long enough for a first exec on a loaded host (a gVisor exec starts a sentry).
+      const sbx = await airlock.create({ backend, ttlMs: 5000 });
       expect((await sbx.exec('echo hi')).stdout).toBe('hi\n');
       expect(
         await settle(
           () => sbx.alive,
           (a) => !a,
-          5_000,
+          30_000,
         ),
       ).toBe(false);
       expect(

@@ -142,11 +142,24 @@ export class LayerStore {
         sources: req.sources,
         dest: fs,
         selfUid: req.selfUid,
-        header: parentHeader(req.parent) + (req.memory ? `\0memory:${req.memory.hash}` : ''),
+        // The tier is part of the digest (namespaces layers keep the digests they always had): a
+        // gVisor snapshot never shares a layer, and so a record, with the same content taken on
+        // another tier, whose fork would then start on that tier (a silent downgrade).
+        header:
+          parentHeader(req.parent) +
+          (req.backend === 'namespaces' ? '' : `\0backend:${req.backend}`) +
+          (req.memory ? `\0memory:${req.memory.hash}` : ''),
         checkpoint: req.checkpoint,
         maxContentBytes: req.maxContentBytes,
       });
       const existing = this.get(res.digest);
+      if (existing && existing.backend !== req.backend) {
+        throw new AirlockError(
+          'INTERNAL',
+          `snapshot ${res.digest} exists as a ${existing.backend} snapshot (taken before the tier was part of ` +
+            `a snapshot's digest); remove it to snapshot the same content on the ${req.backend} tier`,
+        );
+      }
       if (existing) {
         rmSync(tmp, { recursive: true, force: true });
         if (req.memory?.dir) rmSync(req.memory.dir, { recursive: true, force: true });
@@ -173,7 +186,7 @@ export class LayerStore {
       } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
         if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw e;
-        // Another capture of the same content won the race: keep theirs.
+        // Another capture of the same content (and tier: see the header) won the race: keep theirs.
         rmSync(tmp, { recursive: true, force: true });
         return this.get(res.digest) ?? record;
       }

@@ -15,11 +15,23 @@
 //      reach the i386 syscall table (int 0x80), where the numbers below mean different syscalls.
 //   2. x32 ABI syscalls (nr with bit 0x40000000) → EPERM; they alias x86_64 syscalls under other numbers.
 //   3. DENIED_SYSCALLS → EPERM (namespace/mount manipulation, kernel modules, keyrings, bpf, ptrace, ...).
-//   4. clone/unshare with CLONE_NEWUSER → EPERM; clone3 → ENOSYS so libc falls back to clone(2), whose
+//      UNAVAILABLE_SYSCALLS → ENOSYS: newer calls a sandbox has no need for, whose callers probe for them
+//      and fall back when the kernel lacks them (statmount → /proc/self/mountinfo, lsm_* → /proc/self/attr).
+//   4. Any number above HIGHEST_REVIEWED_SYSCALL → ENOSYS: a syscall added to the kernel after this table
+//      was reviewed never reaches the kernel unreviewed (runc answers syscalls newer than its profile so).
+//   5. clone/unshare with CLONE_NEWUSER → EPERM; clone3 → ENOSYS so libc falls back to clone(2), whose
 //      flags (a register, unlike clone3's struct in user memory) the filter can inspect.
-//   5. socket/socketpair only for AF_UNIX, AF_INET, AF_INET6 → otherwise EPERM (no netlink, packet, ...).
-//   6. personality only for the persona values Docker allows → otherwise EPERM.
+//   6. socket/socketpair only for AF_UNIX, AF_INET, AF_INET6 → otherwise EPERM (no netlink, packet, ...).
+//   7. personality only for the persona values Docker allows → otherwise EPERM.
 // Landlock syscalls and chroot stay allowed: a sandbox may restrict itself further.
+//
+// Reviewed against Linux 6.18's table (up to file_setattr, 469) and Docker's default profile. Newer
+// syscalls left allowed, and why: landlock_* (self-restriction); futex_waitv/wake/wait/requeue (futex2:
+// the futex code, used by Wine and newer libcs); fchmodat2, openat2, faccessat2, close_range,
+// epoll_pwait2, setxattrat/getxattrat/listxattrat/removexattrat, file_getattr/file_setattr (variants of
+// allowed calls, with the same permission checks); map_shadow_stack (CET hardening of the caller's own
+// memory); pidfd_open/pidfd_send_signal (processes of the sandbox's own pid namespace); rseq,
+// io_pgetevents; uretprobe/uprobe (the kernel honours them only from its own probe trampolines).
 
 import { AirlockError } from '../../core/errors.js';
 
@@ -34,6 +46,7 @@ const BPF_RET = 0x06;
 const BPF_W = 0x00;
 const BPF_ABS = 0x20;
 const BPF_JEQ = 0x10;
+const BPF_JGT = 0x20;
 const BPF_JSET = 0x40;
 const BPF_K = 0x00;
 
@@ -131,7 +144,35 @@ export const X86_64_SYSCALLS: Readonly<Record<string, number>> = Object.freeze({
   clone3: 435,
   mount_setattr: 442,
   quotactl_fd: 443,
+  // Older calls Docker's default profile also denies.
+  ustat: 136,
+  sysfs: 139,
+  modify_ldt: 154,
+  mbind: 237,
+  set_mempolicy: 238,
+  get_mempolicy: 239,
+  migrate_pages: 256,
+  move_pages: 279,
+  // Linux 5.14 .. 6.18.
+  memfd_secret: 447,
+  process_mrelease: 448,
+  set_mempolicy_home_node: 450,
+  cachestat: 451,
+  statmount: 457,
+  listmount: 458,
+  lsm_get_self_attr: 459,
+  lsm_set_self_attr: 460,
+  lsm_list_modules: 461,
+  mseal: 462,
+  open_tree_attr: 467,
+  file_setattr: 469,
 });
+
+/**
+ * The highest syscall number this policy was reviewed against (file_setattr, Linux 6.18). Anything
+ * above it fails with ENOSYS, as on a kernel that does not have it yet.
+ */
+export const HIGHEST_REVIEWED_SYSCALL = syscallNumber('file_setattr');
 
 /** Syscalls that always fail with EPERM, whatever their arguments. */
 export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
@@ -142,6 +183,14 @@ export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
   'kcmp',
   'pidfd_getfd', // steals another process's fd: ptrace-class
   'process_madvise', // acts on another process's memory: ptrace-class
+  'process_mrelease', // reaps another (dying) process's memory
+  'migrate_pages', // moves another process's pages between NUMA nodes
+  'move_pages', // the same, page by page
+  // NUMA placement (Docker: CAP_SYS_NICE only).
+  'mbind',
+  'set_mempolicy',
+  'set_mempolicy_home_node',
+  'get_mempolicy',
   // Mount table and namespaces (bwrap has already built the sandbox's view).
   'mount',
   'umount2',
@@ -153,6 +202,7 @@ export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
   'fsmount',
   'fspick',
   'mount_setattr',
+  'open_tree_attr',
   'setns',
   // Kernel keyrings are not namespaced.
   'keyctl',
@@ -180,6 +230,9 @@ export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
   'quotactl_fd',
   'lookup_dcookie',
   'uselib',
+  'ustat', // filesystem statistics of any device: obsolete (statfs)
+  'sysfs', // obsolete filesystem-type query
+  'modify_ldt', // 16-bit segments: a long record of kernel bugs, needed only by DOS/Win16 emulation
   'nfsservctl',
   'vhangup',
   'fanotify_init',
@@ -196,6 +249,26 @@ export const DENIED_SYSCALLS: readonly string[] = Object.freeze([
   'adjtimex',
 ]);
 
+/**
+ * Syscalls that fail with ENOSYS, as on a kernel without them: newer calls a sandbox has no need for,
+ * whose callers check for ENOSYS and fall back.
+ */
+export const UNAVAILABLE_SYSCALLS: readonly string[] = Object.freeze([
+  // Mount-table introspection by mount id, beside the mount API (fallback: /proc/self/mountinfo).
+  'statmount',
+  'listmount',
+  // LSM attributes of the caller (fallback: /proc/self/attr); the LSM set is the host's business.
+  'lsm_get_self_attr',
+  'lsm_set_self_attr',
+  'lsm_list_modules',
+  // Memory taken out of the kernel's direct map: memory the host cannot inspect or reclaim.
+  'memfd_secret',
+  // Sealing mappings against change: new mm code, no need in a sandbox (callers skip sealing).
+  'mseal',
+  // Page-cache state of any file it can open: a side channel on files shared with others (fallback: mincore).
+  'cachestat',
+]);
+
 // ---------------------------------------------------------------------------------------------------
 // A tiny classic-BPF assembler
 // ---------------------------------------------------------------------------------------------------
@@ -208,13 +281,15 @@ type Target = string | number;
 
 type Insn =
   | { readonly op: 'ld'; readonly offset: number } // A = u32 at seccomp_data[offset]
-  | { readonly op: 'jeq' | 'jset'; readonly k: number; readonly jt: Target; readonly jf: Target }
+  | { readonly op: 'jeq' | 'jgt' | 'jset'; readonly k: number; readonly jt: Target; readonly jf: Target }
   | { readonly op: 'ret'; readonly k: number }
   | { readonly op: 'label'; readonly name: string }; // pseudo-instruction, emits nothing
 
 const ld = (offset: number): Insn => ({ op: 'ld', offset });
 /** if (A == k) goto jt else goto jf */
 const jeq = (k: number, jt: Target, jf: Target): Insn => ({ op: 'jeq', k, jt, jf });
+/** if (A > k) goto jt else goto jf (unsigned) */
+const jgt = (k: number, jt: Target, jf: Target): Insn => ({ op: 'jgt', k, jt, jf });
 /** if (A & k) goto jt else goto jf */
 const jset = (k: number, jt: Target, jf: Target): Insn => ({ op: 'jset', k, jt, jf });
 const ret = (k: number): Insn => ({ op: 'ret', k });
@@ -282,8 +357,9 @@ function assemble(program: readonly Insn[]): Buffer {
         k = insn.offset;
         break;
       case 'jeq':
+      case 'jgt':
       case 'jset':
-        code = BPF_JMP | (insn.op === 'jeq' ? BPF_JEQ : BPF_JSET) | BPF_K;
+        code = BPF_JMP | { jeq: BPF_JEQ, jgt: BPF_JGT, jset: BPF_JSET }[insn.op] | BPF_K;
         jt = resolve(pc, insn.jt);
         jf = resolve(pc, insn.jf);
         k = insn.k;
@@ -346,6 +422,8 @@ function resolveExtra(entry: string | number): number {
 export function buildSeccompFilter(opts: SeccompOptions = {}): Buffer {
   const denied = new Set<number>(DENIED_SYSCALLS.map(syscallNumber));
   for (const extra of opts.extraDeniedSyscalls ?? []) denied.add(resolveExtra(extra));
+  // An extra EPERM wins over ENOSYS for the same number.
+  const unavailable = UNAVAILABLE_SYSCALLS.map(syscallNumber).filter((n) => !denied.has(n));
 
   const nr = syscallNumber;
   const program: Insn[] = [
@@ -365,13 +443,19 @@ export function buildSeccompFilter(opts: SeccompOptions = {}): Buffer {
   // 3. Unconditional denials, as self-contained pairs so no jump ever spans the list, however long:
   //    if (nr == k) fall through to RET EPERM, else skip it.
   for (const n of [...denied].sort((a, b) => a - b)) program.push(jeq(n, 0, 1), retErrno(EPERM));
+  for (const n of unavailable.sort((a, b) => a - b)) program.push(jeq(n, 0, 1), retErrno(ENOSYS));
 
   program.push(
-    // 4a. clone3 → ENOSYS: glibc/musl then fall back to clone(2), checked next.
+    // 4. Newer than the review: if (nr > HIGHEST) ENOSYS. (x32 numbers were answered above; an extra
+    //    denial above the review, checked before this, keeps its EPERM.)
+    jgt(HIGHEST_REVIEWED_SYSCALL, 0, 1),
+    retErrno(ENOSYS),
+
+    // 5a. clone3 → ENOSYS: glibc/musl then fall back to clone(2), checked next.
     jeq(nr('clone3'), 0, 1),
     retErrno(ENOSYS),
 
-    // 4b. unshare(flags) / clone(flags, ...): no new user namespaces (they unlock lots of kernel code
+    // 5b. unshare(flags) / clone(flags, ...): no new user namespaces (they unlock lots of kernel code
     //     that otherwise needs real privilege).
     jeq(nr('unshare'), 'newuser', 0),
     jeq(nr('clone'), 'newuser', 'newuser_end'),
@@ -382,7 +466,7 @@ export function buildSeccompFilter(opts: SeccompOptions = {}): Buffer {
     RET_ALLOW,
     label('newuser_end'),
 
-    // 5. socket(domain, ...) / socketpair(domain, ...): unix and IP only.
+    // 6. socket(domain, ...) / socketpair(domain, ...): unix and IP only.
     jeq(nr('socket'), 'socket', 0),
     jeq(nr('socketpair'), 'socket', 'socket_end'),
     label('socket'),
@@ -395,7 +479,7 @@ export function buildSeccompFilter(opts: SeccompOptions = {}): Buffer {
     RET_ALLOW,
     label('socket_end'),
 
-    // 6. personality(persona): only the allowed values (e.g. no READ_IMPLIES_EXEC, no ADDR_NO_RANDOMIZE).
+    // 7. personality(persona): only the allowed values (e.g. no READ_IMPLIES_EXEC, no ADDR_NO_RANDOMIZE).
     jeq(nr('personality'), 0, 'personality_end'),
     ld(argLow(0)),
     ...ALLOWED_PERSONALITIES.map((p) => jeq(p, 'personality_allow', 0)),
