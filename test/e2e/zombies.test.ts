@@ -55,7 +55,7 @@ describe.skipIf(!canRunNamespaces)(`zombies (${SKIP_REASON})`, () => {
     expect(r.pid).toBe(1);
     expect(r.zombies).toEqual([]);
     // Exit statuses are intact: execs (spawnDirect's pidfd waits) and child_process (libuv's).
-    expect(r.codes).toEqual({ ...EXEC_CODES('namespaces'), childProcess: [3, 5, 7] });
+    expect(r.codes).toEqual({ ...EXEC_CODES('namespaces'), childProcess: [3, 5, 7], early: 9 });
     expect(r.adoptedBy).toEqual([1, 1, 1]);
     expect(residue().processes).toEqual([]);
   }, 120_000);
@@ -64,7 +64,7 @@ describe.skipIf(!canRunNamespaces)(`zombies (${SKIP_REASON})`, () => {
     const r = await runReaperFixture('namespaces', false);
     expect(r.pid).not.toBe(1);
     expect(r.zombies).toEqual([]);
-    expect(r.codes).toEqual({ ...EXEC_CODES('namespaces'), childProcess: [3, 5, 7] });
+    expect(r.codes).toEqual({ ...EXEC_CODES('namespaces'), childProcess: [3, 5, 7], early: 9 });
     // Orphans of its children went to Airlock (not to the host's init or another subreaper).
     expect(r.adoptedBy).toEqual([r.pid, r.pid, r.pid]);
   }, 120_000);
@@ -74,7 +74,7 @@ describe.skipIf(!canRunGvisor)(`zombies on the gVisor tier (${GVISOR_SKIP_REASON
   it('as PID 1: runsc, its gofer and sentry killed every way leave no zombie', async () => {
     const r = await runReaperFixture('gvisor', true);
     expect(r.zombies).toEqual([]);
-    expect(r.codes).toEqual({ ...EXEC_CODES('gvisor'), childProcess: [3, 5, 7] });
+    expect(r.codes).toEqual({ ...EXEC_CODES('gvisor'), childProcess: [3, 5, 7], early: 9 });
     expect(residue().processes).toEqual([]);
   }, 180_000);
 });

@@ -16,7 +16,7 @@
 // of this thread (known through the 'child_process' diagnostics channel). A zombie's pid cannot be
 // reused until it is reaped, so the waitid(P_PID) below collects exactly the process looked at.
 import { subscribe } from 'node:diagnostics_channel';
-import type { ChildProcess } from 'node:child_process';
+import { ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { isMainThread } from 'node:worker_threads';
 import { libc } from './libc.privileged.js';
@@ -45,12 +45,19 @@ export function startChildReaper(): { subreaper: boolean } {
   if (!isMainThread) return { subreaper: false };
   const c = libc();
   started = { subreaper: c.prctl(PR_SET_CHILD_SUBREAPER, 1) === 0 };
-  subscribe('child_process', (m) => {
-    const cp = (m as { process?: ChildProcess }).process;
-    if (!cp) return;
+  const track = (cp: ChildProcess): void => {
     libuvChildren.add(cp);
     cp.once('exit', () => libuvChildren.delete(cp));
+  };
+  subscribe('child_process', (m) => {
+    const cp = (m as { process?: ChildProcess }).process;
+    if (cp) track(cp);
   });
+  // child_process children spawned before the reaper started (the channel above never saw them):
+  // libuv still waits for each, so they are known too. Node lists them among its active handles (an
+  // undocumented but long-stable API; a child whose handle was unref()ed is not listed).
+  const handles = (process as unknown as { _getActiveHandles?: () => unknown[] })._getActiveHandles?.();
+  for (const h of handles ?? []) if (h instanceof ChildProcess && h.exitCode === null) track(h);
   process.on('SIGCHLD', reapOrphans); // a signal listener keeps no process alive
   setInterval(reapOrphans, SCAN_INTERVAL_MS).unref();
   reapOrphans();
