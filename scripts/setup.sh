@@ -32,7 +32,22 @@ if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null
   fi
   list=/etc/apt/sources.list.d/airlock-bookworm-backports.list
   if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo 'deb http://deb.debian.org/debian bookworm-backports main' >"$list"
+    # bookworm-backports lives on the same mirror as bookworm: take the mirror this machine's apt
+    # already uses for bookworm (deb822 .sources stanzas first, then one-line .list entries).
+    mirror=$(awk 'function flush() { if (ok && uri != "") { print uri; found = 1; exit } ok = 0; uri = "" }
+      /^[[:space:]]*$/ { flush(); next }
+      $1 == "URIs:" { uri = $2 }
+      $1 == "Suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") ok = 1 }
+      END { if (!found && ok && uri != "") print uri }' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)
+    if [ -z "$mirror" ]; then
+      mirror=$(awk '$1 == "deb" { m = ""; for (i = 2; i <= NF; i++) { if ($i ~ /^[a-z+]+:\/\//) m = $i; else if (m != "" && $i == "bookworm") { print m; exit } } }' \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1 || true)
+    fi
+    if [ -z "$mirror" ]; then
+      echo "setup: no apt source for bookworm found to take bookworm-backports from; add one, or install runsc (2024 or later) yourself" >&2
+      exit 1
+    fi
+    echo "deb $mirror bookworm-backports main" >"$list"
   fi
   echo "setup: apt-get install -t bookworm-backports runsc"
   export DEBIAN_FRONTEND=noninteractive

@@ -30,7 +30,7 @@ Network:
   Without --allow/--deny/--secret/--policy the sandbox has no network at all. With any of them it gets
   an egress proxy (HTTP_PROXY etc. are set; other TCP is intercepted) that reaches only the allowed
   hosts, never private, loopback or metadata addresses; a refusal is an HTTP 403 with the reason.
-    airlock run --allow api.github.com --allow '*.npmjs.org' --deny gist.github.com -- npm install
+    airlock run --allow api.github.com --allow '*.npm.example.com' --deny gist.github.com -- npm install
   --secret GH=env:GITHUB_TOKEN@api.github.com: the sandbox sees GH=<sentinel>; the proxy swaps in the
   real value only in requests to api.github.com (each host must also be allowed). SOURCE forms:
   env:VAR, file:/abs/path, cmd:PROGRAM ARGS (split on spaces, no shell). --policy FILE loads

@@ -15,6 +15,7 @@ import {
   type TemplateInput,
 } from '../../src/index.js';
 import {
+  GVISOR_SKIP_REASON,
   NO_RESIDUE,
   SKIP_REASON,
   TEST_STATE_DIR,
@@ -181,7 +182,7 @@ describe.skipIf(!canRunNamespaces)(
     }, 60_000);
 
     it.skipIf(!canRunGvisor)(
-      'gVisor sandboxes start from a template by name or pinned digest (the same layers)',
+      `gVisor sandboxes start from a template by name or pinned digest (the same layers)${canRunGvisor ? '' : ` (skipped: ${GVISOR_SKIP_REASON})`}`,
       async () => {
         const name = n('gv');
         const v1 = await airlock.templates.build(tool(name, '1'));
@@ -211,7 +212,7 @@ describe.skipIf(!canRunNamespaces)(
     );
 
     it.skipIf(!canRunGvisor)(
-      "a build runs on its base's tier (or the one asked for), and sandboxes from it start there",
+      `a build runs on its base's tier (or the one asked for), and sandboxes from it start there${canRunGvisor ? '' : ` (skipped: ${GVISOR_SKIP_REASON})`}`,
       async () => {
         const hostKernel = readFileSync('/proc/version', 'utf8'); // a namespaces sandbox's kernel
         // A gVisor snapshot as the base: the build's steps run on gVisor, not on the default tier.
@@ -310,9 +311,9 @@ describe.skipIf(!canRunNamespaces)(
       }
       // A network policy is validated like a sandbox's (and canonicalised), never used here.
       const ok = parseTemplateYaml(
-        'name: npm\nsteps:\n  - run: npm ci\n    network: { allow: [registry.npmjs.org] }\n',
+        'name: npm\nsteps:\n  - run: npm ci\n    network: { allow: [registry.example.com] }\n',
       );
-      expect(ok.steps[0]!.network?.allow).toEqual(['registry.npmjs.org']);
+      expect(ok.steps[0]!.network?.allow).toEqual(['registry.example.com']);
     });
 
     it('each step runs with its own network policy, in its own sandbox when the policy changes', async () => {
@@ -323,7 +324,10 @@ describe.skipIf(!canRunNamespaces)(
         steps: [
           { run: `(${probe}) > offline1` },
           // Validated and attached, never used: nothing here talks to the network.
-          { run: `(${probe}) > online`, network: { allow: ['registry.npmjs.org'], transparent: false } },
+          {
+            run: `(${probe}) > online`,
+            network: { allow: ['registry.npm.example.com'], transparent: false },
+          },
           { run: `(${probe}) > offline2` },
         ],
       });

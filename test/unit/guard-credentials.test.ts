@@ -87,7 +87,7 @@ const POSITIVES: Array<[string, string, string]> = [
   ['anthropic-key', 'ANTHROPIC_API_KEY=%s', fakeToken('anthropic')],
   ['stripe-key', 'stripe %s', join('sk', '_live_', body(24, 19))],
   ['stripe-key', 'restricted %s', join('rk', '_live_', body(24, 20))],
-  ['npm-token', '//registry.npmjs.org/:_authToken=%s', join('np', 'm_', body(36, 21))],
+  ['npm-token', '//registry.npm.example.com/:_authToken=%s', join('np', 'm_', body(36, 21))],
   [
     'url-password',
     'DATABASE_URL=postgres://app:%s@db.internal:5432/app',

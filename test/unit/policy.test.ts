@@ -51,7 +51,7 @@ describe('NetworkPolicySchema', () => {
     const n = network({
       allow: [
         'API.GitHub.com.',
-        '*.NPMJS.org',
+        '*.NPM.Example.com',
         'example.com:8443',
         'bücher.de',
         '*.foo.github.io',
@@ -64,7 +64,7 @@ describe('NetworkPolicySchema', () => {
     });
     expect(n.allow).toEqual([
       'api.github.com',
-      '*.npmjs.org',
+      '*.npm.example.com',
       'example.com:8443',
       'xn--bcher-kva.de',
       '*.foo.github.io',
@@ -152,7 +152,7 @@ describe('SecretsSchema', () => {
     const p = parseEgressPolicy({
       secrets: [
         { ...gh, hosts: ['API.GitHub.com.', 'uploads.github.com'] },
-        { name: 'NPM_TOKEN', value: { fromFile: '/run/secrets/npm' }, hosts: ['registry.npmjs.org'] },
+        { name: 'NPM_TOKEN', value: { fromFile: '/run/secrets/npm' }, hosts: ['registry.npm.example.com'] },
         {
           name: 'VAULT_X',
           value: { command: ['vault', 'kv', 'get', '-field=x', 'secret/x'] },
@@ -171,7 +171,7 @@ describe('SecretsSchema', () => {
       {
         name: 'NPM_TOKEN',
         value: { fromFile: '/run/secrets/npm' },
-        hosts: ['registry.npmjs.org'],
+        hosts: ['registry.npm.example.com'],
         body: false,
         insecureHttp: false,
       },
@@ -221,12 +221,12 @@ describe('decideHost', () => {
     allow: [
       'api.github.com',
       '*.github.com',
-      '*.npmjs.org',
+      '*.npm.example.com',
       'example.com:8443',
       'ssh.example.com:22',
       '1.1.1.1',
     ],
-    deny: ['gist.github.com', 'api.github.com:8080', '*.evil.npmjs.org'],
+    deny: ['gist.github.com', 'api.github.com:8080', '*.evil.npm.example.com'],
   });
 
   it.each<[string, number, string]>([
@@ -234,8 +234,8 @@ describe('decideHost', () => {
     ['api.github.com', 80, 'api.github.com'],
     ['API.GITHUB.COM.', 443, 'api.github.com'],
     ['raw.github.com', 443, '*.github.com'],
-    ['registry.npmjs.org', 443, '*.npmjs.org'],
-    ['a.b.registry.npmjs.org', 443, '*.npmjs.org'],
+    ['registry.npm.example.com', 443, '*.npm.example.com'],
+    ['a.b.registry.npm.example.com', 443, '*.npm.example.com'],
     ['example.com', 8443, 'example.com:8443'],
     ['ssh.example.com', 22, 'ssh.example.com:22'],
     ['1.1.1.1', 443, '1.1.1.1'],
@@ -246,7 +246,7 @@ describe('decideHost', () => {
   });
 
   it('"*.suffix" matches subdomains only, never the suffix itself or a look-alike', () => {
-    for (const host of ['npmjs.org', 'evilnpmjs.org', 'npmjs.org.evil.com', 'github.com']) {
+    for (const host of ['npm.example.com', 'evilnpm.example.com', 'npm.example.com.evil.com', 'github.com']) {
       expect(decideHost(policy, host, 443)).toMatchObject({ action: 'deny', code: 'not_allowed' });
     }
   });
@@ -257,7 +257,7 @@ describe('decideHost', () => {
       code: 'denied',
       reason: `${PREFIX}host gist.github.com is denied by network.deny entry "gist.github.com"; it cannot be reached`,
     });
-    expect(decideHost(policy, 'x.evil.npmjs.org', 443)).toMatchObject({ code: 'denied' });
+    expect(decideHost(policy, 'x.evil.npm.example.com', 443)).toMatchObject({ code: 'denied' });
     // A deny entry with a port denies only that port.
     expect(decideHost(policy, 'api.github.com', 8080)).toMatchObject({ code: 'denied' });
     expect(decideHost(policy, 'api.github.com', 443)).toMatchObject({ action: 'allow' });
@@ -428,7 +428,7 @@ describe('loadPolicyFile', () => {
       'policy.yaml',
       [
         'network:',
-        '  allow: [ "api.github.com", "*.npmjs.org", "example.com:8443" ]   # host[:port]',
+        '  allow: [ "api.github.com", "*.npm.example.com", "example.com:8443" ]   # host[:port]',
         '  deny:  [ "gist.github.com" ]',
         'secrets:',
         '  - name: GITHUB_TOKEN',
@@ -439,7 +439,7 @@ describe('loadPolicyFile', () => {
     );
     expect(loadPolicyFile(path)).toEqual({
       network: {
-        allow: ['api.github.com', '*.npmjs.org', 'example.com:8443'],
+        allow: ['api.github.com', '*.npm.example.com', 'example.com:8443'],
         deny: ['gist.github.com'],
         transparent: true,
         allowPrivate: [],

@@ -43,7 +43,7 @@ function expectNoValue(e: AirlockError, value: string): void {
 function specs(): Array<Pick<SecretSpec, 'name' | 'value' | 'hosts'>> {
   return [
     { name: 'GITHUB_TOKEN', value: { fromEnv: 'GH_REAL' }, hosts: ['api.github.com'] },
-    { name: 'NPM_TOKEN', value: { fromEnv: 'NPM_REAL' }, hosts: ['registry.npmjs.org'] },
+    { name: 'NPM_TOKEN', value: { fromEnv: 'NPM_REAL' }, hosts: ['registry.npm.example.com'] },
   ];
 }
 const env = { GH_REAL: VALUE, NPM_REAL: OTHER };
@@ -145,7 +145,7 @@ describe('SecretLease: sentinels', () => {
     // Fresh randomness per lease.
     const again = await SecretLease.create(specs(), { env });
     expect(again.env().GITHUB_TOKEN).not.toBe(e.GITHUB_TOKEN);
-    expect([...lease.boundHosts()].sort()).toEqual(['api.github.com', 'registry.npmjs.org']);
+    expect([...lease.boundHosts()].sort()).toEqual(['api.github.com', 'registry.npm.example.com']);
   });
 
   it('swaps only for the bound host, in any case or with a trailing dot', async () => {
@@ -360,7 +360,7 @@ describe('SecretLease: lifetime and redaction', () => {
     expect(JSON.parse(JSON.stringify(lease))).toEqual({
       secrets: [
         { name: 'GITHUB_TOKEN', hosts: ['api.github.com'] },
-        { name: 'NPM_TOKEN', hosts: ['registry.npmjs.org'] },
+        { name: 'NPM_TOKEN', hosts: ['registry.npm.example.com'] },
       ],
       canaries: [{ name: 'CANARY_KEY', kind: 'env' }],
       revoked: false,
