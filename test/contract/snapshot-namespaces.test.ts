@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { AirlockError, type Airlock, type Sandbox, type Snapshot } from '../../src/index.js';
-import { libc } from '../../src/backends/namespaces/libc.privileged.js';
+import { libc } from '../../src/core/libc.privileged.js';
 import {
   canRunNamespaces,
   NO_RESIDUE,

@@ -10,7 +10,7 @@ import { mkdtempSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { libc } from '../../src/backends/namespaces/libc.privileged.js';
+import { libc } from '../../src/core/libc.privileged.js';
 import { silentLogger } from '../../src/core/backend.js';
 import { EgressGateway } from '../../src/egress/gateway.js';
 import { MitmCa } from '../../src/egress/mitm.js';

@@ -13,7 +13,7 @@ import {
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { devTreeProblem, ensureDevTree, unmount } from '../../src/backends/namespaces/mount.privileged.js';
-import { libc } from '../../src/backends/namespaces/libc.privileged.js';
+import { libc } from '../../src/core/libc.privileged.js';
 import { canRunNamespaces, SANDBOX_DEV_ENTRIES, SKIP_REASON } from '../helpers.js';
 
 const mountsAt = (dir: string): string[] =>

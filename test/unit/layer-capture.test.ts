@@ -24,7 +24,7 @@ import {
   OPAQUE_XATTR,
   type CaptureSource,
 } from '../../src/backends/namespaces/layer-capture.privileged.js';
-import { libc } from '../../src/backends/namespaces/libc.privileged.js';
+import { libc } from '../../src/core/libc.privileged.js';
 import { mountTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
 
 const SELF = 3_999_001;

@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { BackendProcess } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
-import { libc } from '../namespaces/libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 import { childExited } from '../namespaces/process.js';
 
 const GATE_FD = 3;

@@ -20,7 +20,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { LimitCounters } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { Limits } from '../../core/spec.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 
 const REQUIRED = ['memory', 'pids', 'cpu'] as const;
 const GROUP = 'airlock';
@@ -227,9 +227,20 @@ function v1Handle(
     canFreeze: freezerState !== undefined,
     async freeze() {
       if (!freezerState) throw noFreezer('cgroup v1 has no freezer hierarchy mounted');
+      // A v1 freeze can stall in FREEZING for good when a task sits in a state the freezer cannot
+      // catch (seen with runsc's threads under load). As runc does, thaw and ask again while it
+      // stalls: each new FROZEN write re-signals every task, and a retry usually lands at once.
+      let asked = 0;
       writeFileSync(freezerState, 'FROZEN');
       await waitFor(
-        () => readOr(freezerState, '').trim() === 'FROZEN',
+        () => {
+          if (readOr(freezerState, '').trim() === 'FROZEN') return true;
+          if (++asked % 200 === 0) {
+            writeIgnoringGone(freezerState, 'THAWED');
+            writeIgnoringGone(freezerState, 'FROZEN');
+          }
+          return false;
+        },
         freezerState,
         () => writeIgnoringGone(freezerState, 'THAWED'),
       );

@@ -13,7 +13,7 @@ import { readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isMainThread } from 'node:worker_threads';
 import { listCgroups, type CgroupLayout } from './cgroups.privileged.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 import { selfOwner, type Owner, type StateDirs } from './state.js';
 
 const MNT_DETACH = 2;

@@ -7,7 +7,7 @@
 import { closeSync, openSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { AirlockError } from '../../core/errors.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 import { killAndReap, spawnDirect } from './spawn.privileged.js';
 import { usernsHelper } from './userns.privileged.js';
 

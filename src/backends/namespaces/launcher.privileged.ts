@@ -30,7 +30,7 @@ import { dirname } from 'node:path';
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads';
 import type * as WorkerThreads from 'node:worker_threads';
 import { AirlockError } from '../../core/errors.js';
-import { bindLibc, koffiPath, libc, type Koffi, type SyncLibc } from './libc.privileged.js';
+import { bindLibc, koffiPath, libc, type Koffi, type SyncLibc } from '../../core/libc.privileged.js';
 import { loUp } from './netns.privileged.js';
 import { posixSpawnAs, withIdentity, type SpawnCall } from './spawn.privileged.js';
 

@@ -47,7 +47,7 @@ import {
 } from 'node:fs';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { AirlockError } from '../../core/errors.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 
 export type AreaName = 'workspace' | 'home';
 

@@ -15,7 +15,7 @@ import {
 } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 
 export const MS_RDONLY = 0x1;
 export const MS_NOSUID = 0x2;

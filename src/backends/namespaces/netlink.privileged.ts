@@ -21,7 +21,7 @@
 // so these rules only turn "network unreachable" into "connected to Airlock's listener". The kernel
 // validates every message; any error (a NLMSG_ERROR with a non-zero code, or a missing answer) throws.
 import { AirlockError } from '../../core/errors.js';
-import type { Libc } from './libc.privileged.js';
+import type { Libc } from '../../core/libc.privileged.js';
 
 const AF_NETLINK = 16;
 const SOCK_RAW = 3;

@@ -12,7 +12,7 @@
 // failed, the process aborts rather than go on with its own sockets inside a sandbox's namespace.
 import { closeSync, openSync, readlinkSync, rmSync, symlinkSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
-import { libc, type Libc } from './libc.privileged.js';
+import { libc, type Libc } from '../../core/libc.privileged.js';
 import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from './netlink.privileged.js';
 
 const CLONE_NEWNET = 0x40000000;

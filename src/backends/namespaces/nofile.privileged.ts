@@ -3,7 +3,7 @@
 // budget (core/fd-budget.ts) works with all the process may hold. Sandboxed processes never inherit
 // it: spawnDirect's children are capped (process.ts NOFILE) before they run.
 import { readdirSync } from 'node:fs';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 
 const RLIMIT_NOFILE = 7;
 /** RLIM_INFINITY as a soft limit is not a number of fds: count with the kernel's own ceiling. */

@@ -22,7 +22,7 @@ import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 import { openFileLimit } from './nofile.privileged.js';
 import { reaped, spawnDirect, type DirectChild, type Spawner } from './spawn.privileged.js';
 

@@ -19,7 +19,7 @@ import { subscribe } from 'node:diagnostics_channel';
 import { ChildProcess } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { isMainThread } from 'node:worker_threads';
-import { libc } from './libc.privileged.js';
+import { libc } from '../../core/libc.privileged.js';
 import { isPendingDirectChild } from './spawn.privileged.js';
 
 const PR_SET_CHILD_SUBREAPER = 36;

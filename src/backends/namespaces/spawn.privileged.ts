@@ -26,7 +26,7 @@ import { closeSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import type { ProcessExit } from '../../core/backend.js';
-import { libc, type CoreLibc } from './libc.privileged.js';
+import { libc, type CoreLibc } from '../../core/libc.privileged.js';
 
 /**
  * What the child finds on one fd: a pipe it reads (we write), a pipe it writes (we read), /dev/null,
