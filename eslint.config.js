@@ -11,6 +11,10 @@ export default tseslint.config(
     },
   },
   {
+    files: ['**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs', globals: { module: 'writable', require: 'readonly' } },
+  },
+  {
     // Library code never writes to the console: a logger is injected (STYLE.md habit 9).
     files: ['src/**/*.ts'],
     ignores: ['src/cli/**'],
