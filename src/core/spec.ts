@@ -4,7 +4,7 @@ import { isAbsolute, normalize } from 'node:path';
 import { z } from 'zod';
 import { AirlockError } from './errors.js';
 import { parseOrThrow } from './validate.js';
-import { decideHost, NetworkPolicySchema, SecretsSchema } from '../policy/network.js';
+import { NetworkPolicySchema, SecretsSchema, secretHostReachable } from './network-spec.js';
 
 export { parseOrThrow };
 
@@ -269,8 +269,7 @@ export const SandboxSpecSchema = z
     }
     for (const [i, secret] of spec.secrets.entries()) {
       for (const [j, host] of secret.hosts.entries()) {
-        const reachable = [443, 80].some((port) => decideHost(spec.network!, host, port).action === 'allow');
-        if (!reachable) {
+        if (!secretHostReachable(spec.network!, host)) {
           ctx.addIssue({
             code: 'custom',
             path: ['secrets', i, 'hosts', j],

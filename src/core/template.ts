@@ -6,7 +6,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import type * as Yaml from 'yaml';
 import { z } from 'zod';
-import { NetworkPolicySchema } from '../policy/network.js';
+import { NetworkPolicySchema } from './network-spec.js';
 import { AirlockError } from './errors.js';
 import { DigestSchema, EnvSchema, LimitsSchema, DIGEST_RE, TEMPLATE_NAME_RE } from './spec.js';
 import { lazyRequire } from './lazy.js';

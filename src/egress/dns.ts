@@ -19,7 +19,7 @@ import type DnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { AirlockError } from '../core/errors.js';
 import { lazyRequire } from '../core/lazy.js';
-import { blockedRange, canonicalHost } from './address.js';
+import { blockedRange, canonicalHost } from '../core/address.js';
 
 const dnsPacket = lazyRequire<typeof DnsPacket>('dns-packet');
 

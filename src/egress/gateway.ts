@@ -21,7 +21,7 @@ import { decideHost } from '../policy/network.js';
 import type { SecretLease } from '../secrets/sentinels.js';
 import { Scrubber, type ScrubValue } from '../secrets/scrub.js';
 import { responseBodyDecoding } from './content-coding.js';
-import { canonicalHost } from './address.js';
+import { canonicalHost } from '../core/address.js';
 import { FakeDns } from './dns.js';
 import type { EgressEvent, EgressProtocol } from './events.js';
 import type { MitmCa } from './mitm.js';

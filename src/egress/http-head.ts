@@ -13,7 +13,7 @@
 //   - accepts LF-only line ends (as Node, curl and nginx do) and skips empty lines before the request line
 //     (RFC 9112 §2.2).
 // Header bytes are decoded as latin1, so every byte maps to one character and nothing is lost or merged.
-import { canonicalHost, parsePort } from './address.js';
+import { canonicalHost, parsePort } from '../core/address.js';
 
 export const MAX_HEAD_BYTES = 16 * 1024;
 /** Header lines per request; more is treated as an attack, not a request. */

@@ -38,7 +38,7 @@ import { inspect } from 'node:util';
 import type Forge from 'node-forge';
 import { lazyRequire } from '../core/lazy.js';
 import { AirlockError } from '../core/errors.js';
-import { canonicalHost } from './address.js';
+import { canonicalHost } from '../core/address.js';
 
 const forge = lazyRequire<typeof Forge>('node-forge');
 

@@ -13,7 +13,7 @@
 //     bytes: TLS (a handshake record), HTTP (anything an HTTP server could read as a request line), or
 //     something else. In doubt it says HTTP: that path is strict (Node's parser, then pinRequest), the
 //     other one is a raw relay.
-import { canonicalHost, parsePort } from './address.js';
+import { canonicalHost, parsePort } from '../core/address.js';
 
 /** The host and port a connection was decided (vetted) for. `host` is canonical (canonicalHost). */
 export interface PinnedTarget {

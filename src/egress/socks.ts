@@ -7,7 +7,7 @@
 // is bounded. Only "no authentication" (0x00) and CONNECT are supported; IPv4 and IPv6 addresses come
 // back canonical, domain names come back as sent (decideHost canonicalises and judges them).
 import ipaddr from 'ipaddr.js';
-import { canonicalHost } from './address.js';
+import { canonicalHost } from '../core/address.js';
 
 /** Neither message ever needs more bytes than this. */
 export const SOCKS5_MAX_MESSAGE_BYTES = 262;

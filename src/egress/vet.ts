@@ -6,7 +6,7 @@ import { isIP, connect, type Socket } from 'node:net';
 import { lookup } from 'node:dns/promises';
 import type { NetworkPolicy, EgressVerdict } from '../policy/network.js';
 import { decideAddress, decideHost } from '../policy/network.js';
-import { canonicalHost } from './address.js';
+import { canonicalHost } from '../core/address.js';
 
 /** Resolve a name to addresses (all of them). Injectable: tests map names to test addresses. */
 export type Resolver = (name: string) => Promise<string[]>;

@@ -7,7 +7,7 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { isAbsolute } from 'node:path';
 import { inspect } from 'node:util';
 import { AirlockError } from '../core/errors.js';
-import { canonicalHost } from '../egress/address.js';
+import { canonicalHost } from '../core/address.js';
 import type { SecretSpec } from '../policy/network.js';
 import { resolveSecretValue, type ResolveSecretOptions } from './resolve.js';
 import { Needle, prepareHaystack } from './detect.js';

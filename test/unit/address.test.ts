@@ -9,7 +9,7 @@ import {
   exceptionMatches,
   isPublicAddress,
   parseAddressPort,
-} from '../../src/egress/address.js';
+} from '../../src/core/address.js';
 
 describe('canonicalHost: names', () => {
   it.each([

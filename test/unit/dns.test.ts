@@ -4,7 +4,7 @@
 // Garbage, responses, oversize packets and names that decode ambiguously cover the hostile side.
 import dnsPacket from 'dns-packet';
 import { describe, expect, it } from 'vitest';
-import { blockedRange } from '../../src/egress/address.js';
+import { blockedRange } from '../../src/core/address.js';
 import {
   DEFAULT_SYNTHETIC_POOL,
   FakeDns,

@@ -15,6 +15,7 @@ import {
   type NetworkPolicy,
   type NetworkPolicyInput,
 } from '../../src/policy/index.js';
+import { secretHostReachable } from '../../src/core/network-spec.js';
 
 const PREFIX = 'blocked by Airlock egress policy: ';
 
@@ -486,5 +487,44 @@ describe('loadPolicyFile', () => {
     expect(() => loadPolicyFile(join(dir, 'missing.yaml'))).toThrow(
       expect.objectContaining({ code: 'FILE_NOT_FOUND' }),
     );
+  });
+});
+
+describe('secretHostReachable (core, data only) agrees with decideHost on ports 443/80', () => {
+  // core/spec.ts refuses a secret bound to a host the network policy never lets through; it checks
+  // the policy's data itself (core cannot import policy), so it must give decideHost's answer.
+  const policies: NetworkPolicyInput[] = [
+    { allow: ['api.example.com'] },
+    { allow: ['api.example.com:8443'] },
+    { allow: ['api.example.com:80'] },
+    { allow: ['*.example.com'] },
+    { allow: ['*.example.com'], deny: ['api.example.com'] },
+    { allow: ['*.example.com'], deny: ['api.example.com:443'] },
+    { allow: ['api.example.com'], deny: ['api.example.com:443', 'api.example.com:80'] },
+    { allow: ['*.example.com'], deny: ['*.api.example.com'] },
+    { allow: ['203.0.113.10', 'other.example.org'] },
+    { allow: [] },
+  ];
+  const hosts = [
+    'api.example.com',
+    'x.api.example.com',
+    'example.com',
+    'other.example.org',
+    'API.Example.COM.',
+  ];
+  for (const input of policies) {
+    it(JSON.stringify(input), () => {
+      const policy = NetworkPolicySchema.parse(input);
+      for (const host of hosts) {
+        const byPolicy = [443, 80].some((port) => decideHost(policy, host, port).action === 'allow');
+        expect(secretHostReachable(policy, host), host).toBe(byPolicy);
+      }
+    });
+  }
+  it('gives both answers over the whole set (the cases above are not all one way)', () => {
+    const answers = new Set(
+      policies.flatMap((input) => hosts.map((h) => secretHostReachable(NetworkPolicySchema.parse(input), h))),
+    );
+    expect([...answers].sort()).toEqual([false, true]);
   });
 });
