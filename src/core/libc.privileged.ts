@@ -99,6 +99,17 @@ export interface Libc {
   chdir(path: string): number;
   /** pivot_root(newRoot, putOld) */
   pivotRoot(newRoot: string, putOld: string): number;
+  /** read(2) / write(2) on a raw fd (the egress fd relay's worker; non-blocking sockets there). */
+  read(fd: number, buf: Uint8Array, n: number): number;
+  write(fd: number, buf: Uint8Array, n: number): number;
+  /** shutdown(fd, how) */
+  shutdown(fd: number, how: number): number;
+  /** eventfd(initval, flags): the fd relay's wake-up. */
+  eventfd(initval: number, flags: number): number;
+  /** epoll_create1(flags), epoll_ctl(ep, op, fd, event), epoll_wait(ep, events, max, timeoutMs). */
+  epollCreate1(flags: number): number;
+  epollCtl(ep: number, op: number, fd: number, event: Uint8Array): number;
+  epollWait(ep: number, events: Uint8Array, max: number, timeoutMs: number): number;
   errno(): number;
 }
 
@@ -106,6 +117,8 @@ export interface Libc {
 export interface Koffi {
   load(name: string): { func(sig: string): (...args: never[]) => number };
   errno(): number;
+  /** errno names by number (koffi.os.errno), for messages. */
+  readonly os?: { readonly errno?: Readonly<Record<string, number>> };
 }
 
 /** The synchronous functions of Libc (the *Async ones are added by libc() on the main thread). */
@@ -252,6 +265,13 @@ export function bindLibc(koffi: Koffi): SyncLibc {
     open: f('int open(const char *path, int flags)'),
     chdir: f('int chdir(const char *path)'),
     pivotRoot: (a, b) => sysPivot(SYS_PIVOT_ROOT, a, b),
+    read: f('intptr_t read(int fd, void *buf, size_t n)'),
+    write: f('intptr_t write(int fd, const void *buf, size_t n)'),
+    shutdown: f('int shutdown(int fd, int how)'),
+    eventfd: f('int eventfd(unsigned int initval, int flags)'),
+    epollCreate1: f('int epoll_create1(int flags)'),
+    epollCtl: f('int epoll_ctl(int epfd, int op, int fd, void *event)'),
+    epollWait: f('int epoll_wait(int epfd, void *events, int maxevents, int timeout)'),
     errno: () => koffi.errno(),
   };
 }

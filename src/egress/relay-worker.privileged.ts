@@ -1,8 +1,8 @@
 // SECURITY-CRITICAL (privileged: FFI). The relay's worker thread: the libc calls it makes and its
 // epoll loop. relay.privileged.ts (the main-thread side) starts it and hands it tunnels.
 //
-// relayWorker runs in its own thread from source text (RELAY_WORKER_SOURCE), so no module loader is
-// needed there: it may refer only to its parameters. It owns the fds of every tunnel it was given and
+// This module is the worker's program (started by relay.privileged.ts with core/worker.ts's
+// moduleWorker); its libc calls are bound from the one table, core/libc.privileged.ts. It owns the fds of every tunnel it was given and
 // is the only one to close them. Per tunnel, two directions (client → upstream "up", upstream → client
 // "down"), each: read(2) from one socket into the worker's one scratch buffer, write(2) to the other at
 // once (what the receiver does not take yet waits in a per-direction buffer, and the direction reads
@@ -15,95 +15,16 @@
 // one run: this worker with splice and 1 MiB pipes 1,284 MiB/s median (1,162-1,583), with read/write
 // and a 1 MiB buffer 1,663 (1,261-2,101), socat (read/write, 1 MiB buffers) 1,857, curl direct 3,168;
 // a minimal Python relay showed the same split. And it needs no pipes: two fds per tunnel, not six.
-import type * as WorkerThreads from 'node:worker_threads';
-import type { MessagePort } from 'node:worker_threads';
-
-export interface Koffi {
-  load(name: string): { func(sig: string): (...args: never[]) => number };
-  errno(): number;
-  readonly os?: { readonly errno?: Readonly<Record<string, number>> };
-}
-
-/** The libc calls of the relay. Bound in both threads (this function is also sent to the worker). */
-export function bindRelayLibc(koffi: Koffi) {
-  const lib = koffi.load('libc.so.6');
-  const f = <T>(sig: string): T => lib.func(sig) as unknown as T;
-  return {
-    write: f<(fd: number, buf: Uint8Array, n: number) => number>(
-      'intptr_t write(int fd, const void *buf, size_t n)',
-    ),
-    read: f<(fd: number, buf: Uint8Array, n: number) => number>('intptr_t read(int fd, void *buf, size_t n)'),
-    close: f<(fd: number) => number>('int close(int fd)'),
-    shutdown: f<(fd: number, how: number) => number>('int shutdown(int fd, int how)'),
-    /** fcntl is variadic: call as fcntl(fd, cmd, 'int', arg). */
-    fcntl: f<(fd: number, cmd: number, type?: 'int', arg?: number) => number>(
-      'int fcntl(int fd, int cmd, ...)',
-    ),
-    eventfd: f<(initval: number, flags: number) => number>('int eventfd(unsigned int initval, int flags)'),
-    epollCreate1: f<(flags: number) => number>('int epoll_create1(int flags)'),
-    epollCtl: f<(ep: number, op: number, fd: number, ev: Uint8Array) => number>(
-      'int epoll_ctl(int epfd, int op, int fd, void *event)',
-    ),
-    epollWait: f<(ep: number, evs: Uint8Array, max: number, timeoutMs: number) => number>(
-      'int epoll_wait(int epfd, void *events, int maxevents, int timeout)',
-    ),
-    errno: () => koffi.errno(),
-  };
-}
-export type RelayLibc = ReturnType<typeof bindRelayLibc>;
-
-export interface RelayInit {
-  /** Where the main thread's koffi is (the worker loads the same one). */
-  readonly koffiPath: string;
-  /** Commands come in on it; the worker reads them when the eventfd wakes it. */
-  readonly port: MessagePort;
-  readonly eventFd: number;
-  readonly stop: SharedArrayBuffer;
-  /** struct epoll_event: 12 bytes, data at 4 on x86_64 (packed); 16 bytes, data at 8 elsewhere. */
-  readonly epollEventSize: number;
-  readonly epollDataOffset: number;
-  /** The most one read takes while the pending bytes of all tunnels are under budgetBytes. */
-  readonly bigReadBytes: number;
-  /** The most one read takes beyond that budget. */
-  readonly smallReadBytes: number;
-  readonly budgetBytes: number;
-}
-
-export type Command =
-  | {
-      readonly op: 'add';
-      readonly id: number;
-      /** client, upstream */
-      readonly fds: readonly number[];
-      readonly upPrefix: Uint8Array;
-      readonly downPrefix: Uint8Array;
-      readonly idleMs: number;
-    }
-  | {
-      readonly op: 'copy';
-      readonly id: number;
-      /** from (read), to (written, never shut down) */
-      readonly fds: readonly number[];
-      /** Written to `to` first (counted in bytesDown). */
-      readonly prefix: Uint8Array;
-      /** Then exactly this many bytes from `from`; EOF earlier is an error ('truncated'). */
-      readonly bytes: number;
-      readonly idleMs: number;
-    }
-  | { readonly op: 'close'; readonly id: number };
-
-export interface EndMessage {
-  readonly op: 'end';
-  readonly id: number;
-  readonly bytesUp: number;
-  readonly bytesDown: number;
-  readonly error?: string;
-}
+import { createRequire } from 'node:module';
+import * as wt from 'node:worker_threads';
+import { bindLibc, type Koffi } from '../core/libc.privileged.js';
+import type { Command, EndMessage, RelayInit } from './relay-protocol.js';
 
 /** The worker: one epoll loop over every tunnel, until the stop flag is set. */
-function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRelayLibc): void {
+function relayWorker(): void {
   const init = wt.workerData as RelayInit;
-  const c = bind(koffi);
+  const koffi = createRequire(import.meta.url)('koffi') as Koffi;
+  const c = bindLibc(koffi);
   const stop = new Int32Array(init.stop);
   const EPOLLIN = 0x1;
   const EPOLLOUT = 0x4;
@@ -342,9 +263,6 @@ function relayWorker(wt: typeof WorkerThreads, koffi: Koffi, bind: typeof bindRe
   init.port.close();
 }
 
-/** The worker's whole program. `__name`: tsx (esbuild keepNames) wraps functions in it when compiling. */
-export const RELAY_WORKER_SOURCE = [
-  'const __name = (f) => f;',
-  `const wt = require('node:worker_threads');`,
-  `(${relayWorker.toString()})(wt, require(wt.workerData.koffiPath), ${bindRelayLibc.toString()});`,
-].join('\n');
+// Runs only as the relay's worker thread (importing this module elsewhere does nothing).
+if (!wt.isMainThread && (wt.workerData as Partial<RelayInit> | undefined)?.eventFd !== undefined)
+  relayWorker();

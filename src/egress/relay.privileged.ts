@@ -4,8 +4,8 @@
 // has nothing left to look for in its bytes (the sandbox has no secrets or canaries, and the host is
 // not intercepted), the gateway hands both sockets here and a worker thread moves the bytes with plain
 // read(2)/write(2) on the raw fds, off Node's streams and main loop (relay-worker.privileged.ts says
-// why not splice(2)). koffi (the FFI library libc.privileged.ts already uses) binds the few libc
-// calls, each with its exact C prototype. One worker thread per runtime runs a non-blocking epoll loop
+// why not splice(2)). Its libc calls come from the one binding table, core/libc.privileged.ts, in
+// both threads; the worker is a real module file (relay-worker.privileged.ts). One worker thread per runtime runs a non-blocking epoll loop
 // for every tunnel: nothing blocks the main loop.
 //
 // Ownership of file descriptors:
@@ -24,20 +24,13 @@
 // taken over as above, the client socket is only dup'd (Node keeps it: the connection lives on for the
 // next request), and the worker moves exactly the announced number of bytes, then closes its dups
 // without shutting the client's socket down. While a copy runs, Node must not write to the client.
-import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
-import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { Logger } from '../core/backend.js';
-import {
-  bindRelayLibc,
-  RELAY_WORKER_SOURCE,
-  type Command,
-  type EndMessage,
-  type Koffi,
-  type RelayInit,
-  type RelayLibc,
-} from './relay-worker.privileged.js';
+import { libc, type Libc } from '../core/libc.privileged.js';
+import { moduleWorker } from '../core/worker.js';
+import type { Command, EndMessage, RelayInit } from './relay-protocol.js';
 
 export interface RelayResult {
   /** Bytes delivered to the upstream / to the client (prefixes included). */
@@ -101,8 +94,7 @@ export class FdRelay {
   private readonly one = Buffer.from([1, 0, 0, 0, 0, 0, 0, 0]); // an eventfd increment (u64 1)
 
   private constructor(
-    private readonly c: RelayLibc,
-    private readonly koffiPath: string,
+    private readonly c: Libc,
     private readonly logger: Logger,
   ) {}
 
@@ -111,9 +103,7 @@ export class FdRelay {
     if (process.platform !== 'linux' || (process.arch !== 'x64' && process.arch !== 'arm64'))
       return undefined;
     try {
-      const req = createRequire(import.meta.url);
-      const koffiPath = req.resolve('koffi');
-      return new FdRelay(bindRelayLibc(req(koffiPath) as Koffi), koffiPath, logger);
+      return new FdRelay(libc(), logger);
     } catch (e) {
       logger.warn({ err: (e as Error).message }, 'egress: fd relay unavailable; using streams');
       return undefined;
@@ -246,13 +236,11 @@ export class FdRelay {
     const x64 = process.arch === 'x64';
     let worker: Worker;
     try {
-      worker = new Worker(RELAY_WORKER_SOURCE, {
-        eval: true,
+      worker = moduleWorker(import.meta.url, './relay-worker.privileged', {
         workerData: {
           port: port2,
           eventFd,
           stop: stop.buffer,
-          koffiPath: this.koffiPath,
           epollEventSize: x64 ? 12 : 16,
           epollDataOffset: x64 ? 4 : 8,
           bigReadBytes: READ_BYTES,
@@ -312,11 +300,11 @@ export class FdRelay {
   }
 
   private dup(fd: number): number {
-    const d = this.c.fcntl(fd, F_DUPFD_CLOEXEC, 'int', 3);
+    const d = this.c.fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (d < 0) throw new Error(`dup: errno ${this.c.errno()}`);
     // libuv made the socket non-blocking; the relay depends on it, so make sure.
-    const fl = this.c.fcntl(d, F_GETFL);
-    if (fl < 0 || (!(fl & O_NONBLOCK) && this.c.fcntl(d, F_SETFL, 'int', fl | O_NONBLOCK) < 0)) {
+    const fl = this.c.fcntl(d, F_GETFL, 0);
+    if (fl < 0 || (!(fl & O_NONBLOCK) && this.c.fcntl(d, F_SETFL, fl | O_NONBLOCK) < 0)) {
       this.c.close(d);
       throw new Error(`fcntl: errno ${this.c.errno()}`);
     }
