@@ -231,3 +231,13 @@ export function decideAddress(
   }
   return { action: 'allow', rule: 'public address', reason: `${c.address} is a public address` };
 }
+
+/** Whether some port of `name` is allowed (the DNS responder only answers names the policy allows). */
+export function hostAllowedOnSomePort(policy: NetworkPolicy, name: string): boolean {
+  for (const port of [443, 80]) if (decideHost(policy, name, port).action === 'allow') return true;
+  // A name allowed on another explicit port (host:port entries).
+  return policy.allow.some((entry) => {
+    const m = /:(\d+)$/.exec(entry);
+    return m ? decideHost(policy, name, Number(m[1])).action === 'allow' : false;
+  });
+}
