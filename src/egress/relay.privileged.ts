@@ -5,8 +5,8 @@
 // not intercepted), the gateway hands both sockets here and a worker thread moves the bytes with plain
 // read(2)/write(2) on the raw fds, off Node's streams and main loop (relay-worker.privileged.ts says
 // why not splice(2)). Its libc calls come from the one binding table, core/libc.privileged.ts, in
-// both threads; the worker is a real module file (relay-worker.privileged.ts). One worker thread per runtime runs a non-blocking epoll loop
-// for every tunnel: nothing blocks the main loop.
+// both threads; the worker is a real module file (relay-worker.privileged.ts). One worker thread per
+// runtime runs a non-blocking epoll loop for every tunnel: nothing blocks the main loop.
 //
 // Ownership of file descriptors:
 //   - take() (main thread) dups each socket's fd (close-on-exec), destroys the Node sockets (their own

@@ -10,7 +10,7 @@ import { ALLOWED, assertPrivateNetns } from './net.js';
 assertPrivateNetns();
 
 const policy = { allow: [ALLOWED.name] };
-/** The proxy's headersTimeout (src/egress/gateway.ts HEADERS_TIMEOUT_MS). */
+/** The proxy's headersTimeout (src/egress/context.ts HEADERS_TIMEOUT_MS). */
 const HEADERS_TIMEOUT_MS = 10_000;
 /** Slack on top of a timeout before a hung connection counts as unbounded. */
 const SLACK_MS = 5_000;
