@@ -162,6 +162,7 @@ const allowPrivateEntry = z.string().transform((s, ctx) => {
   return `${p.family === 6 ? `[${p.address}]` : p.address}:${p.port}`;
 });
 
+/** The zod schema of a network policy (`allow`, `deny`, `transparent`, `allowPrivate`). */
 export const NetworkPolicySchema = z
   .object({
     allow: z
@@ -199,7 +200,9 @@ export const NetworkPolicySchema = z
   })
   .strict();
 
+/** A validated network policy. */
 export type NetworkPolicy = z.output<typeof NetworkPolicySchema>;
+/** A network policy as written: defaults not yet filled in. */
 export type NetworkPolicyInput = z.input<typeof NetworkPolicySchema>;
 
 const envName = z
@@ -257,6 +260,7 @@ const secretHost = z.string().transform((s, ctx) => {
   return c.name;
 });
 
+/** The zod schema of one secret (`name`, `value`, `hosts`, `body`, `insecureHttp`). */
 export const SecretSpecSchema = z
   .object({
     name: envName.describe('The variable the sandbox sees, set to a sentinel instead of the real value.'),
@@ -298,8 +302,10 @@ export const SecretsSchema = z.array(SecretSpecSchema).superRefine((secrets, ctx
   });
 });
 
+/** A validated secret: name, value source, bound hosts. */
 export type SecretSpec = z.output<typeof SecretSpecSchema>;
 
+/** The zod schema of an egress policy file (`network:`, `secrets:`). */
 export const EgressPolicySchema = z
   .object({
     network: NetworkPolicySchema.default(() => NetworkPolicySchema.parse({})),
@@ -308,8 +314,10 @@ export const EgressPolicySchema = z
   .strict();
 
 export type EgressPolicyInput = z.input<typeof EgressPolicySchema>;
+/** A validated egress policy: `network` and `secrets`. */
 export type EgressPolicy = z.output<typeof EgressPolicySchema>;
 
+/** Validate an egress policy; throws `AirlockError` naming the field. */
 export function parseEgressPolicy(input: unknown, what = 'egress policy'): EgressPolicy {
   return parseOrThrow(EgressPolicySchema, input ?? {}, what);
 }
@@ -362,6 +370,7 @@ export function loadPolicyFile(path: string): EgressPolicy {
 export type EgressDenyCode =
   'not_allowed' | 'denied' | 'port_not_allowed' | 'blocked_address' | 'invalid_host';
 
+/** The verdict on one egress attempt: allow, or deny with the reason. */
 export type EgressVerdict =
   | { action: 'allow'; rule: string; reason: string }
   | { action: 'deny'; code: EgressDenyCode; reason: string };
