@@ -32,7 +32,7 @@ export function parseBytes(text: string, field = 'size'): number {
   return Math.floor(Number(m[1]) * mult);
 }
 
-/** A duration with a unit (`500ms`, `30s`, `2m`) as milliseconds; a bare number is refused. */
+/** A duration (`500ms`, `30s`, `2m`, `1h`) as milliseconds; throws `AirlockError` on a bad value. */
 export function parseDurationMs(text: string, field = 'duration'): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/i.exec(text);
   if (!m) {

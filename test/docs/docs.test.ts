@@ -37,6 +37,7 @@ import {
 } from '../../src/policy/mcp.js';
 import { EgressPolicySchema, NetworkPolicySchema, SecretSpecSchema } from '../../src/policy/network.js';
 import { parseTemplate, TemplateFileSchema, TemplateStepSchema } from '../../src/core/template.js';
+import { parseDurationMs } from '../../src/core/units.js';
 import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import { blockName, docFiles, extractBlocks, type Block } from './blocks.js';
 
@@ -68,7 +69,12 @@ function run(
     execFile(
       cmd,
       args,
-      { cwd: opts.cwd, env: opts.env ?? process.env, timeout: opts.timeoutMs ?? 240_000, maxBuffer: 16 << 20 },
+      {
+        cwd: opts.cwd,
+        env: opts.env ?? process.env,
+        timeout: opts.timeoutMs ?? 240_000,
+        maxBuffer: 16 << 20,
+      },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : null) : 0;
         resolve({ code, stdout, stderr: err && code === null ? `${stderr}\n${err.message}` : stderr });
@@ -174,6 +180,14 @@ let cliHelp = '';
 let runHelp = '';
 const NEEDS: Record<string, () => string | undefined> = {
   'airlock-diff': () => (/^\s+diff\b/m.test(cliHelp) ? undefined : '`airlock diff` is not in this build yet'),
+  'duration-unit': () => {
+    try {
+      parseDurationMs('30');
+      return 'a duration without a unit is still accepted in this build';
+    } catch {
+      return undefined;
+    }
+  },
   'run-template': () =>
     runHelp.includes('--template') ? undefined : '`airlock run --template` is not in this build yet',
 };
