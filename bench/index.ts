@@ -1,7 +1,8 @@
 // `npm run bench [-- NAME... ] [--quick] [--runs N]`: runs the named benchmarks (or all) and writes ONE
 // report: bench/results/<timestamp>.json (every raw result), bench/results/<timestamp>.md (machine
 // facts, a table per measure with each figure as an absolute value and a ratio to a baseline measured
-// in the same run, the target and whether it holds) and SVG charts beside it. Progress goes to stderr.
+// in the same run, the target and whether it holds) and SVG charts beside it, then rewrites
+// docs/benchmarks.md from that run (bench/report.ts). Progress goes to stderr.
 // `--quick` keeps the whole run within 2 minutes on the 2-core reference machine (the full run: 15).
 // Benchmarks are never part of the test run.
 import { spawn } from 'node:child_process';
@@ -32,6 +33,7 @@ import {
   ratioTo,
   renderMarkdown,
   row,
+  writeBenchmarksDoc,
   verdict,
   type Chart,
   type Section,
@@ -933,6 +935,7 @@ async function main(): Promise<void> {
   );
   writeFileSync(`${base}.md`, md);
   for (const c of charts) writeFileSync(join(dir, c.file), c.svg);
+  writeBenchmarksDoc(`${base}.json`, join(HERE, '..', 'docs', 'benchmarks.md'));
   const summary = sections.flatMap((s) =>
     s.rows.filter((r) => r.verdict).map((r) => `${s.id} ${r.verdict} ${r.measure}: ${r.value}`),
   );

@@ -5,6 +5,7 @@ import type { Readable, Writable } from 'node:stream';
 import type { SnapshotRecord } from './snapshot.js';
 import type { BackendName, SandboxSpec } from './spec.js';
 
+/** Where library code reports what it did (injected; the library never writes to the console). */
 export interface Logger {
   debug(obj: object, msg?: string): void;
   info(obj: object, msg?: string): void;
@@ -28,6 +29,7 @@ export interface ProbeCheck {
   readonly optional?: boolean;
 }
 
+/** Whether a backend can run on this host, and why not. */
 export interface BackendProbe {
   readonly available: boolean;
   /** When unavailable: one line saying why and what to do. */
@@ -49,6 +51,7 @@ export interface ProcessExit {
   readonly signal: NodeJS.Signals | null;
 }
 
+/** One process a backend started inside a sandbox. */
 export interface BackendProcess {
   readonly stdout: Readable;
   readonly stderr: Readable;
@@ -65,6 +68,7 @@ export interface LimitCounters {
   readonly pidsLimitHits: number;
 }
 
+/** A backend's handle on one sandbox: exec, files, limits, kill. */
 export interface BackendSandbox {
   readonly id: string;
   /** Host uid the sandbox's processes run as (never 0). */
@@ -128,6 +132,7 @@ export interface ReapReport {
   readonly sandboxes: number;
 }
 
+/** The versioned contract every isolation tier implements (one folder per tier under backends/). */
 export interface BackendV1 {
   readonly specificationVersion: 'v1';
   readonly name: BackendName;

@@ -1,6 +1,7 @@
 // Typed errors with stable string codes (STYLE.md habit 4). Callers branch on `code`, never on message
 // text. The mapping from code to CLI exit code / HTTP status lives here and only here.
 
+/** Every `AirlockError` code with its CLI exit code and HTTP status. */
 export const ERROR_CODES = {
   INVALID_SPEC: { exit: 2, http: 400 },
   INVALID_ARGUMENT: { exit: 2, http: 400 },
@@ -38,10 +39,12 @@ export const ERROR_CODES = {
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 
+/** The stable string codes of `AirlockError`. */
 export type AirlockErrorCode = keyof typeof ERROR_CODES;
 
 const MARKER = Symbol.for('airlock.error');
 
+/** The one error type Airlock throws: a stable `code`, a message that says what to fix, and for spec errors the offending `field`. */
 export class AirlockError extends Error {
   readonly [MARKER] = true;
   readonly code: AirlockErrorCode;
@@ -71,10 +74,12 @@ export class AirlockError extends Error {
   }
 }
 
+/** The CLI exit code for an error (2 for bad input, 70 for internal errors, …). */
 export function exitCodeFor(e: unknown): number {
   return AirlockError.isInstance(e) ? ERROR_CODES[e.code].exit : ERROR_CODES.INTERNAL.exit;
 }
 
+/** The HTTP status for an error. */
 export function httpStatusFor(e: unknown): number {
   return AirlockError.isInstance(e) ? ERROR_CODES[e.code].http : ERROR_CODES.INTERNAL.http;
 }

@@ -47,8 +47,10 @@ export const SnapshotRecordSchema = z
   })
   .strict();
 
+/** What a snapshot lies on: earlier snapshot layers (nearest first), then the workspace base. */
 export type SnapshotParent = z.output<typeof SnapshotParentSchema>;
 
+/** A stored snapshot's bookkeeping: digest, parent, size, backend. */
 export interface SnapshotRecord {
   readonly version: typeof SNAPSHOT_RECORD_VERSION;
   readonly digest: string;

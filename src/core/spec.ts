@@ -8,7 +8,9 @@ import { NetworkPolicySchema, SecretsSchema, secretHostReachable } from './netwo
 
 export { parseOrThrow };
 
+/** The isolation tier names a spec may ask for (`backend`). */
 export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
+/** One of `BACKEND_NAMES`. */
 export type BackendName = (typeof BACKEND_NAMES)[number];
 
 const MiB = 1024 * 1024;
@@ -174,6 +176,7 @@ export const LimitsSchema = z
   })
   .strict();
 
+/** The zod schema of a sandbox spec (`Sandbox.create`). */
 export const SandboxSpecSchema = z
   .object({
     backend: z.enum(BACKEND_NAMES).default('namespaces'),
@@ -280,10 +283,14 @@ export const SandboxSpecSchema = z
     }
   });
 
+/** What `Sandbox.create` accepts: every field optional. */
 export type SandboxSpecInput = z.input<typeof SandboxSpecSchema>;
+/** A validated sandbox spec, defaults filled in. */
 export type SandboxSpec = z.output<typeof SandboxSpecSchema>;
+/** A sandbox's resource limits: `memoryBytes`, `cpus`, `pids`, `diskBytes`. */
 export type Limits = z.output<typeof LimitsSchema>;
 
+/** Validate a sandbox spec; throws `AirlockError` `INVALID_SPEC` naming the field. */
 export function parseSandboxSpec(input: unknown): SandboxSpec {
   return parseOrThrow(SandboxSpecSchema, input ?? {}, 'sandbox spec');
 }

@@ -82,6 +82,7 @@ export const TemplateStepSchema = z
   })
   .strict();
 
+/** The zod schema of a template file (name, base, files, steps, limits). */
 export const TemplateFileSchema = z
   .object({
     name: TemplateNameSchema,
@@ -111,14 +112,19 @@ export const TemplateFileSchema = z
   })
   .strict();
 
+/** A template as written: defaults not yet filled in. */
 export type TemplateInput = z.input<typeof TemplateFileSchema>;
+/** A validated template file. */
 export type Template = z.output<typeof TemplateFileSchema>;
+/** One validated build step of a template. */
 export type TemplateStep = z.output<typeof TemplateStepSchema>;
 
+/** Validate a template object; throws `AirlockError` naming the field. */
 export function parseTemplate(input: unknown, source = 'template'): Template {
   return parseOrThrow(TemplateFileSchema, input, source);
 }
 
+/** Parse and validate a template from YAML text. */
 export function parseTemplateYaml(text: string, source = 'template file'): Template {
   const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const err = doc.errors[0];

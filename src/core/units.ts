@@ -20,6 +20,7 @@ const SIZE_UNITS: Record<string, number> = {
 
 const TIME_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
+/** A size with a unit (`256m`, `1g`) as bytes; throws `AirlockError` on a bad value. */
 export function parseBytes(text: string, field = 'size'): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
   const mult = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
@@ -31,6 +32,7 @@ export function parseBytes(text: string, field = 'size'): number {
   return Math.floor(Number(m[1]) * mult);
 }
 
+/** A duration (`500ms`, `30s`, `2m`, `1h`) as milliseconds; throws `AirlockError` on a bad value. */
 export function parseDurationMs(text: string, field = 'duration'): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/i.exec(text);
   if (!m) {
@@ -43,6 +45,7 @@ export function parseDurationMs(text: string, field = 'duration'): number {
   return Math.floor(Number(m[1]) * TIME_UNITS[(m[2] ?? 's').toLowerCase()]!);
 }
 
+/** Bytes as a short human-readable size, e.g. `256 MiB`. */
 export function formatBytes(n: number): string {
   if (n < 1024) return `${n} B`;
   const units = ['KiB', 'MiB', 'GiB', 'TiB'];

@@ -1,6 +1,7 @@
 // The egress audit event: one per connection attempt (and per proxied HTTP request). Its shape is
 // stable: the audit store (a later issue) persists it as is.
 
+/** How an egress attempt arrived: proxy, CONNECT, SOCKS5 or transparent. */
 export type EgressProtocol =
   | 'http' // absolute-form request through the proxy
   | 'connect' // HTTP CONNECT tunnel through the proxy
@@ -10,6 +11,7 @@ export type EgressProtocol =
   | 'transparent-tcp' // intercepted other TCP, decided by the DNS name of its address
   | 'dns';
 
+/** One egress attempt of a sandbox: host, port, protocol, decision and reason. */
 export interface EgressEvent {
   readonly sandboxId: string;
   readonly time: string;

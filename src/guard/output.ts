@@ -63,6 +63,7 @@ export interface GuardProvenance {
   callId?: string;
 }
 
+/** How tool results are shaped before the model sees them: size cap, redaction. */
 export interface GuardOptions extends RedactOptions {
   /** UTF-8 bytes of all text of one result together (the truncation marker included). Default 64_000. */
   maxTextBytes?: number;
@@ -98,6 +99,7 @@ export interface Redaction {
   count: number;
 }
 
+/** What the output guard did to a result: truncation, redactions. */
 export interface GuardReport {
   truncated: boolean;
   /** UTF-8 bytes of the server's text (every guarded text field) before redaction. */

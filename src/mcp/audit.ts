@@ -12,6 +12,7 @@ export interface McpFindingRef {
   readonly message: string;
 }
 
+/** An audit event of the MCP gateway. */
 export interface McpAuditEvent {
   readonly kind: 'mcp';
   readonly sandboxId: string;
@@ -35,6 +36,7 @@ export interface McpAuditEvent {
   readonly spillRef?: string;
 }
 
+/** One audit event (JSON line): a call, a verdict or a finding. */
 export type AuditEvent =
   McpAuditEvent | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
 

@@ -20,6 +20,7 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { Readable } from 'node:stream';
 
+/** Options of `gatewayFetch`. */
 export interface GatewayFetchOptions {
   /** Sockets kept open per origin (default 256: a client with many calls in flight). */
   readonly maxSockets?: number;
@@ -33,6 +34,7 @@ export type GatewayFetch = typeof fetch & { close(): void };
 /** Statuses whose response has no body (the Response constructor refuses one). */
 const NULL_BODY = new Set([204, 205, 304]);
 
+/** A `fetch` for MCP clients of the gateway: node:http with keep-alive (less CPU per call than the global fetch). */
 export function gatewayFetch(opts: GatewayFetchOptions = {}): GatewayFetch {
   const agentOpts = { keepAlive: true, maxSockets: opts.maxSockets ?? 256 };
   const http = new HttpAgent(agentOpts);

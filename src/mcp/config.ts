@@ -33,6 +33,7 @@ const MIN_TOKEN_DISTINCT_CHARS = 8;
 const TOKEN_ADVICE = 'generate one with `openssl rand -hex 32`';
 
 export const BOUNDARIES = ['per-server', 'per-session', 'per-tenant', 'per-call'] as const;
+/** Which sandboxed server instance serves a request: per-server, per-tenant, per-session or per-call. */
 export type Boundary = (typeof BOUNDARIES)[number];
 export const BoundarySchema = z
   .enum(BOUNDARIES)
@@ -204,6 +205,7 @@ const StdioEntrySchema = z
 
 const ServerEntrySchema = z.unknown().superRefine(guardEntry).pipe(StdioEntrySchema);
 
+/** One validated server entry of a gateway config. */
 export interface McpServerConfig {
   name: string;
   command: string;
@@ -449,6 +451,7 @@ export const GatewayConfigSchema = z
     airlock: c.airlock,
   }));
 
+/** A validated gateway config file (`mcpServers` plus the `airlock` block). */
 export interface GatewayConfig {
   /** Enabled servers by name; `airlock.namespace` is resolved (the server name unless set). */
   mcpServers: Record<string, McpServerConfig>;

@@ -83,6 +83,7 @@ export interface JsonRpcErrorResponse {
   error: JsonRpcErrorObject;
 }
 export type JsonRpcResponse = JsonRpcSuccessResponse | JsonRpcErrorResponse;
+/** A parsed JSON-RPC 2.0 message. */
 export type JsonRpcMessage = JsonRpcRequest | JsonRpcNotification | JsonRpcResponse;
 
 export function messageKind(m: JsonRpcMessage): 'request' | 'notification' | 'result' | 'error' {

@@ -19,6 +19,7 @@ import { ServerPool } from './pool.js';
 import { McpSession } from './session.js';
 import type { ServerLaunch, Upstream, UpstreamHooks } from './upstream.js';
 
+/** How the gateway starts one server (command, sandbox spec, policy). */
 export interface ServerSetup {
   readonly name: string;
   /** Tool/prompt name prefix (`<namespace>__<tool>`), or false for the server's own names. */
@@ -38,6 +39,7 @@ export interface ServerEntry {
   readonly pool: ServerPool;
 }
 
+/** Options of `GatewayCore` (exported as `McpGatewayOptions`). */
 export interface GatewayOptions {
   readonly airlock: Airlock;
   readonly servers: readonly ServerSetup[];
@@ -60,6 +62,7 @@ export interface GatewayOptions {
   readonly spillDir?: string;
 }
 
+/** The MCP gateway: sandboxed servers behind one policy-checked, guarded tool list. */
 export class GatewayCore {
   private readonly servers = new Map<string, ServerEntry>();
   private readonly sessions = new Set<McpSession>();

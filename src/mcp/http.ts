@@ -22,6 +22,7 @@ import type { GatewayCore } from './gateway.js';
 import type { McpSession } from './session.js';
 import { NodeStreamableTransport } from './streamable.js';
 
+/** Options of `HttpFront`. */
 export interface HttpFrontOptions {
   readonly host: string;
   readonly port: number;
@@ -56,6 +57,7 @@ const oneShot = (crypto as unknown as { hash?: (alg: string, data: string, enc: 
 const digest = (s: string): Buffer =>
   oneShot ? oneShot('sha256', s, 'buffer') : crypto.createHash('sha256').update(s).digest();
 
+/** The Streamable HTTP front of the gateway: tenants, Host/Origin checks, sessions. */
 export class HttpFront {
   private readonly http: HttpServer;
   private readonly live = new Map<string, Live>();

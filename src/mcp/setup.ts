@@ -31,6 +31,7 @@ export function serverSandboxSpec(server: McpServerConfig): Omit<SandboxSpecInpu
   };
 }
 
+/** How the gateway starts one configured server. */
 export function serverSetup(
   server: McpServerConfig,
   opts: {

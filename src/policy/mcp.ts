@@ -224,6 +224,7 @@ export const ToolRulesSchema = z
   .strict();
 
 export type ToolRulesInput = z.input<typeof ToolRulesSchema>;
+/** A server's validated tool rules (allow, deny, arguments). */
 export type ToolRules = z.output<typeof ToolRulesSchema>;
 export type PathRule = z.output<typeof PathRuleSchema>;
 export type ArgumentRule = z.output<typeof ArgumentRuleSchema>;
@@ -370,6 +371,7 @@ export type CallDenyCode =
   | 'path_invalid'
   | 'quarantined';
 
+/** The verdict on one tool call: allow, or deny with a code and a reason. */
 export type CallVerdict = { action: 'allow' } | { action: 'deny'; code: CallDenyCode; reason: string };
 
 export interface CallContext {

@@ -48,6 +48,7 @@ export interface Snapshots {
   remove(id: string): Promise<void>;
 }
 
+/** Options of `new Airlock()`. */
 export interface AirlockOptions {
   readonly stateDir?: string;
   readonly logger?: Logger;
@@ -87,12 +88,14 @@ export interface AirlockOptions {
   readonly fdBudget?: FdBudgetOptions;
 }
 
+/** Where Airlock keeps host state unless `AIRLOCK_STATE_DIR` or `stateDir` says otherwise. */
 export const DEFAULT_STATE_DIR = '/var/lib/airlock';
 const HOST_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 /** Where a sandbox with secrets finds the trust bundle (system CAs + Airlock's egress CA). */
 const SANDBOX_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 const SANDBOX_CA_CERT = '/etc/ssl/certs/airlock-egress-ca.pem';
 
+/** A runtime: owns a state dir, its sandboxes, snapshots and templates; `close()` releases all of it. */
 export class Airlock {
   readonly stateDir: string;
   readonly logger: Logger;

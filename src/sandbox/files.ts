@@ -4,6 +4,7 @@
 import { posix } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 
+/** One entry of `sbx.files.list()`. */
 export interface FileEntry {
   readonly name: string;
   readonly path: string;

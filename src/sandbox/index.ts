@@ -11,6 +11,7 @@ export function defaultAirlock(): Airlock {
   return defaultRuntime;
 }
 
+/** A disposable sandbox; `Sandbox.create(spec)` makes one on the default runtime. */
 export class Sandbox extends SandboxBase {
   static create(spec: SandboxSpecInput = {}, opts: { airlock?: Airlock } = {}): Promise<Sandbox> {
     return (opts.airlock ?? defaultAirlock()).create(spec);

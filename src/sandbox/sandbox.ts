@@ -20,8 +20,10 @@ import { SandboxFiles } from './files.js';
 import { checkedArgv } from './exec-check.js';
 import type { Snapshot } from './snapshot.js';
 
+/** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
 
+/** What a finished command returned: exit code, output (bounded), what killed it. */
 export interface ExecResult {
   readonly exitCode: number | null;
   readonly signal: NodeJS.Signals | null;
@@ -45,6 +47,7 @@ export interface ExecResult {
   readonly egress?: readonly EgressEvent[];
 }
 
+/** Options of `sbx.exec()`: timeout, output cap, stdin, cwd, env, signal, background. */
 export interface ExecOptions {
   /** Kill the whole process tree after this long (default 60 s; background: the sandbox TTL). */
   timeoutMs?: number;
@@ -61,6 +64,7 @@ export interface ExecOptions {
   background?: boolean;
 }
 
+/** A command started with `background: true`: wait for it or kill it. */
 export interface ExecHandle {
   readonly id: string;
   /** Resolves with the result once the process tree has exited. */
@@ -87,6 +91,7 @@ export interface SpawnOptions {
   signal?: AbortSignal;
 }
 
+/** A sandbox's public facts: id, backend, times, uid, template. */
 export interface SandboxInfo {
   readonly id: string;
   readonly backend: SandboxSpec['backend'];

@@ -8,6 +8,7 @@ import type { Sandbox } from './index.js';
 /** At most this many sandboxes per fork({ count }) call. */
 export const MAX_FORK_COUNT = 64;
 
+/** A snapshot's public facts: id, size, parent, backend. */
 export interface SnapshotInfo {
   /** The snapshot's id: its layer's content digest ("sha256:…"). */
   readonly id: string;
@@ -50,6 +51,7 @@ export interface SnapshotRuntime {
 
 const INHERITED = ['limits', 'mounts', 'env', 'metadata', 'network', 'secrets', 'canaries'] as const;
 
+/** A sandbox's filesystem (and on gVisor, memory) state, content-addressed; `fork()` starts sandboxes from it. */
 export class Snapshot implements SnapshotInfo {
   readonly id: string;
   readonly digest: string;

@@ -31,6 +31,7 @@ import type { Sandbox } from './index.js';
 /** Bytes of a failed step's stderr kept in the error. */
 const STDERR_TAIL_CHARS = 2000;
 
+/** Build progress events: step i/N, layer bytes, done. */
 export type TemplateProgress =
   | { readonly phase: 'start'; readonly name: string; readonly steps: number }
   | { readonly phase: 'files'; readonly count: number }
@@ -40,6 +41,7 @@ export type TemplateProgress =
   | { readonly phase: 'layer'; readonly digest: string; readonly bytes: number }
   | { readonly phase: 'done'; readonly digest: string; readonly bytes: number };
 
+/** Options of `airlock.templates.build()`. */
 export interface TemplateBuildOptions {
   readonly onProgress?: (p: TemplateProgress) => void;
   readonly signal?: AbortSignal;
@@ -50,6 +52,7 @@ export interface TemplateBuildOptions {
   readonly backend?: BackendName;
 }
 
+/** A built template: name, digest, layers, base. */
 export interface TemplateInfo {
   readonly name: string;
   /** The layer digest a sandbox created from this name runs now. */
@@ -98,6 +101,7 @@ export interface TemplateRuntime {
   removeLayer(digest: string): Promise<void>;
 }
 
+/** `airlock.templates`: build, list, inspect and remove templates. */
 export class Templates {
   private readonly dir: string;
 
