@@ -74,11 +74,10 @@ describe('parseBytes', () => {
 
 describe('parseDurationMs', () => {
   it.each([
-    ['0', 0],
+    ['0s', 0],
     ['500ms', 500],
     ['500MS', 500],
     ['30s', 30_000],
-    ['30', 30_000], // a bare number means seconds
     ['1.5s', 1500],
     ['2m', 120_000],
     ['2M', 120_000],
@@ -99,6 +98,14 @@ describe('parseDurationMs', () => {
       expect(e.message).toContain(`"${text}"`);
     },
   );
+
+  it.each(['30', '0', ' 5 ', '1.5'])('refuses %j (no unit) and says to write s or ms', (text) => {
+    const e = thrown(() => parseDurationMs(text, '--timeout'));
+    expect(e.code).toBe('INVALID_ARGUMENT');
+    expect(e.field).toBe('--timeout');
+    const n = text.trim();
+    expect(e.message).toContain(`write ${n}s for seconds or ${n}ms for milliseconds`);
+  });
 
   it('names the field it was given', () => {
     const e = thrown(() => parseDurationMs('forever', '--ttl'));
