@@ -6,8 +6,16 @@ import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
 import { demoCommand } from './demo.js';
+import { registerDiffCommand } from './diff.js';
 import { doctorCommand } from './doctor.js';
-import { CLI_BACKENDS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
+import {
+  CLI_BACKENDS,
+  DEFAULT_MAX_OUTPUT,
+  DEFAULT_TIMEOUT,
+  collect,
+  flagForField,
+  type RunFlags,
+} from './flags.js';
 import { processIo, runCommand, type Io } from './run.js';
 import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
 import { registerTemplateCommands } from './template.js';
@@ -88,9 +96,10 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .usage('[flags] [--] CMD [ARGS...]')
     .argument('<CMD...>', 'command and arguments (see "Command" below)')
     .addOption(
-      new Option('--backend <name>', "isolation tier (default: namespaces, or the --template's tier)").choices(
-        CLI_BACKENDS,
-      ),
+      new Option(
+        '--backend <name>',
+        "isolation tier (default: namespaces, or the --template's tier)",
+      ).choices(CLI_BACKENDS),
     )
     .option(
       '--template <NAME|DIGEST>',
@@ -136,6 +145,7 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .passThroughOptions()
     .addHelpText('after', RUN_HELP)
     .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
+  registerDiffCommand(program, io, setStatus);
 
   const sandboxFlags = (c: Command): Command =>
     c
