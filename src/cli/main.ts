@@ -58,9 +58,12 @@ Environment:
 
 const MCP_HELP = `
 Drop-in for an mcpServers entry: replace
-  "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]
+  "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]
 with
-  "command": "airlock", "args": ["mcp", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
+  "command": "airlock", "args": ["mcp", "--workspace", ".", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/workspace"]
+Host paths do not exist in the sandbox: hand the server its dir with --workspace and name it /workspace
+in the server's arguments. The workspace is copy-on-write (":ro" for read-only): the server's writes
+are discarded when it exits.
 The server runs in a sandbox with no network (unless --allow/--policy), sees only its own package files
 (read-only, resolved from ./node_modules or the npx cache: nothing is downloaded) and its workspace.
 Its tools are scanned and pinned (./airlock.lock.json if present, else trust on first use for the session);

@@ -47,7 +47,7 @@ export function parseDurationMs(text: string, field = 'duration'): number {
   if (m[2] === undefined) {
     throw new AirlockError(
       'INVALID_ARGUMENT',
-      `${field}: "${text}" has no unit; write ${m[1]}s for seconds or ${m[1]}ms for milliseconds (units: ms, s, m, h)`,
+      `${field}: "${text}" has no unit; write ${m[1]}s or ${Number(m[1]) * 1000}ms (units: ms, s, m, h)`,
       { field },
     );
   }
