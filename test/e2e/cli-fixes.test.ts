@@ -1,6 +1,9 @@
 // CLI fixes from a newcomer's trial: --backend lists only the tiers that exist, durations need a
 // unit, `airlock run --template`, and the example in `airlock mcp --help` runs as written.
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +20,15 @@ import {
 import { ROOT, airlockCli } from './cli-support.js';
 
 /** Every command that takes --backend. */
-const BACKEND_COMMANDS = [['run'], ['diff'], ['mcp'], ['mcp', 'scan'], ['mcp', 'pin'], ['mcp', 'diff']];
+const BACKEND_COMMANDS = [
+  ['run'],
+  ['diff'],
+  ['mcp'],
+  ['mcp', 'scan'],
+  ['mcp', 'pin'],
+  ['mcp', 'diff'],
+  ['template', 'build'],
+];
 
 describe('--backend lists only the tiers that exist', () => {
   it.each(BACKEND_COMMANDS)(
@@ -82,10 +93,16 @@ describe('airlock run --template', () => {
       });
       nsDigest = t.digest;
       if (canRunGvisor) {
-        await airlock.templates.build(
-          { name: gvName, steps: [{ run: 'uname -r > kernel.txt' }] },
-          { backend: 'gvisor' },
-        );
+        // Built through the CLI on the gVisor tier (templates are not namespaces-only).
+        const dir = mkdtempSync(join(tmpdir(), 'airlock-cli-tpl-'));
+        const file = join(dir, 'template.yaml');
+        writeFileSync(file, `name: ${gvName}\nsteps:\n  - run: uname -r > kernel.txt\n`);
+        const built = await airlockCli(['template', 'build', '--backend', 'gvisor', file], {
+          timeoutMs: 300_000,
+        });
+        rmSync(dir, { recursive: true, force: true });
+        expect(built.code, built.stderr).toBe(0);
+        expect(built.stdout).toMatch(new RegExp(`^${gvName} sha256:[0-9a-f]{64}\n$`));
       }
     }, 300_000);
     afterAll(async () => {
