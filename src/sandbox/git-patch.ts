@@ -22,8 +22,11 @@ export interface FilePatch {
 }
 
 const NULL_ID = '0'.repeat(40);
-/** Above this many edits a line diff is not worth computing: the hunk replaces the whole file. */
-const MAX_EDIT_LENGTH = 20_000;
+/**
+ * Above this many edits a line diff is not worth computing (Myers' cost grows with lines × edits:
+ * 1,000 keeps a 60,000-line rewrite well under a second): the hunk then replaces the whole file.
+ */
+const MAX_EDIT_LENGTH = 1_000;
 
 /** The git blob id of `content` (what `git hash-object` prints). */
 export function blobId(content: Buffer): string {
