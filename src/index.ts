@@ -23,6 +23,12 @@ export {
   type TemplateStep,
 } from './core/template.js';
 export type { FileEntry } from './sandbox/files.js';
+export type {
+  SandboxWorkspace,
+  WorkspaceChange,
+  WorkspaceDiff,
+  WorkspaceDiffOptions,
+} from './sandbox/workspace.js';
 export {
   AirlockError,
   ERROR_CODES,

@@ -4,7 +4,7 @@
 import { statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { AirlockError } from '../core/errors.js';
-import { BACKEND_NAMES, type BackendName, type SandboxSpecInput } from '../core/spec.js';
+import type { BackendName, SandboxSpecInput } from '../core/spec.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { planEgress, type EgressFlags, type EgressPlan } from './egress-flags.js';
@@ -18,6 +18,7 @@ export interface RunFlags extends EgressFlags {
   timeout?: string;
   ttl?: string;
   workspace?: string;
+  template?: string;
   env: string[];
   maxOutput?: string;
   json?: boolean;
@@ -33,6 +34,12 @@ export interface RunPlan {
   /** The network part of the spec and where each secret came from (for error messages). */
   readonly egress: EgressPlan;
 }
+
+/**
+ * The tiers this version implements: the only ones `--backend` offers or names in an error. (The
+ * spec's BACKEND_NAMES also reserves "microvm", which `airlock doctor` reports as not implemented.)
+ */
+export const CLI_BACKENDS = ['namespaces', 'gvisor'] as const satisfies readonly BackendName[];
 
 /** The library's exec defaults, repeated here so `--help` can show them. */
 export const DEFAULT_TIMEOUT = '60s';
@@ -104,10 +111,10 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
 }
 
 export function parseBackend(text: string): BackendName {
-  if ((BACKEND_NAMES as readonly string[]).includes(text)) return text as BackendName;
+  if ((CLI_BACKENDS as readonly string[]).includes(text)) return text as BackendName;
   throw new AirlockError(
     'INVALID_ARGUMENT',
-    `--backend: "${text}" is not a backend; use one of ${BACKEND_NAMES.join(', ')}`,
+    `--backend: "${text}" is not a backend; use one of ${CLI_BACKENDS.join(', ')}`,
     {
       field: '--backend',
     },
@@ -170,6 +177,7 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
     ttlMs,
     limits,
     ...(f.workspace !== undefined ? { workspace: parseWorkspace(f.workspace, cwd) } : {}),
+    ...(f.template !== undefined ? { template: f.template } : {}),
     env: parseEnvPairs(f.env),
     ...(egress.network ? { network: egress.network, secrets: egress.secrets } : {}),
   };
@@ -204,6 +212,7 @@ const FLAG_FOR_FIELD: Array<[RegExp, string]> = [
   [/^workspace(\.|$)/, '--workspace'],
   [/^env(\.|$)/, '--env'],
   [/^backend$/, '--backend'],
+  [/^template$/, '--template'],
   [/^command$/, 'CMD'],
   [/^network\.allow(\.|$)/, '--allow'],
   [/^network\.deny(\.|$)/, '--deny'],

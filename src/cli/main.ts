@@ -5,10 +5,17 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
-import { BACKEND_NAMES } from '../core/spec.js';
 import { demoCommand } from './demo.js';
+import { registerDiffCommand } from './diff.js';
 import { doctorCommand } from './doctor.js';
-import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
+import {
+  CLI_BACKENDS,
+  DEFAULT_MAX_OUTPUT,
+  DEFAULT_TIMEOUT,
+  collect,
+  flagForField,
+  type RunFlags,
+} from './flags.js';
 import { processIo, runCommand, type Io } from './run.js';
 import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
 import { registerTemplateCommands } from './template.js';
@@ -51,9 +58,12 @@ Environment:
 
 const MCP_HELP = `
 Drop-in for an mcpServers entry: replace
-  "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]
+  "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."]
 with
-  "command": "airlock", "args": ["mcp", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
+  "command": "airlock", "args": ["mcp", "--workspace", ".", "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", "/workspace"]
+Host paths do not exist in the sandbox: hand the server its dir with --workspace and name it /workspace
+in the server's arguments. The workspace is copy-on-write (":ro" for read-only): the server's writes
+are discarded when it exits.
 The server runs in a sandbox with no network (unless --allow/--policy), sees only its own package files
 (read-only, resolved from ./node_modules or the npx cache: nothing is downloaded) and its workspace.
 Its tools are scanned and pinned (./airlock.lock.json if present, else trust on first use for the session);
@@ -88,7 +98,16 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .description('run one command in a fresh sandbox, then destroy it')
     .usage('[flags] [--] CMD [ARGS...]')
     .argument('<CMD...>', 'command and arguments (see "Command" below)')
-    .addOption(new Option('--backend <name>', 'isolation tier').choices(BACKEND_NAMES).default('namespaces'))
+    .addOption(
+      new Option(
+        '--backend <name>',
+        "isolation tier (default: namespaces, or the --template's tier)",
+      ).choices(CLI_BACKENDS),
+    )
+    .option(
+      '--template <NAME|DIGEST>',
+      'start from a built template (airlock template ls): its name, or a layer digest sha256:…',
+    )
     .option('--memory <size>', 'memory limit, e.g. 256m (default 512m)')
     .option('--cpus <n>', 'CPU limit, e.g. 0.5 (default 1)')
     .option('--pids <n>', 'max processes/threads (default 256)')
@@ -97,7 +116,7 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .option('--ttl <duration>', 'sandbox lifetime, e.g. 2m (default: 10m, or timeout + 30s if longer)')
     .option(
       '--workspace <dir[:cow|ro]>',
-      'host dir as /workspace: cow (default; writes stay in the sandbox) or ro',
+      'host dir as /workspace: cow (default: writes go to a copy and are DISCARDED when the sandbox ends; take them back with "airlock diff") or ro',
     )
     .option(
       '-e, --env <NAME=VALUE>',
@@ -129,10 +148,11 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .passThroughOptions()
     .addHelpText('after', RUN_HELP)
     .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
+  registerDiffCommand(program, io, setStatus);
 
   const sandboxFlags = (c: Command): Command =>
     c
-      .addOption(new Option('--backend <name>', 'isolation tier').choices(BACKEND_NAMES))
+      .addOption(new Option('--backend <name>', 'isolation tier').choices(CLI_BACKENDS))
       .option('--memory <size>', 'memory limit, e.g. 256m (default 512m)')
       .option('--cpus <n>', 'CPU limit (default 1)')
       .option('--pids <n>', 'max processes/threads (default 256)')

@@ -3,6 +3,7 @@
 import { rmSync } from 'node:fs';
 import type { Sandbox } from '../sandbox/index.js';
 import type { ExecResult } from '../sandbox/sandbox.js';
+import { AirlockError } from '../core/errors.js';
 import { formatBytes } from '../core/units.js';
 import { checkSecretSources, relabelSecretError } from './egress-flags.js';
 import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
@@ -35,7 +36,7 @@ export async function runCommand(
   let sbx: Sandbox | undefined;
   try {
     sbx = await airlock.create(plan.spec).catch((e: unknown) => {
-      throw relabelSecretError(e, plan.egress);
+      throw relabelTemplateError(relabelSecretError(e, plan.egress));
     });
     if (trap.exitCode !== undefined) return trap.exitCode;
     const result = await sbx.exec(plan.command, {
@@ -69,6 +70,19 @@ export async function runCommand(
       if (flags.stdin) process.stdin.destroy();
     }
   }
+}
+
+/**
+ * `--template` naming no template or layer here is a bad flag (exit 2), not a missing object (the
+ * library's TEMPLATE_NOT_FOUND, exit 3): the message says where to look.
+ */
+export function relabelTemplateError(e: unknown): unknown {
+  if (!AirlockError.is(e, 'TEMPLATE_NOT_FOUND')) return e;
+  return new AirlockError(
+    'INVALID_ARGUMENT',
+    `--template: ${e.message}; "airlock template ls" lists the templates in this state dir`,
+    { field: '--template', cause: e },
+  );
 }
 
 /**

@@ -1,10 +1,11 @@
 // `airlock template build FILE | ls [--json] | inspect NAME|DIGEST | rm NAME`: templates in this state
 // dir (AIRLOCK_STATE_DIR). Build progress is one updating line on a TTY, plain lines otherwise.
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { formatBytes } from '../core/units.js';
 import type { TemplateInfo, TemplateProgress } from '../sandbox/templates.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
 import { processIo, type Io } from './run.js';
+import { CLI_BACKENDS, parseBackend } from './flags.js';
 import { table } from './table.js';
 
 const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
@@ -27,7 +28,7 @@ function progressText(p: TemplateProgress, total: { steps: number }): string {
 
 export async function templateBuildCommand(
   file: string,
-  opts: { json?: boolean },
+  opts: { json?: boolean; backend?: string },
   io: Io = processIo,
   tty = process.stderr.isTTY === true,
 ): Promise<number> {
@@ -47,10 +48,13 @@ export async function templateBuildCommand(
     }
   };
   try {
-    const t = await airlock.templates.build(file, { onProgress, signal: trap.signal }).catch((e: unknown) => {
-      if (trap.exitCode !== undefined) return trap.exitCode;
-      throw e;
-    });
+    const backend = opts.backend === undefined ? {} : { backend: parseBackend(opts.backend) };
+    const t = await airlock.templates
+      .build(file, { onProgress, signal: trap.signal, ...backend })
+      .catch((e: unknown) => {
+        if (trap.exitCode !== undefined) return trap.exitCode;
+        throw e;
+      });
     if (typeof t === 'number') return t;
     io.out(opts.json ? JSON.stringify(t, null, 2) + '\n' : `${t.name} ${t.digest}\n`);
     return 0;
@@ -114,8 +118,14 @@ export function registerTemplateCommands(program: Command, io: Io, setStatus: (c
     .command('build')
     .description('build a template from a YAML file (name, base, files, steps, limits)')
     .argument('<FILE>', 'template YAML file')
+    .addOption(
+      new Option(
+        '--backend <name>',
+        "tier the steps run on (default: the base's tier, namespaces for the host base)",
+      ).choices(CLI_BACKENDS),
+    )
     .option('--json', 'print the built template as JSON')
-    .action(async (file: string, opts: { json?: boolean }) =>
+    .action(async (file: string, opts: { json?: boolean; backend?: string }) =>
       setStatus(await templateBuildCommand(file, opts, io)),
     );
   template

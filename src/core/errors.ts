@@ -36,6 +36,11 @@ export const ERROR_CODES = {
   MCP_SERVER_FAILED: { exit: 1, http: 502 },
   /** Missing or wrong bearer token, or a rejected Host/Origin (gateway HTTP). */
   UNAUTHORIZED: { exit: 4, http: 401 },
+  /**
+   * sbx.workspace.diff() met a change a patch cannot carry (a special file, a name that is not
+   * UTF-8): remove or rename it in the sandbox first.
+   */
+  WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 

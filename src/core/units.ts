@@ -32,17 +32,27 @@ export function parseBytes(text: string, field = 'size'): number {
   return Math.floor(Number(m[1]) * mult);
 }
 
-/** A duration (`500ms`, `30s`, `2m`, `1h`) as milliseconds; throws `AirlockError` on a bad value. */
+/**
+ * "500ms", "30s", "2m", "1h" → milliseconds. The unit is required: a bare number ("30") is refused,
+ * since it reads as seconds to some and as milliseconds to others.
+ */
 export function parseDurationMs(text: string, field = 'duration'): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$/i.exec(text);
   if (!m) {
     throw new AirlockError(
       'INVALID_ARGUMENT',
-      `${field}: "${text}" is not a duration; use e.g. 500ms, 30s, 2m, 1h (a bare number means seconds)`,
+      `${field}: "${text}" is not a duration; use e.g. 500ms, 30s, 2m, 1h`,
       { field },
     );
   }
-  return Math.floor(Number(m[1]) * TIME_UNITS[(m[2] ?? 's').toLowerCase()]!);
+  if (m[2] === undefined) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      `${field}: "${text}" has no unit; write ${m[1]}s or ${Number(m[1]) * 1000}ms (units: ms, s, m, h)`,
+      { field },
+    );
+  }
+  return Math.floor(Number(m[1]) * TIME_UNITS[m[2].toLowerCase()]!);
 }
 
 /** Bytes as a short human-readable size, e.g. `256 MiB`. */

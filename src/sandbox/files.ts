@@ -14,7 +14,8 @@ export interface FileEntry {
   readonly mtimeMs: number;
 }
 
-type RunRaw = (
+/** Runs argv inside the sandbox (its uid, its mounts) and collects stdout as bytes. */
+export type RunRaw = (
   argv: string[],
   o: { stdin?: Uint8Array | string; maxBytes: number },
 ) => Promise<{ exitCode: number | null; stdout: Buffer; stderr: string }>;

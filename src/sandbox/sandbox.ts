@@ -17,6 +17,7 @@ import { defaultEnv } from '../core/env.js';
 import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
+import { SandboxWorkspace } from './workspace.js';
 import { checkedArgv } from './exec-check.js';
 import type { Snapshot } from './snapshot.js';
 
@@ -133,6 +134,8 @@ export class SandboxBase {
   readonly spec: SandboxSpec;
   readonly createdAt = new Date();
   readonly files: SandboxFiles;
+  /** The workspace against its host dir: `diff()` gets a cow workspace's changes back. */
+  readonly workspace: SandboxWorkspace;
   private readonly running = new Set<{ kill(reason: KilledBy): void }>();
   private readonly egressLog: EgressEvent[] = [];
   private readonly egressListeners = new Set<(e: EgressEvent) => void>();
@@ -164,6 +167,7 @@ export class SandboxBase {
       this.ttlTimer.unref();
     }
     this.files = new SandboxFiles((argv, o) => this.runRaw(argv, o));
+    this.workspace = new SandboxWorkspace((argv, o) => this.runRaw(argv, o), spec.workspace.hostDir);
   }
 
   get info(): SandboxInfo {

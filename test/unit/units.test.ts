@@ -74,11 +74,10 @@ describe('parseBytes', () => {
 
 describe('parseDurationMs', () => {
   it.each([
-    ['0', 0],
+    ['0s', 0],
     ['500ms', 500],
     ['500MS', 500],
     ['30s', 30_000],
-    ['30', 30_000], // a bare number means seconds
     ['1.5s', 1500],
     ['2m', 120_000],
     ['2M', 120_000],
@@ -99,6 +98,18 @@ describe('parseDurationMs', () => {
       expect(e.message).toContain(`"${text}"`);
     },
   );
+
+  it.each([
+    ['30', 'write 30s or 30000ms'],
+    ['0', 'write 0s or 0ms'],
+    [' 5 ', 'write 5s or 5000ms'],
+    ['1.5', 'write 1.5s or 1500ms'],
+  ])('refuses %j (no unit) and says what to write', (text, hint) => {
+    const e = thrown(() => parseDurationMs(text, '--timeout'));
+    expect(e.code).toBe('INVALID_ARGUMENT');
+    expect(e.field).toBe('--timeout');
+    expect(e.message).toContain(hint);
+  });
 
   it('names the field it was given', () => {
     const e = thrown(() => parseDurationMs('forever', '--ttl'));
