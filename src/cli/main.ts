@@ -1,21 +1,24 @@
 #!/usr/bin/env node
 // The airlock command line. This file is the one place errors become exit codes (exitCodeFor) and
 // one-line messages on stderr; the commands themselves return the status they want.
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
-import { BACKEND_NAMES } from '../core/spec.js';
-import { demoCommand } from './demo.js';
-import { doctorCommand } from './doctor.js';
-import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, flagForField, type RunFlags } from './flags.js';
-import { processIo, runCommand, type Io } from './run.js';
-import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
-import { registerTemplateCommands } from './template.js';
+import { BACKEND_NAMES } from '../core/backend-names.js';
+import { DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, collect, processIo, type Io } from './defaults.js';
+import type { RunFlags } from './flags.js';
 import type { GatewayFlags, McpFlags } from './mcp.js';
 
-/** The MCP commands load the MCP SDK and the tokenizer (≈0.7 s of imports): only when used. */
+// Each command's module is imported when that command runs, so `--help`, `--version` and a command
+// load only what they use (start-up time is paid by every MCP server start and scripted call). The
+// MCP commands in particular load the MCP SDK and the tokenizer (≈0.7 s of imports).
+const runCli = (): Promise<typeof import('./run.js')> => import('./run.js');
 const mcpCli = (): Promise<typeof import('./mcp.js')> => import('./mcp.js');
+const snapshotCli = (): Promise<typeof import('./snapshot.js')> => import('./snapshot.js');
+const templateCli = (): Promise<typeof import('./template.js')> => import('./template.js');
+const doctorCli = (): Promise<typeof import('./doctor.js')> => import('./doctor.js');
+const demoCli = (): Promise<typeof import('./demo.js')> => import('./demo.js');
 
 const RUN_HELP = `
 Command:
@@ -70,7 +73,12 @@ function version(): string {
   }
 }
 
-function buildProgram(io: Io, setStatus: (code: number) => void): Command {
+/**
+ * The airlock program with every command, argument and option, not yet parsed. Commands report their
+ * exit status through `setStatus`. Building it loads no command module (scripts/cli-reference.ts
+ * documents it from this).
+ */
+export function buildProgram(io: Io = processIo, setStatus: (code: number) => void = () => {}): Command {
   const program = new Command('airlock')
     .description('Disposable sandboxes for AI-agent tool calls')
     .version(version(), '-V, --version')
@@ -128,7 +136,9 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .option('--json', 'print the ExecResult as JSON on stdout instead of streaming')
     .passThroughOptions()
     .addHelpText('after', RUN_HELP)
-    .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
+    .action(async (cmd: string[], flags: RunFlags) =>
+      setStatus(await (await runCli()).runCommand(cmd, flags, io)),
+    );
 
   const sandboxFlags = (c: Command): Command =>
     c
@@ -208,19 +218,48 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .command('ls')
     .description('list the snapshots in the state dir')
     .option('--json', 'machine-readable list')
-    .action(async (opts: { json?: boolean }) => setStatus(await snapshotListCommand(opts, io)));
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await snapshotCli()).snapshotListCommand(opts, io)),
+    );
   snapshot
     .command('rm')
     .description('delete a snapshot and free its disk (refused while a live fork uses it)')
     .argument('<ID>', 'snapshot id (sha256:…), or a unique prefix of its hex digits')
-    .action(async (id: string) => setStatus(await snapshotRemoveCommand(id, io)));
-  registerTemplateCommands(program, io, setStatus);
+    .action(async (id: string) => setStatus(await (await snapshotCli()).snapshotRemoveCommand(id, io)));
+  const template = program
+    .command('template')
+    .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
+  template
+    .command('build')
+    .description('build a template from a YAML file (name, base, files, steps, limits)')
+    .argument('<FILE>', 'template YAML file')
+    .option('--json', 'print the built template as JSON')
+    .action(async (file: string, opts: { json?: boolean }) =>
+      setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
+    );
+  template
+    .command('ls')
+    .description('list the templates in the state dir')
+    .option('--json', 'machine-readable list')
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await templateCli()).templateListCommand(opts, io)),
+    );
+  template
+    .command('inspect')
+    .description('print a template record as JSON')
+    .argument('<NAME|DIGEST>', 'template name, or its digest (sha256:…)')
+    .action(async (ref: string) => setStatus(await (await templateCli()).templateInspectCommand(ref, io)));
+  template
+    .command('rm')
+    .description("delete a template's name and the layers it built (refused while a sandbox uses them)")
+    .argument('<NAME>', 'template name')
+    .action(async (name: string) => setStatus(await (await templateCli()).templateRemoveCommand(name, io)));
   program
     .command('doctor')
     .description('report which isolation tiers and kernel controls work on this host')
     .option('--json', 'machine-readable report')
     .addHelpText('after', '\nExit status: 0 if the namespaces tier can run sandboxes here, 4 otherwise.\n')
-    .action(async (opts: { json?: boolean }) => setStatus(await doctorCommand(opts, io)));
+    .action(async (opts: { json?: boolean }) => setStatus(await (await doctorCli()).doctorCommand(opts, io)));
 
   program
     .command('demo')
@@ -229,20 +268,20 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
       'after',
       '\nExit status: 0 if every hostile attempt was blocked and the ordinary steps worked, 1 otherwise.\n',
     )
-    .action(async () => setStatus(await demoCommand(io)));
+    .action(async () => setStatus(await (await demoCli()).demoCommand(io)));
 
   return program;
 }
 
 /** One line for stderr: what went wrong, which flag or field, and how to fix it. */
-function errorLine(e: unknown, command?: string): string {
+async function errorLine(e: unknown, command?: string): Promise<string> {
   if (e instanceof CommanderError) {
     const msg = e.message.replace(/^error:\s*/, '').replace(/\.$/, '');
     return `airlock: ${msg}; see airlock ${command ? `${command} ` : ''}--help`;
   }
   if (AirlockError.isInstance(e)) {
     let msg = e.message;
-    const flag = e.field === undefined ? undefined : flagForField(e.field);
+    const flag = e.field === undefined ? undefined : (await import('./flags.js')).flagForField(e.field);
     if (flag && !msg.startsWith(flag)) msg = `${flag}: ${msg}`;
     else if (e.field && !msg.includes(e.field)) msg = `${e.field}: ${msg}`;
     if (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'PERMISSION_DENIED')
@@ -259,7 +298,8 @@ function commanderExitCode(e: CommanderError): number {
   return ERROR_CODES.INVALID_ARGUMENT.exit;
 }
 
-async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
+/** Runs the command line `argv` (without node and the script); resolves to the exit status. */
+export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
   const program = buildProgram(io, (code) => (status = code));
   try {
@@ -269,16 +309,32 @@ async function main(argv: readonly string[], io: Io = processIo): Promise<number
     if (e instanceof CommanderError) {
       const code = commanderExitCode(e);
       const command = program.commands.find((c) => c.name() === argv[0])?.name();
-      if (code !== 0 && e.code !== 'commander.help') io.err(`${errorLine(e, command)}\n`);
+      if (code !== 0 && e.code !== 'commander.help') io.err(`${await errorLine(e, command)}\n`);
       return code;
     }
-    io.err(`${errorLine(e)}\n`);
+    io.err(`${await errorLine(e)}\n`);
     return exitCodeFor(e);
   }
 }
 
-// A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
-// react to it themselves (lifecycle.ts), everything else just stops writing.
-for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
-// Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
-process.exitCode = await main(process.argv.slice(2));
+/** Runs the command line of this process and sets its exit status (bin/airlock.js calls it). */
+export async function runAsProcess(): Promise<void> {
+  // A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
+  // react to it themselves (lifecycle.ts), everything else just stops writing.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
+  // Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
+  process.exitCode = await main(process.argv.slice(2));
+}
+
+/** True when this file is the program node was started with (`node main.js`, `tsx main.ts`). */
+function isEntry(): boolean {
+  const script = process.argv[1];
+  if (!script) return false;
+  try {
+    return realpathSync(script) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntry()) await runAsProcess();

@@ -5,11 +5,11 @@ import { z } from 'zod';
 import { AirlockError } from './errors.js';
 import { parseOrThrow } from './validate.js';
 import { decideHost, NetworkPolicySchema, SecretsSchema } from '../policy/network.js';
+import { BACKEND_NAMES, type BackendName } from './backend-names.js';
 
 export { parseOrThrow };
 
-export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
-export type BackendName = (typeof BACKEND_NAMES)[number];
+export { BACKEND_NAMES, type BackendName };
 
 const MiB = 1024 * 1024;
 
