@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import { readdirSync, rmSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
+import { build, type Plugin } from 'esbuild';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const DIST = join(ROOT, 'dist');
@@ -30,6 +30,25 @@ export function workerEntries(dir = join(ROOT, 'src')): string[] {
   }
   return found;
 }
+
+/**
+ * zod ships about 60 message locales (a third of its code) and `import { z } from 'zod'` pulls all of
+ * them in through `z.locales`; Airlock's messages are English only, so the CLI bundle keeps that one.
+ */
+const zodEnglishOnly: Plugin = {
+  name: 'zod-english-only',
+  setup(b) {
+    b.onResolve({ filter: /^\.\.\/locales\/index\.js$/ }, (args) =>
+      /[/\\]zod[/\\]v4[/\\](classic|core)$/.test(args.resolveDir)
+        ? { path: join(args.resolveDir, '..', 'locales', 'en.js'), namespace: 'zod-english-only' }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'zod-english-only' }, (args) => ({
+      contents: `export { default as en } from ${JSON.stringify(args.path)};`,
+      resolveDir: ROOT,
+    }));
+  },
+};
 
 async function main(): Promise<void> {
   rmSync(DIST, { recursive: true, force: true });
@@ -60,6 +79,7 @@ async function main(): Promise<void> {
     banner: {
       js: "import { createRequire as __airlockCreateRequire } from 'node:module'; const require = __airlockCreateRequire(import.meta.url);",
     },
+    plugins: [zodEnglishOnly],
     legalComments: 'eof',
     logLevel: 'warning',
   });
