@@ -1,5 +1,6 @@
 // What every benchmark shares: the state dir and uid range of bench sandboxes (apart from the tests'
 // and from any real Airlock on the host), the run's mode, and small process helpers.
+import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import { reaped, spawnDirect } from '../src/backends/namespaces/spawn.privileged.js';
@@ -124,4 +125,29 @@ export async function runDirect(
   await Promise.all([out, errPipe].map((s) => new Promise((r) => s.once('close', r))));
   const x = await reaped(child);
   if (x.exitCode !== 0) throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
+}
+
+/** The built CLI, as the package ships it (scripts/build.ts: dist/bin/, plain Node, no TypeScript loader). */
+export const BUILT_CLI = fileURLToPath(new URL('../dist/bin/main.js', import.meta.url));
+let cliBuild: Promise<void> | undefined;
+
+/** Builds dist (npm run build) once per bench run, so the CLI rows measure the current source. */
+export function buildCli(): Promise<void> {
+  cliBuild ??= runQuiet(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('../scripts/build.ts', import.meta.url))],
+    {
+      env: process.env,
+    },
+  );
+  return cliBuild;
+}
+
+/** The environment the CLI rows run `airlock` in: the bench state dir and uid range, nothing else. */
+export function cliEnv(): NodeJS.ProcessEnv {
+  return {
+    PATH: '/usr/local/bin:/usr/bin:/bin',
+    AIRLOCK_STATE_DIR: BENCH_STATE_DIR,
+    AIRLOCK_UID_RANGE: `${BENCH_UID_RANGE.first}:${BENCH_UID_RANGE.count}`,
+  };
 }

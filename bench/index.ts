@@ -36,6 +36,7 @@ import {
   writeBenchmarksDoc,
   verdict,
   type Chart,
+  type Row,
   type Section,
 } from './report.js';
 import type { Summary } from './stats.js';
@@ -201,6 +202,29 @@ function gvisorShape(data: unknown): GvisorShape | undefined {
     : undefined;
 }
 
+/**
+ * CLI start-up, measured in the same rounds as P1: `airlock run -- true` with the built CLI (dist/bin,
+ * what the package installs) beside `node -e 0` and the library's warm one-shot. Target (issue 31):
+ * at most 2× `node -e 0` plus the library one-shot.
+ */
+function cliStartupRows(r: LifecycleReport): Row[] {
+  const node = r.nodeStartup;
+  const target = '≤ 2× `node -e 0` + the library one-shot';
+  const cli = r.cliRunTrue;
+  return [
+    row('`node -e 0` (floor of any Node CLI), p50', ms(node.p50), '1.00×'),
+    'error' in cli
+      ? notMeasured('`airlock run -- true`, built CLI', cli.error, target)
+      : row(
+          '`airlock run -- true`, built CLI (dist/bin, plain node), p50',
+          ms(cli.p50),
+          `${ratioTo(cli.p50, node.p50, 'node -e 0', ms(node.p50))}; limit ${ms(2 * node.p50 + r.airlock.p50)}`,
+          target,
+          verdict(cli.p50 <= 2 * node.p50 + r.airlock.p50),
+        ),
+  ];
+}
+
 function p1(
   r: LifecycleReport,
   peer: PeerReport | undefined,
@@ -312,6 +336,7 @@ function p1(
         ms(r.rawBwrapSameLayout.p50 - r.rawBwrap.p50),
         vs(r.rawBwrapSameLayout.p50 - r.rawBwrap.p50),
       ),
+      ...cliStartupRows(r),
     ],
     notes: [
       'Cgroup creation is part of the prepared host state (warm pool) and cannot be switched off on its own; ' +

@@ -20,7 +20,17 @@ import { ensureEtc } from '../src/backends/namespaces/rootfs.js';
 import { StateDirs } from '../src/backends/namespaces/state.js';
 import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
 import type { SandboxSpecInput } from '../src/index.js';
-import { BENCH_STATE_DIR, BENCH_UID_RANGE, RAW_SAME_LAYOUT_UID, RAW_UID, runDirect } from './common.js';
+import {
+  BENCH_STATE_DIR,
+  BENCH_UID_RANGE,
+  BUILT_CLI,
+  RAW_SAME_LAYOUT_UID,
+  RAW_UID,
+  buildCli,
+  cliEnv,
+  runDirect,
+  runQuiet,
+} from './common.js';
 import { fmt, sample, summarize, type Summary } from './stats.js';
 
 /** Node's child_process.spawn (which forks this process): the way a Node program usually runs bwrap. */
@@ -152,6 +162,10 @@ export interface LifecycleReport {
   readonly airlockFull: Summary;
   readonly ratioToRawBwrap: number;
   readonly ratioToSameLayout: number;
+  /** `node -e 0`: the floor of any Node CLI, in the same rounds. */
+  readonly nodeStartup: Summary;
+  /** `airlock run -- true` with the built CLI (dist/bin), in the same rounds; or why it could not run. */
+  readonly cliRunTrue: Summary | { readonly error: string };
   /** Raw per-run samples (ms) for the distribution charts. */
   readonly samples: Record<
     'spawnTrue' | 'rawBwrap' | 'rawBwrapSameLayout' | 'airlock' | 'airlockNoWarmPool' | 'airlockFull',
@@ -175,7 +189,13 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   // speed drifts during the run (other tenants, thermal) moves every figure alike, not one block.
   const rounds = runs >= 50 ? ROUNDS : 1;
   const per = Math.ceil(runs / rounds);
-  const raw = (f: () => Promise<void>): Block => ({ kind: 'raw', f, total: [] });
+  const raw = (f: () => Promise<void>, runs?: number): Block => ({ kind: 'raw', f, total: [], runs });
+  // The CLI start-up rows: a whole process per run, so fewer runs than the in-process rows.
+  const cliPer = Math.max(3, Math.ceil(per / 5));
+  const cliBuilt = await buildCli().then(
+    () => undefined,
+    (e: unknown) => (e as Error).message.split('\n')[0]!.slice(0, 300),
+  );
   const al = (a: Airlock, spec: SandboxSpecInput = {}): AirlockBlock => ({
     kind: 'airlock',
     airlock: a,
@@ -194,6 +214,15 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     "raw bwrap through Node's child_process.spawn": raw(() =>
       runForked('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }),
     ),
+    'node -e 0': raw(() => runQuiet(process.execPath, ['-e', '0']), cliPer),
+    ...(cliBuilt === undefined
+      ? {
+          'airlock run -- true (built CLI)': raw(
+            () => runQuiet(process.execPath, [BUILT_CLI, 'run', '--', 'true'], { env: cliEnv() }),
+            cliPer,
+          ),
+        }
+      : {}),
     'airlock create→exec true→kill': al(airlock),
     'airlock without warm pool': al(coldAirlock),
     'airlock + egress bridge': al(airlock, { network: net }),
@@ -233,7 +262,7 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     log(`P1: round ${r + 1}/${rounds}: ${Object.keys(blocks).length} configurations ×${per}`);
     for (const b of Object.values(blocks)) {
       const warmup = r === 0 ? 10 : 3;
-      if (b.kind === 'raw') b.total.push(...(await sample(per, b.f, warmup)));
+      if (b.kind === 'raw') b.total.push(...(await sample(b.runs ?? per, b.f, warmup)));
       else await airlockRuns(b, per, warmup);
     }
   }
@@ -242,6 +271,8 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   const rawS = pick('raw bwrap').total;
   const sameS = pick("raw bwrap, Airlock's layout").total;
   const forkedS = pick("raw bwrap through Node's child_process.spawn").total;
+  const nodeS = pick('node -e 0').total;
+  const cliS = blocks['airlock run -- true (built CLI)']?.total;
   const warm = summarizeAirlock(pick('airlock create→exec true→kill'));
   const cold = summarizeAirlock(pick('airlock without warm pool'));
   const egress = summarizeAirlock(pick('airlock + egress bridge'));
@@ -268,6 +299,8 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     airlockFull: full.total,
     ratioToRawBwrap: warm.total.p50 / rawBwrap.p50,
     ratioToSameLayout: warm.total.p50 / rawBwrapSameLayout.p50,
+    nodeStartup: summarize(nodeS),
+    cliRunTrue: cliS ? summarize(cliS) : { error: `npm run build failed: ${cliBuilt}` },
     samples: {
       spawnTrue: spawnS,
       rawBwrap: rawS,
@@ -287,7 +320,14 @@ interface Parts {
 
 /** Interleaved blocks of P1: a raw command, or Airlock create → exec → kill of one spec. */
 type Block =
-  { readonly kind: 'raw'; readonly f: () => Promise<void>; readonly total: number[] } | AirlockBlock;
+  | {
+      readonly kind: 'raw';
+      readonly f: () => Promise<void>;
+      readonly total: number[];
+      /** Runs per round when not the block default. */
+      readonly runs?: number | undefined;
+    }
+  | AirlockBlock;
 
 interface AirlockBlock {
   readonly kind: 'airlock';

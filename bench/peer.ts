@@ -1,7 +1,7 @@
 // The peer, side by side in the same run: Anthropic's sandbox-runtime (`@anthropic-ai/sandbox-runtime`,
 // a bench-only dev dependency; bwrap + a host-side proxy reached over Unix sockets on Linux) beside
 // Airlock's equivalents:
-//   CLI      `srt true` vs `airlock run -- true` (Airlock's CLI bundled by esbuild into bench/results,
+//   CLI      `srt true` vs `airlock run -- true` (Airlock's built CLI, dist/bin as the package ships it,
 //            so neither pays a TypeScript loader), beside `node -e 0` (the floor of any Node CLI)
 //   library  SandboxManager.wrapWithSandbox('true') + spawning the wrapped command vs Airlock's
 //            create → exec `true` → kill, beside raw bwrap (minimal flags + seccomp)
@@ -11,20 +11,28 @@
 // NETWORK SAFETY: the only server is on 127.0.0.1; Airlock's dialer is replaced by one that connects
 // only to it, and srt's allow-list names only it.
 import { spawn } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Airlock, Sandbox } from '../src/index.js';
 import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
-import { BENCH_STATE_DIR, BENCH_UID_RANGE, runOut, runQuiet, type BenchContext } from './common.js';
+import {
+  BENCH_STATE_DIR,
+  BENCH_UID_RANGE,
+  BUILT_CLI,
+  buildCli,
+  cliEnv,
+  runOut,
+  runQuiet,
+  type BenchContext,
+} from './common.js';
 import { rawBwrapOnce } from './lifecycle.js';
 import { sample, summarize, type Summary } from './stats.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SRT_CLI = join(ROOT, 'node_modules/@anthropic-ai/sandbox-runtime/dist/cli.js');
-const AIRLOCK_CLI = join(ROOT, 'bench/results/.cli/main.mjs');
 /** An empty cwd and HOME for srt: it scans the cwd with ripgrep for files to protect. */
 const SRT_DIR = `${BENCH_STATE_DIR}-srt`;
 const FAKE_ADDRESS = '203.0.113.10';
@@ -91,27 +99,6 @@ function spawnShell(cmd: string): Promise<string> {
   });
 }
 
-async function buildAirlockCli(): Promise<void> {
-  const { build, stop } = await import('esbuild');
-  rmSync(dirname(AIRLOCK_CLI), { recursive: true, force: true }); // chunks of an older build
-  mkdirSync(dirname(AIRLOCK_CLI), { recursive: true });
-  await build({
-    entryPoints: [join(ROOT, 'src/cli/main.ts')],
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    // Split at dynamic imports, as the tsc build is: what a command never imports (the MCP SDK for
-    // `run`) is never loaded. One file would hoist every package import to its top.
-    splitting: true,
-    outdir: dirname(AIRLOCK_CLI),
-    outExtension: { '.js': '.mjs' },
-    logLevel: 'error',
-  });
-  await stop(); // its service process would keep this one alive
-}
-
 export async function peerBench(ctx: BenchContext): Promise<PeerReport> {
   const cliRuns = ctx.quick ? 4 : 40;
   const libRuns = ctx.quick ? 20 : 200;
@@ -130,18 +117,13 @@ export async function peerBench(ctx: BenchContext): Promise<PeerReport> {
     srtCliS = await sample(cliRuns, () => runQuiet(process.execPath, [SRT_CLI, 'true'], { env: srtEnv }), 2);
     return summarize(srtCliS);
   });
-  ctx.log(`peer: airlock run -- true (CLI, esbuild build split like the tsc build) ×${cliRuns}`);
+  ctx.log(`peer: airlock run -- true (built CLI, dist/bin) ×${cliRuns}`);
   let airlockCliS: number[] = [];
   const airlockCli = await attempt(async () => {
-    await buildAirlockCli();
-    const env = {
-      PATH: srtEnv.PATH,
-      AIRLOCK_STATE_DIR: BENCH_STATE_DIR,
-      AIRLOCK_UID_RANGE: `${BENCH_UID_RANGE.first}:${BENCH_UID_RANGE.count}`,
-    };
+    await buildCli();
     airlockCliS = await sample(
       cliRuns,
-      () => runQuiet(process.execPath, [AIRLOCK_CLI, 'run', '--', 'true'], { env }),
+      () => runQuiet(process.execPath, [BUILT_CLI, 'run', '--', 'true'], { env: cliEnv() }),
       2,
     );
     return summarize(airlockCliS);

@@ -1,15 +1,29 @@
 #!/usr/bin/env node
-// Thin launcher: the compiled CLI when built, else the TypeScript source through tsx (dev checkout).
+// The `airlock` command. From the package (or a clone after `npm run build`): the bundled CLI in
+// dist/bin/, plain Node, no TypeScript loader. From a clone without dist: the TypeScript source
+// through tsx (a dev dependency), or a message saying how to build.
 import { existsSync } from 'node:fs';
+import process from 'node:process';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const built = join(root, 'dist', 'cli', 'main.js');
+const built = join(root, 'dist', 'bin', 'main.js');
 if (existsSync(built)) {
-  await import(built);
+  const { runAsProcess } = await import(built);
+  await runAsProcess();
 } else {
-  const { register } = await import('tsx/esm/api');
+  let register;
+  try {
+    ({ register } = await import('tsx/esm/api'));
+  } catch {
+    process.stderr.write(
+      `airlock: ${built} is missing and tsx (to run the TypeScript source) is not installed;\n` +
+        `  in a clone run "npm ci && npm run build" (or "npm ci" alone to run from source through tsx)\n`,
+    );
+    process.exit(70);
+  }
   register();
-  await import(join(root, 'src', 'cli', 'main.ts'));
+  const { runAsProcess } = await import(join(root, 'src', 'cli', 'main.ts'));
+  await runAsProcess();
 }

@@ -8,6 +8,7 @@ import type { BackendName, SandboxSpecInput } from '../core/spec.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
 import type { UidRange } from '../backends/namespaces/state.js';
 import { planEgress, type EgressFlags, type EgressPlan } from './egress-flags.js';
+import { CLI_BACKENDS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT } from './defaults.js';
 
 export interface RunFlags extends EgressFlags {
   backend?: string;
@@ -35,15 +36,6 @@ export interface RunPlan {
   readonly egress: EgressPlan;
 }
 
-/**
- * The tiers this version implements: the only ones `--backend` offers or names in an error. (The
- * spec's BACKEND_NAMES also reserves "microvm", which `airlock doctor` reports as not implemented.)
- */
-export const CLI_BACKENDS = ['namespaces', 'gvisor'] as const satisfies readonly BackendName[];
-
-/** The library's exec defaults, repeated here so `--help` can show them. */
-export const DEFAULT_TIMEOUT = '60s';
-export const DEFAULT_MAX_OUTPUT = '64000';
 const DEFAULT_TTL_MS = 600_000;
 const MAX_TTL_MS = 24 * 3_600_000;
 
@@ -222,11 +214,6 @@ const FLAG_FOR_FIELD: Array<[RegExp, string]> = [
 
 export function flagForField(field: string): string | undefined {
   return FLAG_FOR_FIELD.find(([re]) => re.test(field))?.[1];
-}
-
-/** Parse-time helper for repeatable options (commander argParser). */
-export function collect(value: string, previous: string[]): string[] {
-  return [...previous, value];
 }
 
 /** 1500 → "1.5s", 120000 → "2m", 250 → "250ms". */

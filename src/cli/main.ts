@@ -1,28 +1,32 @@
 #!/usr/bin/env node
 // The airlock command line. This file is the one place errors become exit codes (exitCodeFor) and
 // one-line messages on stderr; the commands themselves return the status they want.
-import { readFileSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
-import { demoCommand } from './demo.js';
-import { registerDiffCommand } from './diff.js';
-import { doctorCommand } from './doctor.js';
 import {
   CLI_BACKENDS,
   DEFAULT_MAX_OUTPUT,
   DEFAULT_TIMEOUT,
   collect,
-  flagForField,
-  type RunFlags,
-} from './flags.js';
-import { processIo, runCommand, type Io } from './run.js';
-import { snapshotListCommand, snapshotRemoveCommand } from './snapshot.js';
-import { registerTemplateCommands } from './template.js';
+  processIo,
+  type Io,
+} from './defaults.js';
+import type { RunFlags } from './flags.js';
+import type { DiffFlags } from './diff.js';
 import type { GatewayFlags, McpFlags } from './mcp.js';
 
-/** The MCP commands load the MCP SDK and the tokenizer (≈0.7 s of imports): only when used. */
+// Each command's module is imported when that command runs, so `--help`, `--version` and a command
+// load only what they use (start-up time is paid by every MCP server start and scripted call). The
+// MCP commands in particular load the MCP SDK and the tokenizer (≈0.7 s of imports).
+const runCli = (): Promise<typeof import('./run.js')> => import('./run.js');
 const mcpCli = (): Promise<typeof import('./mcp.js')> => import('./mcp.js');
+const snapshotCli = (): Promise<typeof import('./snapshot.js')> => import('./snapshot.js');
+const diffCli = (): Promise<typeof import('./diff.js')> => import('./diff.js');
+const templateCli = (): Promise<typeof import('./template.js')> => import('./template.js');
+const doctorCli = (): Promise<typeof import('./doctor.js')> => import('./doctor.js');
+const demoCli = (): Promise<typeof import('./demo.js')> => import('./demo.js');
 
 const RUN_HELP = `
 Command:
@@ -80,7 +84,12 @@ function version(): string {
   }
 }
 
-function buildProgram(io: Io, setStatus: (code: number) => void): Command {
+/**
+ * The airlock program with every command, argument and option, not yet parsed. Commands report their
+ * exit status through `setStatus`. Building it loads no command module (scripts/cli-reference.ts
+ * documents it from this).
+ */
+export function buildProgram(io: Io = processIo, setStatus: (code: number) => void = () => {}): Command {
   const program = new Command('airlock')
     .description('Disposable sandboxes for AI-agent tool calls')
     .version(version(), '-V, --version')
@@ -147,7 +156,9 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .option('--json', 'print the ExecResult as JSON on stdout instead of streaming')
     .passThroughOptions()
     .addHelpText('after', RUN_HELP)
-    .action(async (cmd: string[], flags: RunFlags) => setStatus(await runCommand(cmd, flags, io)));
+    .action(async (cmd: string[], flags: RunFlags) =>
+      setStatus(await (await runCli()).runCommand(cmd, flags, io)),
+    );
   registerDiffCommand(program, io, setStatus);
 
   const sandboxFlags = (c: Command): Command =>
@@ -228,19 +239,54 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
     .command('ls')
     .description('list the snapshots in the state dir')
     .option('--json', 'machine-readable list')
-    .action(async (opts: { json?: boolean }) => setStatus(await snapshotListCommand(opts, io)));
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await snapshotCli()).snapshotListCommand(opts, io)),
+    );
   snapshot
     .command('rm')
     .description('delete a snapshot and free its disk (refused while a live fork uses it)')
     .argument('<ID>', 'snapshot id (sha256:…), or a unique prefix of its hex digits')
-    .action(async (id: string) => setStatus(await snapshotRemoveCommand(id, io)));
-  registerTemplateCommands(program, io, setStatus);
+    .action(async (id: string) => setStatus(await (await snapshotCli()).snapshotRemoveCommand(id, io)));
+  const template = program
+    .command('template')
+    .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
+  template
+    .command('build')
+    .description('build a template from a YAML file (name, base, files, steps, limits)')
+    .argument('<FILE>', 'template YAML file')
+    .addOption(
+      new Option(
+        '--backend <name>',
+        "tier the steps run on (default: the base's tier, namespaces for the host base)",
+      ).choices(CLI_BACKENDS),
+    )
+    .option('--json', 'print the built template as JSON')
+    .action(async (file: string, opts: { json?: boolean; backend?: string }) =>
+      setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
+    );
+  template
+    .command('ls')
+    .description('list the templates in the state dir')
+    .option('--json', 'machine-readable list')
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await templateCli()).templateListCommand(opts, io)),
+    );
+  template
+    .command('inspect')
+    .description('print a template record as JSON')
+    .argument('<NAME|DIGEST>', 'template name, or its digest (sha256:…)')
+    .action(async (ref: string) => setStatus(await (await templateCli()).templateInspectCommand(ref, io)));
+  template
+    .command('rm')
+    .description("delete a template's name and the layers it built (refused while a sandbox uses them)")
+    .argument('<NAME>', 'template name')
+    .action(async (name: string) => setStatus(await (await templateCli()).templateRemoveCommand(name, io)));
   program
     .command('doctor')
     .description('report which isolation tiers and kernel controls work on this host')
     .option('--json', 'machine-readable report')
     .addHelpText('after', '\nExit status: 0 if the namespaces tier can run sandboxes here, 4 otherwise.\n')
-    .action(async (opts: { json?: boolean }) => setStatus(await doctorCommand(opts, io)));
+    .action(async (opts: { json?: boolean }) => setStatus(await (await doctorCli()).doctorCommand(opts, io)));
 
   program
     .command('demo')
@@ -249,20 +295,20 @@ function buildProgram(io: Io, setStatus: (code: number) => void): Command {
       'after',
       '\nExit status: 0 if every hostile attempt was blocked and the ordinary steps worked, 1 otherwise.\n',
     )
-    .action(async () => setStatus(await demoCommand(io)));
+    .action(async () => setStatus(await (await demoCli()).demoCommand(io)));
 
   return program;
 }
 
 /** One line for stderr: what went wrong, which flag or field, and how to fix it. */
-function errorLine(e: unknown, command?: string): string {
+async function errorLine(e: unknown, command?: string): Promise<string> {
   if (e instanceof CommanderError) {
     const msg = e.message.replace(/^error:\s*/, '').replace(/\.$/, '');
     return `airlock: ${msg}; see airlock ${command ? `${command} ` : ''}--help`;
   }
   if (AirlockError.isInstance(e)) {
     let msg = e.message;
-    const flag = e.field === undefined ? undefined : flagForField(e.field);
+    const flag = e.field === undefined ? undefined : (await import('./flags.js')).flagForField(e.field);
     if (flag && !msg.startsWith(flag)) msg = `${flag}: ${msg}`;
     else if (e.field && !msg.includes(e.field)) msg = `${e.field}: ${msg}`;
     if (e.code === 'BACKEND_UNAVAILABLE' || e.code === 'PERMISSION_DENIED')
@@ -279,7 +325,8 @@ function commanderExitCode(e: CommanderError): number {
   return ERROR_CODES.INVALID_ARGUMENT.exit;
 }
 
-async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
+/** Runs the command line `argv` (without node and the script); resolves to the exit status. */
+export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
   const program = buildProgram(io, (code) => (status = code));
   try {
@@ -289,16 +336,76 @@ async function main(argv: readonly string[], io: Io = processIo): Promise<number
     if (e instanceof CommanderError) {
       const code = commanderExitCode(e);
       const command = program.commands.find((c) => c.name() === argv[0])?.name();
-      if (code !== 0 && e.code !== 'commander.help') io.err(`${errorLine(e, command)}\n`);
+      if (code !== 0 && e.code !== 'commander.help') io.err(`${await errorLine(e, command)}\n`);
       return code;
     }
-    io.err(`${errorLine(e)}\n`);
+    io.err(`${await errorLine(e)}\n`);
     return exitCodeFor(e);
   }
 }
 
-// A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
-// react to it themselves (lifecycle.ts), everything else just stops writing.
-for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
-// Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
-process.exitCode = await main(process.argv.slice(2));
+/** Runs the command line of this process and sets its exit status (bin/airlock.js calls it). */
+export async function runAsProcess(): Promise<void> {
+  // A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
+  // react to it themselves (lifecycle.ts), everything else just stops writing.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
+  // Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
+  process.exitCode = await main(process.argv.slice(2));
+}
+
+/** True when this file is the program node was started with (`node main.js`, `tsx main.ts`). */
+function isEntry(): boolean {
+  const script = process.argv[1];
+  if (!script) return false;
+  try {
+    return realpathSync(script) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntry()) await runAsProcess();
+
+const DIFF_HELP = `
+The workspace is a copy-on-write view of DIR (default: the current directory): the command can change
+it freely, the host dir is never written. Afterwards airlock prints the changes as a git patch
+(binary files as GIT binary patch), which "git apply" run in DIR applies:
+  airlock diff -- 'npm version patch --no-git-tag-version' > bump.patch && git apply bump.patch
+With --out DIR2 the added and modified files are written into DIR2 (new or empty) instead, and
+stdout lists every change as "A path", "M path" or "D path" (deleted paths are only listed).
+.git directories are left out. A special file (fifo, socket, device) or a non-UTF-8 name among
+the changes is refused (exit 1), as is a changed file over 16 MiB.
+
+Exit status: the command's (the patch is printed either way), or airlock's own error codes as for run.
+`;
+
+/**
+ * `airlock diff`, registered by main.ts after `run`: the same flags as run (copied from it, so they
+ * cannot drift) except --json, plus --out; --workspace defaults to the cwd.
+ */
+export function registerDiffCommand(program: Command, io: Io, setStatus: (code: number) => void): void {
+  const run = program.commands.find((c) => c.name() === 'run');
+  const diff = program
+    .command('diff')
+    .description('run one command on a cow copy of a dir and print what it changed there as a git patch')
+    .usage('[flags] [--out DIR] [--] CMD [ARGS...]')
+    .argument('<CMD...>', 'command and arguments (as for airlock run)');
+  for (const o of run?.options ?? []) {
+    if (o.long === '--json') continue;
+    if (o.long === '--workspace') {
+      diff.addOption(
+        new Option(
+          '--workspace <dir>',
+          'host dir the command works on, as a cow copy (default: the current directory); never written',
+        ),
+      );
+    } else diff.addOption(o);
+  }
+  diff
+    .option('--out <dir>', 'write the added and modified files into this new or empty dir instead of a patch')
+    .passThroughOptions()
+    .addHelpText('after', DIFF_HELP)
+    .action(async (cmd: string[], flags: DiffFlags) =>
+      setStatus(await (await diffCli()).diffCommand(cmd, flags, io)),
+    );
+}

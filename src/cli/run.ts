@@ -9,16 +9,9 @@ import { checkSecretSources, relabelSecretError } from './egress-flags.js';
 import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
 import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
 
-export interface Io {
-  out(text: string): void;
-  err(text: string): void;
-}
+import { processIo, type Io } from './defaults.js';
 
-/** Writes to a stream whose reader went away (EPIPE) are dropped, never thrown. */
-export const processIo: Io = {
-  out: (t) => void (process.stdout.writable && process.stdout.write(t)),
-  err: (t) => void (process.stderr.writable && process.stderr.write(t)),
-};
+export { processIo, type Io };
 
 export async function runCommand(
   args: readonly string[],

@@ -1,11 +1,10 @@
 // `airlock template build FILE | ls [--json] | inspect NAME|DIGEST | rm NAME`: templates in this state
 // dir (AIRLOCK_STATE_DIR). Build progress is one updating line on a TTY, plain lines otherwise.
-import { Option, type Command } from 'commander';
 import { formatBytes } from '../core/units.js';
 import type { TemplateInfo, TemplateProgress } from '../sandbox/templates.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
+import { parseBackend } from './flags.js';
 import { processIo, type Io } from './run.js';
-import { CLI_BACKENDS, parseBackend } from './flags.js';
 import { table } from './table.js';
 
 const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
@@ -107,40 +106,4 @@ export async function templateRemoveCommand(name: string, io: Io = processIo): P
   await cliAirlock().templates.remove(name);
   io.out(`removed ${name}\n`);
   return 0;
-}
-
-/** `airlock template …`, registered by main.ts. */
-export function registerTemplateCommands(program: Command, io: Io, setStatus: (code: number) => void): void {
-  const template = program
-    .command('template')
-    .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
-  template
-    .command('build')
-    .description('build a template from a YAML file (name, base, files, steps, limits)')
-    .argument('<FILE>', 'template YAML file')
-    .addOption(
-      new Option(
-        '--backend <name>',
-        "tier the steps run on (default: the base's tier, namespaces for the host base)",
-      ).choices(CLI_BACKENDS),
-    )
-    .option('--json', 'print the built template as JSON')
-    .action(async (file: string, opts: { json?: boolean; backend?: string }) =>
-      setStatus(await templateBuildCommand(file, opts, io)),
-    );
-  template
-    .command('ls')
-    .description('list the templates in the state dir')
-    .option('--json', 'machine-readable list')
-    .action(async (opts: { json?: boolean }) => setStatus(await templateListCommand(opts, io)));
-  template
-    .command('inspect')
-    .description('print a template record as JSON')
-    .argument('<NAME|DIGEST>', 'template name, or its digest (sha256:…)')
-    .action(async (ref: string) => setStatus(await templateInspectCommand(ref, io)));
-  template
-    .command('rm')
-    .description("delete a template's name and the layers it built (refused while a sandbox uses them)")
-    .argument('<NAME>', 'template name')
-    .action(async (name: string) => setStatus(await templateRemoveCommand(name, io)));
 }

@@ -5,13 +5,11 @@ import { z } from 'zod';
 import { AirlockError } from './errors.js';
 import { parseOrThrow } from './validate.js';
 import { NetworkPolicySchema, SecretsSchema, secretHostReachable } from './network-spec.js';
+import { BACKEND_NAMES, type BackendName } from './backend-names.js';
 
 export { parseOrThrow };
 
-/** The isolation tier names a spec may ask for (`backend`). */
-export const BACKEND_NAMES = ['namespaces', 'gvisor', 'microvm'] as const;
-/** One of `BACKEND_NAMES`. */
-export type BackendName = (typeof BACKEND_NAMES)[number];
+export { BACKEND_NAMES, type BackendName };
 
 const MiB = 1024 * 1024;
 

@@ -28,10 +28,25 @@ function loadedAfter(body: string): string[] {
 
 describe('lazy imports', () => {
   it('the CLI (what cli/main.ts imports before it runs a command) loads none of them', () => {
-    // main.ts itself runs the command line when imported: its static imports instead.
+    // What each command's module loads before the command runs (main.ts imports them when it runs).
     const cli = ['run', 'demo', 'doctor', 'flags', 'snapshot', 'template'];
     const body = cli.map((m) => `await import(src + 'cli/${m}.ts');`).join('\n');
     expect(loadedAfter(`await import('commander');\n${body}`)).toEqual([]);
+  }, 30_000);
+
+  it('cli/main.ts, imported (not run), builds the whole program loading none of them', () => {
+    // Imported by another module, main.ts must not parse this process's command line.
+    const script = `
+      const src = ${JSON.stringify(new URL('../../src/', import.meta.url).href)};
+      const { buildProgram } = await import(src + 'cli/main.ts');
+      process.stdout.write(JSON.stringify(buildProgram().commands.map((c) => c.name())));
+    `;
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    });
+    expect(JSON.parse(out)).toEqual(expect.arrayContaining(['run', 'mcp', 'gateway', 'template', 'doctor']));
+    expect(loadedAfter(`(await import(src + 'cli/main.ts')).buildProgram();`)).toEqual([]);
   }, 30_000);
 
   it('importing the library loads none of them but ajv (the MCP SDK uses it)', () => {
