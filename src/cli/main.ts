@@ -84,6 +84,50 @@ function version(): string {
   }
 }
 
+const DIFF_HELP = `
+The workspace is a copy-on-write view of DIR (default: the current directory): the command can change
+it freely, the host dir is never written. Afterwards airlock prints the changes as a git patch
+(binary files as GIT binary patch), which "git apply" run in DIR applies:
+  airlock diff -- 'npm version patch --no-git-tag-version' > bump.patch && git apply bump.patch
+With --out DIR2 the added and modified files are written into DIR2 (new or empty) instead, and
+stdout lists every change as "A path", "M path" or "D path" (deleted paths are only listed).
+.git directories are left out. A special file (fifo, socket, device) or a non-UTF-8 name among
+the changes is refused (exit 1), as is a changed file over 16 MiB.
+
+Exit status: the command's (the patch is printed either way), or airlock's own error codes as for run.
+`;
+
+/**
+ * `airlock diff`, registered by main.ts after `run`: the same flags as run (copied from it, so they
+ * cannot drift) except --json, plus --out; --workspace defaults to the cwd.
+ */
+export function registerDiffCommand(program: Command, io: Io, setStatus: (code: number) => void): void {
+  const run = program.commands.find((c) => c.name() === 'run');
+  const diff = program
+    .command('diff')
+    .description('run one command on a cow copy of a dir and print what it changed there as a git patch')
+    .usage('[flags] [--out DIR] [--] CMD [ARGS...]')
+    .argument('<CMD...>', 'command and arguments (as for airlock run)');
+  for (const o of run?.options ?? []) {
+    if (o.long === '--json') continue;
+    if (o.long === '--workspace') {
+      diff.addOption(
+        new Option(
+          '--workspace <dir>',
+          'host dir the command works on, as a cow copy (default: the current directory); never written',
+        ),
+      );
+    } else diff.addOption(o);
+  }
+  diff
+    .option('--out <dir>', 'write the added and modified files into this new or empty dir instead of a patch')
+    .passThroughOptions()
+    .addHelpText('after', DIFF_HELP)
+    .action(async (cmd: string[], flags: DiffFlags) =>
+      setStatus(await (await diffCli()).diffCommand(cmd, flags, io)),
+    );
+}
+
 /**
  * The airlock program with every command, argument and option, not yet parsed. Commands report their
  * exit status through `setStatus`. Building it loads no command module (scripts/cli-reference.ts
@@ -365,47 +409,3 @@ function isEntry(): boolean {
 }
 
 if (isEntry()) await runAsProcess();
-
-const DIFF_HELP = `
-The workspace is a copy-on-write view of DIR (default: the current directory): the command can change
-it freely, the host dir is never written. Afterwards airlock prints the changes as a git patch
-(binary files as GIT binary patch), which "git apply" run in DIR applies:
-  airlock diff -- 'npm version patch --no-git-tag-version' > bump.patch && git apply bump.patch
-With --out DIR2 the added and modified files are written into DIR2 (new or empty) instead, and
-stdout lists every change as "A path", "M path" or "D path" (deleted paths are only listed).
-.git directories are left out. A special file (fifo, socket, device) or a non-UTF-8 name among
-the changes is refused (exit 1), as is a changed file over 16 MiB.
-
-Exit status: the command's (the patch is printed either way), or airlock's own error codes as for run.
-`;
-
-/**
- * `airlock diff`, registered by main.ts after `run`: the same flags as run (copied from it, so they
- * cannot drift) except --json, plus --out; --workspace defaults to the cwd.
- */
-export function registerDiffCommand(program: Command, io: Io, setStatus: (code: number) => void): void {
-  const run = program.commands.find((c) => c.name() === 'run');
-  const diff = program
-    .command('diff')
-    .description('run one command on a cow copy of a dir and print what it changed there as a git patch')
-    .usage('[flags] [--out DIR] [--] CMD [ARGS...]')
-    .argument('<CMD...>', 'command and arguments (as for airlock run)');
-  for (const o of run?.options ?? []) {
-    if (o.long === '--json') continue;
-    if (o.long === '--workspace') {
-      diff.addOption(
-        new Option(
-          '--workspace <dir>',
-          'host dir the command works on, as a cow copy (default: the current directory); never written',
-        ),
-      );
-    } else diff.addOption(o);
-  }
-  diff
-    .option('--out <dir>', 'write the added and modified files into this new or empty dir instead of a patch')
-    .passThroughOptions()
-    .addHelpText('after', DIFF_HELP)
-    .action(async (cmd: string[], flags: DiffFlags) =>
-      setStatus(await (await diffCli()).diffCommand(cmd, flags, io)),
-    );
-}
