@@ -26,7 +26,7 @@ import {
   setServerPin,
   writeLockfile,
 } from '../mcp/pin.js';
-import { highestSeverity, scanDefinitions } from '../mcp/scan.js';
+import { highestSeverity, scanDefinitions } from '../guard/scan.js';
 import { gatewaySetups, serverSetup } from '../mcp/setup.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { Upstream } from '../mcp/upstream.js';

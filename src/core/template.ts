@@ -7,6 +7,7 @@ import { posix } from 'node:path';
 import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { NetworkPolicySchema } from '../policy/network.js';
+import { canonicalJson } from './canonical-json.js';
 import { AirlockError } from './errors.js';
 import { DigestSchema, EnvSchema, LimitsSchema, DIGEST_RE, TEMPLATE_NAME_RE } from './spec.js';
 import { lazyRequire } from './lazy.js';
@@ -15,6 +16,8 @@ import { parseOrThrow } from './validate.js';
 const yaml = lazyRequire<typeof Yaml>('yaml');
 
 export { TEMPLATE_NAME_RE };
+/** The one canonical JSON (core/canonical-json.ts), re-exported for template callers. */
+export { canonicalJson };
 
 export const TEMPLATE_RECORD_VERSION = 1;
 /** The default base: read-only host system dirs, an empty workspace and home (today's default sandbox). */
@@ -150,20 +153,6 @@ export function loadTemplateFile(path: string): Template {
     });
   }
   return parseTemplateYaml(text, `template file ${path}`);
-}
-
-/** JSON with object keys sorted at every level: the same template always gives the same text. */
-export function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  if (v !== null && typeof v === 'object') {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(v);
 }
 
 /** sha256 of the validated template's canonical JSON (defaults filled in, key order irrelevant). */

@@ -19,7 +19,7 @@
 // Detection of encoded values is best effort (see secrets/detect.ts); instruction flags are heuristics.
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { AirlockError } from '../core/errors.js';
-import { excerptOf, SCAN_LIMITS, scanPhrases } from '../mcp/scan.js';
+import { excerptOf, SCAN_LIMITS, scanPhrases } from './scan.js';
 import { Needle, prepareHaystack } from '../secrets/detect.js';
 import { CREDENTIAL_PATTERNS, findCredentials } from './credentials.js';
 
