@@ -73,27 +73,35 @@ export function readConfigText(path: string, opts: ConfigFileOptions): string {
   }
 }
 
-/** Parse config text as YAML (duplicate keys refused, aliases capped) or JSON. */
-export function parseConfigText(text: string, path: string, opts: ConfigFileOptions): unknown {
+/**
+ * Parse config text as YAML (duplicate keys refused, aliases capped) or JSON. `path` names the file in
+ * messages ('' for text that came from elsewhere).
+ */
+export function parseConfigText(
+  text: string,
+  path: string,
+  opts: Pick<ConfigFileOptions, 'what' | 'code' | 'format'>,
+): unknown {
   const format = configFormat(path, text, opts.format);
+  const what = path === '' ? opts.what : `${opts.what} ${path}`;
   if (format === 'json') {
     try {
       return JSON.parse(text) as unknown;
     } catch (e) {
       throw new AirlockError(
         opts.code,
-        `invalid ${opts.what} ${path}: not valid JSON (${(e as Error).message}); name the file .yaml for YAML`,
+        `invalid ${what}: not valid JSON (${(e as Error).message}); name the file .yaml for YAML`,
         { cause: e },
       );
     }
   }
   const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const err = doc.errors[0];
-  if (err) throw new AirlockError(opts.code, `invalid ${opts.what} ${path}: ${err.message}`, { cause: err });
+  if (err) throw new AirlockError(opts.code, `invalid ${what}: ${err.message}`, { cause: err });
   try {
     return doc.toJS({ maxAliasCount: 100 }) as unknown;
   } catch (e) {
-    throw new AirlockError(opts.code, `invalid ${opts.what} ${path}: ${(e as Error).message}`, { cause: e });
+    throw new AirlockError(opts.code, `invalid ${what}: ${(e as Error).message}`, { cause: e });
   }
 }
 
