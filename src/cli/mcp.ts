@@ -2,9 +2,7 @@
 // `airlock mcp scan|pin|diff -- <server>`: inspect, pin or compare its definitions.
 // `airlock gateway --config FILE`: many servers behind one Streamable HTTP (or stdio) endpoint.
 // stdout belongs to the MCP protocol in `mcp` and `gateway --stdio`: every human line goes to stderr.
-import { readFileSync } from 'node:fs';
 import { basename, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { AirlockError, ERROR_CODES } from '../core/errors.js';
 import { jsonlAuditSink, teeAudit, type AuditEvent } from '../mcp/audit.js';
 import {
@@ -26,10 +24,11 @@ import {
   setServerPin,
   writeLockfile,
 } from '../mcp/pin.js';
-import { highestSeverity, scanDefinitions } from '../mcp/scan.js';
+import { highestSeverity, scanDefinitions } from '../guard/scan.js';
 import { gatewaySetups, serverSetup } from '../mcp/setup.js';
 import { serveStdio } from '../mcp/stdio.js';
 import { Upstream } from '../mcp/upstream.js';
+import { readConfigData } from '../core/config-file.js';
 import { parseOrThrow } from '../core/validate.js';
 import { checkSecretSources, parseSecretFlag, planEgress } from './egress-flags.js';
 import { decideHost, NetworkPolicySchema } from '../policy/network.js';
@@ -80,29 +79,22 @@ export function defaultServerName(cmd: readonly string[]): string {
   return base.replace(/[^A-Za-z0-9_-]/g, '-').slice(0, 64) || 'server';
 }
 
+const MAX_POLICY_FILE_BYTES = 1024 * 1024;
+
 function readPolicy(path: string, cwd: string): Record<string, unknown> {
   const full = resolve(cwd, path);
-  let text: string;
-  try {
-    text = readFileSync(full, 'utf8');
-  } catch (e) {
-    throw new AirlockError('INVALID_ARGUMENT', `--policy: cannot read ${full}: ${(e as Error).message}`, {
-      field: '--policy',
-    });
-  }
   let data: unknown;
   try {
-    data = /\.json$/i.test(full)
-      ? JSON.parse(text)
-      : parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+    data = readConfigData(full, {
+      what: 'policy file',
+      code: 'MCP_INVALID_CONFIG',
+      maxBytes: MAX_POLICY_FILE_BYTES,
+    });
   } catch (e) {
-    throw new AirlockError(
-      'MCP_INVALID_CONFIG',
-      `--policy: ${full} is not valid YAML/JSON: ${(e as Error).message}`,
-      {
-        field: '--policy',
-      },
-    );
+    if (!AirlockError.isInstance(e)) throw e;
+    // A file that cannot be read is a bad flag value; one that does not parse is a bad config.
+    const code = e.code === 'MCP_INVALID_CONFIG' ? e.code : 'INVALID_ARGUMENT';
+    throw new AirlockError(code, `--policy: ${e.message}`, { field: '--policy', cause: e });
   }
   if (data === null || data === undefined) return {};
   if (typeof data !== 'object' || Array.isArray(data)) {

@@ -2,19 +2,17 @@
 // by its content digest (see src/sandbox/templates.ts). This file is the trust boundary for template
 // files (zod, INVALID_SPEC naming the field) and for the name → digest records kept in the state dir.
 import { createHash } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
-import type * as Yaml from 'yaml';
 import { z } from 'zod';
 import { NetworkPolicySchema } from './network-spec.js';
-import { AirlockError } from './errors.js';
+import { canonicalJson } from './canonical-json.js';
+import { parseConfigText, readConfigData } from './config-file.js';
 import { DigestSchema, EnvSchema, LimitsSchema, DIGEST_RE, TEMPLATE_NAME_RE } from './spec.js';
-import { lazyRequire } from './lazy.js';
 import { parseOrThrow } from './validate.js';
 
-const yaml = lazyRequire<typeof Yaml>('yaml');
-
 export { TEMPLATE_NAME_RE };
+/** The one canonical JSON (core/canonical-json.ts), re-exported for template callers. */
+export { canonicalJson };
 
 export const TEMPLATE_RECORD_VERSION = 1;
 /** The default base: read-only host system dirs, an empty workspace and home (today's default sandbox). */
@@ -126,50 +124,21 @@ export function parseTemplate(input: unknown, source = 'template'): Template {
 
 /** Parse and validate a template from YAML text. */
 export function parseTemplateYaml(text: string, source = 'template file'): Template {
-  const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const err = doc.errors[0];
-  if (err) throw new AirlockError('INVALID_SPEC', `invalid ${source}: ${err.message}`);
-  let data: unknown;
-  try {
-    data = doc.toJS({ maxAliasCount: 100 });
-  } catch (e) {
-    throw new AirlockError('INVALID_SPEC', `invalid ${source}: ${(e as Error).message}`, { cause: e });
-  }
-  return parseTemplate(data, source);
+  return parseTemplate(
+    parseConfigText(text, '', { what: source, code: 'INVALID_SPEC', format: 'yaml' }),
+    source,
+  );
 }
 
 /** Read and validate a template YAML file. */
 export function loadTemplateFile(path: string): Template {
-  let text: string;
-  try {
-    if (statSync(path).size > MAX_TEMPLATE_FILE_BYTES) {
-      throw new AirlockError('INVALID_SPEC', `template file ${path} is larger than 4 MiB`);
-    }
-    text = readFileSync(path, 'utf8');
-  } catch (e) {
-    if (AirlockError.isInstance(e)) throw e;
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT')
-      throw new AirlockError('FILE_NOT_FOUND', `template file ${path} not found`, { cause: e });
-    throw new AirlockError('INVALID_ARGUMENT', `cannot read template file ${path}: ${(e as Error).message}`, {
-      cause: e,
-    });
-  }
-  return parseTemplateYaml(text, `template file ${path}`);
-}
-
-/** JSON with object keys sorted at every level: the same template always gives the same text. */
-export function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  if (v !== null && typeof v === 'object') {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(v);
+  const opts = {
+    what: 'template file',
+    code: 'INVALID_SPEC',
+    maxBytes: MAX_TEMPLATE_FILE_BYTES,
+    format: 'yaml',
+  } as const;
+  return parseTemplate(readConfigData(path, opts), `template file ${path}`);
 }
 
 /** sha256 of the validated template's canonical JSON (defaults filled in, key order irrelevant). */

@@ -26,9 +26,9 @@ export function parseOrThrow<S extends z.ZodType>(
     issue.code === 'unrecognized_keys'
       ? `unknown field(s) ${issue.keys.map((k) => `"${k}"`).join(', ')}${field ? ` in ${field}` : ''}; check the spelling`
       : issue.message;
-  throw new AirlockError(code, `invalid ${what}${field ? ` at ${field}` : ''}: ${message}`, {
-    field: issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field,
-  });
+  // An unknown key is reported at its own path (e.g. `mcpServers.fs.airlock.boundry`), not its parent's.
+  const at = issue.code === 'unrecognized_keys' ? [field, issue.keys[0]].filter(Boolean).join('.') : field;
+  throw new AirlockError(code, `invalid ${what}${at ? ` at ${at}` : ''}: ${message}`, { field: at });
 }
 
 /**

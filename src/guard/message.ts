@@ -14,6 +14,7 @@
 // Pure: no I/O beyond the caller's `spill`; the input is never mutated.
 import {
   checkBytes,
+  copyJson,
   GUARD_LIMITS,
   guardBase64,
   instructionFindings,
@@ -62,65 +63,50 @@ class Walker {
 
   /** A copy of `v` with its strings collected as slots (filled in later through their setters). */
   copy(v: unknown, location: string, depth = 0): unknown {
-    if (typeof v === 'string') {
-      let out = v;
-      this.#slot(v, location, (s) => (out = s));
-      return out;
-    }
-    if (typeof v === 'number' || typeof v === 'boolean' || v === null) return v;
-    if (typeof v !== 'object') return null;
-    if (depth >= GUARD_LIMITS.maxJsonDepth) {
-      this.dropped.push({ location, reason: `nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels` });
-      return `[airlock: nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels; dropped]`;
-    }
-    if (Array.isArray(v)) {
-      const arr: unknown[] = [];
-      v.forEach((x, i) => {
-        const at = `${location}[${i}]`;
-        if (typeof x === 'string') this.#slot(x, at, (s) => (arr[i] = s));
-        else arr[i] = this.copy(x, at, depth + 1);
-      });
-      return arr;
-    }
-    const src = v as Record<string, unknown>;
-    // Base64 payloads: a resource's `blob`, an image or audio item's `data`.
+    return copyJson(
+      v,
+      location,
+      this.redactor,
+      this.dropped,
+      {
+        onString: (s, at, put, key) => {
+          if (key !== undefined && STRUCTURAL.has(key)) put(this.redactor.redact(s, at));
+          else this.#slot(s, at, put);
+        },
+        dropKey: (key, at) => at.endsWith('_meta') && key.startsWith('airlock/'),
+        object: (src, at, d) => this.#binary(src, at, d),
+      },
+      depth,
+    );
+  }
+
+  /** Base64 payloads: a resource's `blob`, an image or audio item's `data`. */
+  #binary(
+    src: Record<string, unknown>,
+    location: string,
+    depth: number,
+  ): { value: unknown } | { verbatim: Record<string, unknown> } | undefined {
     const binaryKey =
       typeof src.blob === 'string'
         ? 'blob'
         : typeof src.data === 'string' && (src.type === 'image' || src.type === 'audio')
           ? 'data'
           : undefined;
-    let binary: { data: string } | undefined;
-    if (binaryKey) {
-      const at = location + segment(binaryKey);
-      const verdict = this.#base64(src[binaryKey] as string, at);
-      if ('reason' in verdict) {
-        this.dropped.push({ location: at, reason: verdict.reason });
-        const text = `[airlock: ${binaryKey === 'blob' ? 'resource blob' : `${String(src.type)} data`} at ${location} withheld: ${verdict.reason}]`;
-        // The item keeps its identity (uri) but says why its bytes are gone.
-        return binaryKey === 'blob'
-          ? this.copy({ ...pickUri(src), mimeType: 'text/plain', text }, location, depth)
-          : { type: 'text', text };
-      }
-      binary = verdict;
+    if (!binaryKey) return undefined;
+    const at = location + segment(binaryKey);
+    const verdict = this.#base64(src[binaryKey] as string, at);
+    if ('reason' in verdict) {
+      this.dropped.push({ location: at, reason: verdict.reason });
+      const text = `[airlock: ${binaryKey === 'blob' ? 'resource blob' : `${String(src.type)} data`} at ${location} withheld: ${verdict.reason}]`;
+      // The item keeps its identity (uri) but says why its bytes are gone.
+      return {
+        value:
+          binaryKey === 'blob'
+            ? this.copy({ ...pickUri(src), mimeType: 'text/plain', text }, location, depth)
+            : { type: 'text', text },
+      };
     }
-    const obj: Record<string, unknown> = {};
-    for (const [rawKey, x] of Object.entries(src)) {
-      if (location.endsWith('_meta') && rawKey.startsWith('airlock/')) continue;
-      if (rawKey === binaryKey) {
-        setOwn(obj, rawKey, binary!.data);
-        continue;
-      }
-      let key = this.redactor.redact(rawKey, `${location} (a key)`);
-      if (key.length > GUARD_LIMITS.maxKeyChars) key = `${key.slice(0, GUARD_LIMITS.maxKeyChars)}…`;
-      for (let n = 2; Object.hasOwn(obj, key); n++) key = `${key.replace(/ #\d+$/, '')} #${n}`;
-      const at = location + segment(key);
-      const k = key;
-      if (typeof x === 'string' && STRUCTURAL.has(rawKey)) setOwn(obj, k, this.redactor.redact(x, at));
-      else if (typeof x === 'string') this.#slot(x, at, (s) => setOwn(obj, k, s));
-      else if (x !== undefined) setOwn(obj, k, this.copy(x, at, depth + 1));
-    }
-    return obj;
+    return { verbatim: { [binaryKey]: verdict.data } };
   }
 }
 

@@ -19,7 +19,7 @@
 // Detection of encoded values is best effort (see secrets/detect.ts); instruction flags are heuristics.
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { AirlockError } from '../core/errors.js';
-import { excerptOf, SCAN_LIMITS, scanPhrases } from '../mcp/scan.js';
+import { excerptOf, SCAN_LIMITS, scanPhrases } from './scan.js';
 import { Needle, prepareHaystack } from '../secrets/detect.js';
 import { CREDENTIAL_PATTERNS, findCredentials } from './credentials.js';
 
@@ -617,6 +617,78 @@ function fitsJson(v: unknown, max: number, countStrings: boolean): boolean {
   return visit(v, 0);
 }
 
+/** What a JSON copy does at each string and object (see copyJson). */
+export interface JsonCopyHooks {
+  /** Each string value, with the setter for its place in the copy and the object key it is under. */
+  onString(s: string, location: string, put: (s: string) => void, key: string | undefined): void;
+  /** True: leave this key out of the copy (e.g. `airlock/…` keys of a `_meta`). */
+  dropKey?(key: string, location: string, depth: number): boolean;
+  /**
+   * Take over an object before its keys are copied: `{ value }` replaces it, `{ verbatim }` sets those
+   * keys as given (not walked, not redacted); undefined copies it normally.
+   */
+  object?(
+    src: Record<string, unknown>,
+    location: string,
+    depth: number,
+  ): { value: unknown } | { verbatim: Record<string, unknown> } | undefined;
+}
+
+/**
+ * The one walk over an untrusted JSON tree (tool results and every other server message): a copy of
+ * `v` in which each string goes to `hooks.onString`, keys are redacted and cut to maxKeyChars (clashes
+ * numbered), and nesting beyond GUARD_LIMITS.maxJsonDepth is replaced (and listed in `dropped`).
+ */
+export function copyJson(
+  v: unknown,
+  location: string,
+  redactor: Redactor,
+  dropped: Array<{ location: string; reason: string }>,
+  hooks: JsonCopyHooks,
+  depth = 0,
+): unknown {
+  if (typeof v === 'string') {
+    let out = v;
+    hooks.onString(v, location, (s) => (out = s), undefined);
+    return out;
+  }
+  if (typeof v === 'number' || typeof v === 'boolean' || v === null) return v;
+  if (typeof v !== 'object') return null;
+  if (depth >= GUARD_LIMITS.maxJsonDepth) {
+    dropped.push({ location, reason: `nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels` });
+    return `[airlock: nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels; dropped]`;
+  }
+  if (Array.isArray(v)) {
+    const arr: unknown[] = [];
+    v.forEach((x, i) => {
+      const at = `${location}[${i}]`;
+      if (typeof x === 'string') hooks.onString(x, at, (s) => (arr[i] = s), undefined);
+      else arr[i] = copyJson(x, at, redactor, dropped, hooks, depth + 1);
+    });
+    return arr;
+  }
+  const src = v as Record<string, unknown>;
+  const taken = hooks.object?.(src, location, depth);
+  if (taken !== undefined && 'value' in taken) return taken.value;
+  const verbatim = taken?.verbatim ?? {};
+  const obj: Record<string, unknown> = {};
+  for (const [rawKey, x] of Object.entries(src)) {
+    if (hooks.dropKey?.(rawKey, location, depth)) continue;
+    if (Object.hasOwn(verbatim, rawKey)) {
+      setOwn(obj, rawKey, verbatim[rawKey]);
+      continue;
+    }
+    let key = redactor.redact(rawKey, `${location} (a key)`);
+    if (key.length > GUARD_LIMITS.maxKeyChars) key = `${key.slice(0, GUARD_LIMITS.maxKeyChars)}…`;
+    for (let n = 2; Object.hasOwn(obj, key); n++) key = `${key.replace(/ #\d+$/, '')} #${n}`;
+    const at = location + segment(key);
+    const k = key;
+    if (typeof x === 'string') hooks.onString(x, at, (s) => setOwn(obj, k, s), rawKey);
+    else if (x !== undefined) setOwn(obj, k, copyJson(x, at, redactor, dropped, hooks, depth + 1));
+  }
+  return obj;
+}
+
 class ResultWalker {
   readonly slots: Slot[] = [];
   readonly dropped: Array<{ location: string; reason: string }> = [];
@@ -634,51 +706,6 @@ class ResultWalker {
     this.slots.push({ location, item, text, put, gone: false });
   }
 
-  /**
-   * A copy of JSON value `v`: each string goes to `onString` (with a setter for its place), keys are
-   * redacted and cut, `airlock/…` keys dropped where `meta`, nesting beyond the limit replaced.
-   */
-  copyJson(
-    v: unknown,
-    location: string,
-    onString: (s: string, location: string, put: (s: string) => void) => void,
-    meta: boolean,
-    depth = 0,
-  ): unknown {
-    if (typeof v === 'string') {
-      let out = v;
-      onString(v, location, (s) => (out = s));
-      return out;
-    }
-    if (typeof v === 'number' || typeof v === 'boolean' || v === null) return v;
-    if (typeof v !== 'object') return null;
-    if (depth >= GUARD_LIMITS.maxJsonDepth) {
-      this.dropped.push({ location, reason: `nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels` });
-      return `[airlock: nested deeper than ${GUARD_LIMITS.maxJsonDepth} levels; dropped]`;
-    }
-    if (Array.isArray(v)) {
-      const arr: unknown[] = [];
-      v.forEach((x, i) => {
-        const at = `${location}[${i}]`;
-        if (typeof x === 'string') onString(x, at, (s) => (arr[i] = s));
-        else arr[i] = this.copyJson(x, at, onString, false, depth + 1);
-      });
-      return arr;
-    }
-    const obj: Record<string, unknown> = {};
-    for (const [rawKey, x] of Object.entries(v)) {
-      if (meta && depth === 0 && rawKey.startsWith('airlock/')) continue;
-      let key = this.redactor.redact(rawKey, `${location} (a key)`);
-      if (key.length > GUARD_LIMITS.maxKeyChars) key = `${key.slice(0, GUARD_LIMITS.maxKeyChars)}…`;
-      for (let n = 2; Object.hasOwn(obj, key); n++) key = `${key.replace(/ #\d+$/, '')} #${n}`;
-      const at = location + segment(key);
-      const k = key;
-      if (typeof x === 'string') onString(x, at, (s) => setOwn(obj, k, s));
-      else if (x !== undefined) setOwn(obj, k, this.copyJson(x, at, onString, false, depth + 1));
-    }
-    return obj;
-  }
-
   /** Small server-supplied JSON (metadata, annotations, unknown items): strings redacted, or omitted. */
   aux(v: unknown, location: string, maxBytes: number, meta = false): unknown {
     if (v === undefined) return undefined;
@@ -686,8 +713,10 @@ class ResultWalker {
       this.dropped.push({ location, reason: `larger than ${maxBytes} bytes` });
       return undefined;
     }
-    const redact = (s: string, at: string, put: (s: string) => void) => put(this.redactor.redact(s, at));
-    return this.copyJson(v, location, redact, meta);
+    return copyJson(v, location, this.redactor, this.dropped, {
+      onString: (s, at, put) => put(this.redactor.redact(s, at)),
+      dropKey: (key, _at, depth) => meta && depth === 0 && key.startsWith('airlock/'),
+    });
   }
 
   /** Known fields of a content item that are not guarded text: annotations, _meta. */
@@ -889,7 +918,7 @@ export function guardToolResult(
   if (isRecord(sc)) {
     if (fitsJson(sc, maxText, false)) {
       const slot = (s: string, at: string, put: (s: string) => void) => w.slot(at, undefined, s, put);
-      out.structuredContent = w.copyJson(sc, 'structuredContent', slot, false);
+      out.structuredContent = copyJson(sc, 'structuredContent', w.redactor, w.dropped, { onString: slot });
     } else {
       content.push(
         w.withheld('structuredContent', 'structuredContent', `its structure is over ${maxText} bytes`),

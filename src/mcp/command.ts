@@ -19,6 +19,8 @@ import {
 import { isBuiltin } from 'node:module';
 import { basename, dirname, isAbsolute, join, normalize, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exports as resolveExports } from 'resolve.exports';
+import semver from 'semver';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import { forbiddenMountSourceReason, MountSchema } from '../core/spec.js';
@@ -538,85 +540,36 @@ function packagePlan(f: FoundPackage, binName: string, args: string[], ctx: Ctx)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Versions: exact, ^, ~, x-ranges and dist-tags; enough to choose among installed copies.
+// Versions (the `semver` package): enough to choose among installed copies.
 
-interface SemVer {
-  nums: [number, number, number];
-  pre: string[];
-}
-type VersionReq =
-  { kind: 'any' } | { kind: 'exact'; v: SemVer } | { kind: 'range'; min: SemVer; max: SemVer };
-
-function parseSemver(v: string): SemVer | undefined {
-  const m = /^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$/.exec(v.trim());
-  if (m === null) return undefined;
-  return { nums: [Number(m[1]), Number(m[2]), Number(m[3])], pre: m[4] === undefined ? [] : m[4].split('.') };
-}
-
-function compareSemver(a: SemVer, b: SemVer): number {
-  for (let i = 0; i < 3; i++)
-    if (a.nums[i] !== b.nums[i]) return (a.nums[i] as number) - (b.nums[i] as number);
-  if (a.pre.length === 0 || b.pre.length === 0) return b.pre.length - a.pre.length;
-  for (let i = 0; i < Math.max(a.pre.length, b.pre.length); i++) {
-    const x = a.pre[i];
-    const y = b.pre[i];
-    if (x === undefined) return -1;
-    if (y === undefined) return 1;
-    if (x === y) continue;
-    const xn = /^\d+$/.test(x);
-    const yn = /^\d+$/.test(y);
-    if (xn && yn) return Number(x) - Number(y);
-    if (xn !== yn) return xn ? -1 : 1;
-    return x < y ? -1 : 1;
-  }
-  return 0;
-}
+/** Any version (no range, `*`, or a dist-tag such as `latest`: the highest installed), or a semver range. */
+type VersionReq = { kind: 'any' } | { kind: 'range'; range: string };
 
 function parseVersionReq(range: string, display: string): VersionReq {
   const s = range.trim();
   if (s === '' || s === '*' || s === 'x' || s === 'X') return { kind: 'any' };
   if (/^[A-Za-z][\w.-]*$/.test(s) && !/^v\d/i.test(s)) return { kind: 'any' }; // a dist-tag: the highest
-  const exact = parseSemver(s.replace(/^=/, ''));
-  if (exact !== undefined) return { kind: 'exact', v: exact };
-  const m = /^([~^]?)v?(\d+)(?:\.(\d+|[xX*]))?(?:\.(\d+|[xX*]))?(?:-([0-9A-Za-z.-]+))?$/.exec(s);
-  if (m === null) {
+  const valid = semver.validRange(s);
+  if (valid === null) {
     throw bad(
-      `version range "${s}" in ${display} is not supported; use an exact version (1.2.3), ^1.2.3, ~1.2.3, 1.x or a dist-tag such as latest`,
+      `version range "${s}" in ${display} is not a valid semver range; use an exact version (1.2.3), a range (^1.2.3, ~1.2.3, 1.x, >=1.2 <2) or a dist-tag such as latest`,
     );
   }
-  const op = m[1];
-  const num = (x: string | undefined): number | undefined =>
-    x === undefined || /^[xX*]$/.test(x) ? undefined : Number(x);
-  const M = Number(m[2]);
-  const mi = num(m[3]);
-  const pa = mi === undefined ? undefined : num(m[4]);
-  const min: SemVer = { nums: [M, mi ?? 0, pa ?? 0], pre: m[5] === undefined ? [] : m[5].split('.') };
-  let max: [number, number, number];
-  if (mi === undefined) max = [M + 1, 0, 0];
-  else if (op === '^' && M > 0) max = [M + 1, 0, 0];
-  else if (op === '^' && mi > 0) max = [0, mi + 1, 0];
-  else if (op === '^' && pa !== undefined) max = [0, 0, pa + 1];
-  else if (op === '' && pa !== undefined) return { kind: 'exact', v: min };
-  else max = [M, mi + 1, 0];
-  return { kind: 'range', min, max: { nums: max, pre: [] } };
+  return { kind: 'range', range: valid };
 }
 
+/** Prereleases match only a range that names a prerelease of the same version (npm's rule). */
 function satisfies(version: string, req: VersionReq): boolean {
   if (req.kind === 'any') return true;
-  const v = parseSemver(version);
-  if (v === undefined) return false;
-  if (req.kind === 'exact') return compareSemver(v, req.v) === 0;
-  const sameTuple = req.min.nums.every((n, i) => n === v.nums[i]);
-  if (v.pre.length > 0 && !(req.min.pre.length > 0 && sameTuple)) return false;
-  return compareSemver(v, req.min) >= 0 && compareSemver(v, req.max) < 0;
+  return semver.valid(version) !== null && semver.satisfies(version, req.range);
 }
 
 /** The highest version; for "any", a release beats every prerelease. */
 function highest(found: FoundPackage[], req: VersionReq): FoundPackage | undefined {
   const ranked = found
-    .map((f) => ({ f, v: parseSemver(f.version) }))
-    .sort((a, b) => (a.v && b.v ? compareSemver(b.v, a.v) : a.v ? -1 : b.v ? 1 : 0));
-  const release = ranked.find((r) => r.v !== undefined && r.v.pre.length === 0);
+    .map((f) => ({ f, v: semver.valid(f.version) }))
+    .sort((a, b) => (a.v && b.v ? semver.rcompare(a.v, b.v) : a.v ? -1 : b.v ? 1 : 0));
+  const release = ranked.find((r) => r.v !== null && semver.prerelease(r.v) === null);
   return (req.kind === 'any' && release !== undefined ? release : ranked[0])?.f;
 }
 
@@ -752,28 +705,25 @@ function treeOf(nm: string): string {
   return outerNodeModules(real) ?? real;
 }
 
-/** A package's entry for `subpath` under `exports` (plain subpaths, condition objects) or `main`. */
+/**
+ * A package's entry for `subpath` under `exports` (the `resolve.exports` package: subpaths, patterns,
+ * conditions, fallback arrays) or, without `exports`, `main`. Only `./`-relative targets are taken.
+ */
 function packageEntry(pj: PackageJson, subpath: string, conditions: string[]): string | undefined {
-  const exp = pj.exports;
-  if (exp === undefined || exp === null) {
+  if (pj.exports === undefined || pj.exports === null) {
     return subpath === '.' ? (pj.main ?? 'index.js') : subpath;
   }
-  const isSubpathMap =
-    typeof exp === 'object' && !Array.isArray(exp) && Object.keys(exp).some((k) => k.startsWith('.'));
-  const target = isSubpathMap ? (exp as Record<string, unknown>)[subpath] : subpath === '.' ? exp : undefined;
-  const pick = (t: unknown): string | undefined => {
-    if (typeof t === 'string') return t;
-    if (Array.isArray(t)) return t.map(pick).find((x) => x !== undefined);
-    if (typeof t !== 'object' || t === null) return undefined;
-    for (const [k, v] of Object.entries(t)) {
-      if (!conditions.includes(k)) continue;
-      const r = pick(v);
-      if (r !== undefined) return r;
-    }
-    return undefined;
-  };
-  const rel = pick(target);
-  return rel !== undefined && rel.startsWith('./') ? rel : undefined;
+  let targets: string[] | void;
+  try {
+    // unsafe: exactly these conditions (plus "default"), not the library's guess from `require`.
+    targets = resolveExports(pj, subpath, {
+      conditions: conditions.filter((c) => c !== 'default'),
+      unsafe: true,
+    });
+  } catch {
+    return undefined; // not exported (or an invalid target): the caller says the module is missing
+  }
+  return (targets ?? []).find((t) => t.startsWith('./'));
 }
 
 const JS_EXTENSIONS = ['', '.js', '.mjs', '.cjs', '/index.js'];

@@ -11,18 +11,15 @@
 // The only I/O: loadGatewayConfig reads the file it is given, resolveTenants reads tokenFile paths.
 import { readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { dirname, extname, isAbsolute, resolve } from 'node:path';
-import type * as Yaml from 'yaml';
+import { dirname, isAbsolute, resolve } from 'node:path';
 import { z } from 'zod';
+import { readConfigData, type ConfigFileOptions } from '../core/config-file.js';
 import { AirlockError } from '../core/errors.js';
 import { BACKEND_NAMES, EnvSchema, LimitsSchema, MountSchema, WorkspaceSchema } from '../core/spec.js';
 import { parseOrThrow } from '../core/validate.js';
 import { ScanPolicySchema, ToolRulesSchema } from '../policy/mcp.js';
 import { decideHost, NetworkPolicySchema, SecretsSchema } from '../policy/network.js';
 import { BudgetsSchema, type Budgets } from './budget.js';
-import { lazyRequire } from '../core/lazy.js';
-
-const yaml = lazyRequire<typeof Yaml>('yaml');
 
 const MiB = 1024 * 1024;
 const DAY_MS = 24 * 3_600_000;
@@ -511,50 +508,53 @@ export function parseMcpSandboxOptions(input: unknown, what = 'MCP sandbox optio
   }
 }
 
-/** Read and validate a gateway config: JSON, or YAML when the name ends in .yaml / .yml. */
+const EXPECTED_SHAPE =
+  'Airlock expects a top-level "mcpServers" object (the Claude Desktop / Cursor format) mapping each ' +
+  'server name to { "command", "args", "env" }, e.g. {"mcpServers": {"fs": {"command": "npx", "args": ["-y", "<package>"]}}}';
+
+/** What to write instead when a config has no "mcpServers": a hint for files written for other clients. */
+function missingServersHint(data: Record<string, unknown>): string {
+  if (Object.hasOwn(data, 'servers')) {
+    return (
+      'it has a "servers" key (the VS Code .vscode/mcp.json format); rename "servers" to "mcpServers". ' +
+      'Each entry keeps "command", "args" and "env"; VS Code\'s "type" and "inputs" are not used, and ' +
+      '"${input:…}" variables are not substituted (give real values or use airlock secrets). ' +
+      EXPECTED_SHAPE
+    );
+  }
+  const mcp = data['mcp'];
+  if (typeof mcp === 'object' && mcp !== null && Object.hasOwn(mcp, 'servers')) {
+    return (
+      'it has "mcp.servers" (the VS Code settings.json format); move that object to a top-level "mcpServers". ' +
+      EXPECTED_SHAPE
+    );
+  }
+  return `it has no "mcpServers" key. ${EXPECTED_SHAPE}`;
+}
+
+const CONFIG_FILE = {
+  what: 'gateway config',
+  code: 'MCP_INVALID_CONFIG',
+  maxBytes: MAX_CONFIG_FILE_BYTES,
+} as const satisfies ConfigFileOptions;
+
+/**
+ * Read and validate a gateway config: YAML for .yaml / .yml, JSON for .json (other names: by content).
+ * A file without "mcpServers" gets a hint naming the format it looks like (VS Code's "servers").
+ */
 export function loadGatewayConfig(path: string): GatewayConfig {
-  let text: string;
-  try {
-    if (statSync(path).size > MAX_CONFIG_FILE_BYTES) {
-      throw new AirlockError('MCP_INVALID_CONFIG', `gateway config ${path} is larger than 1 MiB`);
-    }
-    text = readFileSync(path, 'utf8');
-  } catch (e) {
-    throw readError(e, `gateway config ${path}`);
-  }
-  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
-  const ext = extname(path).toLowerCase();
-  let data: unknown;
-  if (ext === '.yaml' || ext === '.yml') {
-    const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-    const err = doc.errors[0];
-    if (err) throw new AirlockError('MCP_INVALID_CONFIG', `invalid gateway config ${path}: ${err.message}`);
-    try {
-      data = doc.toJS({ maxAliasCount: 100 });
-    } catch (e) {
-      throw new AirlockError(
-        'MCP_INVALID_CONFIG',
-        `invalid gateway config ${path}: ${(e as Error).message}`,
-        {
-          cause: e,
-        },
-      );
-    }
-  } else {
-    try {
-      data = JSON.parse(text);
-    } catch (e) {
-      throw new AirlockError(
-        'MCP_INVALID_CONFIG',
-        `invalid gateway config ${path}: not valid JSON (${(e as Error).message}); name the file .yaml for YAML`,
-        { cause: e },
-      );
-    }
-  }
+  const data = readConfigData(path, CONFIG_FILE);
   if (typeof data !== 'object' || data === null || Array.isArray(data)) {
     throw new AirlockError(
       'MCP_INVALID_CONFIG',
-      `invalid gateway config ${path}: expected an object with "mcpServers"`,
+      `invalid gateway config ${path}: expected an object with "mcpServers". ${EXPECTED_SHAPE}`,
+    );
+  }
+  if (!Object.hasOwn(data, 'mcpServers')) {
+    throw new AirlockError(
+      'MCP_INVALID_CONFIG',
+      `invalid gateway config ${path} at mcpServers: ${missingServersHint(data as Record<string, unknown>)}`,
+      { field: 'mcpServers' },
     );
   }
   return parseGatewayConfig(data, { source: path, baseDir: dirname(resolve(path)) });

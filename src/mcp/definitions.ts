@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { Prompt, Resource, ResourceTemplate, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { decideFinding, type ScanPolicy } from '../policy/mcp.js';
 import { canonicalJson, SessionPins, type ServerDefinitions, type ServerPin } from './pin.js';
-import { ownerLabel, scanDefinitions, type Finding } from './scan.js';
+import { ownerLabel, scanDefinitions, type Finding } from '../guard/scan.js';
 import type { McpFindingRef } from './audit.js';
 
 export interface GateResult {

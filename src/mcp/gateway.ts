@@ -8,40 +8,19 @@ import { join } from 'node:path';
 import { McpError, type Implementation, type ServerCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../core/backend.js';
 import type { GuardOptions } from '../guard/output.js';
-import type { CompiledToolRules, ScanPolicy } from '../policy/mcp.js';
-import type { Airlock } from '../sandbox/airlock.js';
+import type { McpSandboxProvider } from './sandbox-provider.js';
 import type { AuditEvent, AuditSink } from './audit.js';
 import { mcpEvent } from './audit.js';
-import type { Budgets } from './budget.js';
-import type { Boundary } from './config.js';
-import type { ServerPin } from './pin.js';
 import { ServerPool } from './pool.js';
-import { McpSession } from './session.js';
-import type { ServerLaunch, Upstream, UpstreamHooks } from './upstream.js';
+import type { ServerEntry, ServerSetup } from './server-setup.js';
+import { McpSession, type SessionHost } from './session.js';
+import type { Upstream, UpstreamHooks } from './upstream.js';
 
-/** How the gateway starts one server (command, sandbox spec, policy). */
-export interface ServerSetup {
-  readonly name: string;
-  /** Tool/prompt name prefix (`<namespace>__<tool>`), or false for the server's own names. */
-  readonly namespace: string | false;
-  readonly launch: ServerLaunch;
-  readonly boundary: Boundary;
-  readonly rules: CompiledToolRules;
-  readonly budgets: Budgets;
-  readonly scan: ScanPolicy;
-  readonly output: { readonly maxTextBytes: number };
-  /** From the lockfile; absent: trust on first use, per session. */
-  readonly pinned?: ServerPin;
-}
-
-export interface ServerEntry {
-  readonly setup: ServerSetup;
-  readonly pool: ServerPool;
-}
+export type { ServerEntry, ServerSetup };
 
 /** Options of `GatewayCore` (exported as `McpGatewayOptions`). */
 export interface GatewayOptions {
-  readonly airlock: Airlock;
+  readonly airlock: McpSandboxProvider;
   readonly servers: readonly ServerSetup[];
   /** 'single': one server, fronted transparently (its own capabilities and info); 'multi': a gateway. */
   readonly mode: 'single' | 'multi';
@@ -63,7 +42,7 @@ export interface GatewayOptions {
 }
 
 /** The MCP gateway: sandboxed servers behind one policy-checked, guarded tool list. */
-export class GatewayCore {
+export class GatewayCore implements SessionHost {
   private readonly servers = new Map<string, ServerEntry>();
   private readonly sessions = new Set<McpSession>();
   readonly relistIntervalMs: number;

@@ -9,7 +9,7 @@
 //                call pays for the sandbox and server start only when calls come faster than spares.
 import type { ClientCapabilities } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../core/backend.js';
-import type { Airlock } from '../sandbox/airlock.js';
+import type { McpSandboxProvider } from './sandbox-provider.js';
 import type { Boundary } from './config.js';
 import { Upstream, type ServerLaunch, type UpstreamHooks } from './upstream.js';
 
@@ -35,7 +35,7 @@ export class ServerPool {
   constructor(
     readonly launch: ServerLaunch,
     readonly boundary: Boundary,
-    private readonly airlock: Airlock,
+    private readonly airlock: McpSandboxProvider,
     /** Hooks for an instance, given the key it serves (session id, tenant, '*' or 'call'). */
     private readonly hooksFor: (key: string) => UpstreamHooks,
     private readonly logger?: Logger,

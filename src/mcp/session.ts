@@ -29,21 +29,40 @@ import {
   type Result,
   type ServerNotification,
   type ServerRequest,
+  type Implementation,
+  type ServerCapabilities,
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { AirlockError } from '../core/errors.js';
 import { decideCall, decideTool } from '../policy/mcp.js';
 import { guardMessage } from '../guard/message.js';
-import { guardToolResult, redactText, type GuardReport } from '../guard/output.js';
-import { mcpEvent } from './audit.js';
+import { guardToolResult, redactText, type GuardOptions, type GuardReport } from '../guard/output.js';
+import { mcpEvent, type AuditEvent } from './audit.js';
 import { SessionBudget } from './budget.js';
 import { DefinitionGate, type GateResult } from './definitions.js';
-import type { GatewayCore, ServerEntry } from './gateway.js';
+import type { ServerEntry, ServerSetup } from './server-setup.js';
 import type { Lease } from './pool.js';
 import type { Upstream } from './upstream.js';
 
 /** JSON-RPC error codes of Airlock's own refusals (data.airlock carries the stable string code). */
 export const AIRLOCK_RPC_ERRORS = { denied: -32010, budget: -32011, serverFailed: -32012 } as const;
+
+/**
+ * What a session needs from the gateway that owns it (`GatewayCore` implements it). Declared here so
+ * the session does not import the gateway that creates it (no import cycle).
+ */
+export interface SessionHost {
+  readonly relistIntervalMs: number;
+  readonly callTimeoutMs: number;
+  readonly callHardCapMs: number;
+  serverInfo(): Implementation;
+  capabilities(): ServerCapabilities;
+  instructions(): string | undefined;
+  entries(): ServerEntry[];
+  audit(e: AuditEvent): void;
+  guardOptions(sandboxId: string, setup: ServerSetup, tool: string): GuardOptions;
+  sessionClosed(s: McpSession): Promise<void>;
+}
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
@@ -91,7 +110,7 @@ export class McpSession {
   private relistTimer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly core: GatewayCore,
+    private readonly core: SessionHost,
     readonly sessionId: string,
     readonly tenant: string,
   ) {

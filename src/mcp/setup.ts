@@ -11,7 +11,7 @@ import {
   type GatewayTransport,
   type McpServerConfig,
 } from './config.js';
-import type { ServerSetup } from './gateway.js';
+import type { ServerSetup } from './server-setup.js';
 import { readLockfile, type Lockfile } from './pin.js';
 
 /** Default cap on the text of one tool result the client sees (the rest goes to the audit spill). */

@@ -27,9 +27,7 @@ import {
 import type { Logger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import type { SandboxSpecInput } from '../core/spec.js';
-import type { Airlock } from '../sandbox/airlock.js';
-import type { Sandbox } from '../sandbox/index.js';
-import type { SandboxProcess } from '../sandbox/sandbox.js';
+import type { McpSandbox, McpSandboxProvider, McpServerProcess } from './sandbox-provider.js';
 import { resolveServerCommand, type ResolvedCommand } from './command.js';
 import type { ServerDefinitions } from './pin.js';
 import { StreamTransport, type FrameErrorInfo } from './transport.js';
@@ -72,7 +70,7 @@ export interface ServerLaunch {
 
 export interface UpstreamHooks {
   /** The server's sandbox exists (before the server starts): e.g. subscribe to its egress events. */
-  onSandbox?(sandbox: Sandbox): void;
+  onSandbox?(sandbox: McpSandbox): void;
   /** A line the server wrote to stderr (already split; no trailing newline). */
   onStderr?(line: string): void;
   /** A frame from the server that the canonical parser rejected (dropped). */
@@ -107,8 +105,8 @@ export class Upstream {
 
   private constructor(
     readonly launch: ServerLaunch,
-    readonly sandbox: Sandbox,
-    readonly process: SandboxProcess,
+    readonly sandbox: McpSandbox,
+    readonly process: McpServerProcess,
     readonly resolved: ResolvedCommand,
     readonly transport: StreamTransport,
     client: Client,
@@ -147,7 +145,7 @@ export class Upstream {
   /** Resolve the command, create the sandbox, start the server in it and initialize MCP. */
   static async start(
     launch: ServerLaunch,
-    airlock: Airlock,
+    airlock: McpSandboxProvider,
     hooks: UpstreamHooks = {},
     opts: { clientCapabilities?: ClientCapabilities; logger?: Logger } = {},
   ): Promise<Upstream> {
@@ -161,7 +159,7 @@ export class Upstream {
       metadata: { ...(launch.sandbox.metadata ?? {}), mcpServer: launch.name },
       mounts: resolved.mounts,
     });
-    let proc: SandboxProcess | undefined;
+    let proc: McpServerProcess | undefined;
     let up: Upstream | undefined;
     try {
       hooks.onSandbox?.(sandbox);

@@ -19,7 +19,7 @@ import picomatch from 'picomatch';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import { lazyRequire } from '../core/lazy.js';
-import { RULE_IDS, type RuleId, type Severity } from '../mcp/scan.js';
+import { RULE_IDS, type RuleId, type Severity } from '../policy/mcp-rules.js';
 
 // JSON Schema validators, loaded when a tool's schema is first compiled.
 const ajv = lazyRequire<typeof AjvModule>('ajv');

@@ -5,10 +5,8 @@
 //
 // Order of a decision: canonicalise the host (core/address.ts) → always-blocked address ranges (unless
 // an exact network.allowPrivate exception) → network.deny (deny wins) → network.allow → default deny.
-import { readFileSync, statSync } from 'node:fs';
-import type * as Yaml from 'yaml';
 import { AirlockError } from '../core/errors.js';
-import { lazyRequire } from '../core/lazy.js';
+import { parseConfigText, readConfigData } from '../core/config-file.js';
 import { parseOrThrow } from '../core/validate.js';
 import { blockedRange, canonicalHost, exceptionMatches } from '../core/address.js';
 import {
@@ -42,8 +40,6 @@ export type {
   SecretValue,
 } from '../core/network-spec.js';
 
-const yaml = lazyRequire<typeof Yaml>('yaml');
-
 export function parseEgressPolicy(input: unknown, what = 'egress policy'): EgressPolicy {
   return parseOrThrow(EgressPolicySchema, input ?? {}, what);
 }
@@ -52,43 +48,19 @@ const MAX_POLICY_FILE_BYTES = 1024 * 1024;
 
 /** Parse policy YAML text; `source` names it in error messages. */
 export function parsePolicyYaml(text: string, source = 'policy'): EgressPolicy {
-  const doc = yaml().parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const err = doc.errors[0];
-  if (err) throw new AirlockError('INVALID_SPEC', `invalid policy file ${source}: ${err.message}`);
-  let data: unknown;
-  try {
-    data = doc.toJS({ maxAliasCount: 100 });
-  } catch (e) {
-    throw new AirlockError('INVALID_SPEC', `invalid policy file ${source}: ${(e as Error).message}`, {
-      cause: e,
-    });
-  }
+  const data = parseConfigText(text, source, { what: 'policy file', code: 'INVALID_SPEC', format: 'yaml' });
   return parseEgressPolicy(data, `policy file ${source}`);
 }
 
 /** Read and validate a YAML policy file (the only I/O in policy/). */
 export function loadPolicyFile(path: string): EgressPolicy {
-  let text: string;
-  try {
-    if (statSync(path).size > MAX_POLICY_FILE_BYTES) {
-      throw new AirlockError('INVALID_SPEC', `policy file ${path} is larger than 1 MiB`);
-    }
-    text = readFileSync(path, 'utf8');
-  } catch (e) {
-    if (AirlockError.isInstance(e)) throw e;
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT')
-      throw new AirlockError('FILE_NOT_FOUND', `policy file ${path} not found`, { cause: e });
-    if (code === 'EACCES' || code === 'EPERM') {
-      throw new AirlockError('PERMISSION_DENIED', `cannot read policy file ${path}: permission denied`, {
-        cause: e,
-      });
-    }
-    throw new AirlockError('INVALID_ARGUMENT', `cannot read policy file ${path}: ${(e as Error).message}`, {
-      cause: e,
-    });
-  }
-  return parsePolicyYaml(text, path);
+  const opts = {
+    what: 'policy file',
+    code: 'INVALID_SPEC',
+    maxBytes: MAX_POLICY_FILE_BYTES,
+    format: 'yaml',
+  } as const;
+  return parseEgressPolicy(readConfigData(path, opts), `policy file ${path}`);
 }
 
 // ---- the decision -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // `airlock gateway` as users run it: a config file in Claude Desktop format, the real CLI process,
 // an SDK client over Streamable HTTP (and over --stdio), SIGTERM at the end, nothing left behind.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -57,6 +57,68 @@ async function waitForUrl(child: ChildProcess, stderr: { text: string }): Promis
   }
   throw new Error(`airlock gateway did not start:\n${stderr.text}`);
 }
+
+/** Run `airlock gateway --stdio --config <file>` for a config that must be refused before anything starts. */
+function gatewayRefuses(name: string, text: string): { status: number | null; stderr: string; path: string } {
+  const dir = mkdtempSync('/var/tmp/airlock-gw-cfg-');
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  try {
+    const r = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', `${ROOT}/src/cli/main.ts`, 'gateway', '--stdio', '--config', path],
+      { cwd: ROOT, env: ENV, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    return { status: r.status, stderr: r.stderr, path };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// Config errors are refused by the real CLI before any sandbox exists (no namespaces needed).
+describe('airlock gateway --config: errors exit 2 and say what to write', () => {
+  it('a VS Code style "servers" key gets a hint to rename it to "mcpServers"', () => {
+    const vscode = { servers: { fs: { type: 'stdio', command: 'npx', args: ['-y', 'x'] } }, inputs: [] };
+    const r = gatewayRefuses('mcp.json', JSON.stringify(vscode));
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(`invalid gateway config ${r.path} at mcpServers`);
+    expect(r.stderr).toContain('VS Code');
+    expect(r.stderr).toContain('rename "servers" to "mcpServers"');
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it('VS Code settings ("mcp.servers") and files with no servers at all say what Airlock expects', () => {
+    const settings = gatewayRefuses('settings.json', JSON.stringify({ mcp: { servers: {} } }));
+    expect(settings.status).toBe(2);
+    expect(settings.stderr).toContain('move that object to a top-level "mcpServers"');
+    const none = gatewayRefuses('empty.yaml', 'globalShortcut: Ctrl+Space\n');
+    expect(none.status).toBe(2);
+    expect(none.stderr).toContain('Airlock expects a top-level "mcpServers" object');
+  });
+
+  it('names the file and the full path of a misspelt or mistyped key', () => {
+    const typo = { mcpServers: { fs: { command: 'npx', airlock: { boundry: 'per-call' } } } };
+    const t = gatewayRefuses('claude_desktop_config.json', JSON.stringify(typo));
+    expect(t.status).toBe(2);
+    expect(t.stderr).toMatch(
+      /^airlock: invalid gateway config \S+claude_desktop_config\.json at mcpServers\.fs\.airlock\.boundry: unknown field\(s\) "boundry"/,
+    );
+    const bad = { mcpServers: { fs: { command: 'npx', airlock: { boundary: 'sometimes' } } } };
+    const b = gatewayRefuses('gw.json', JSON.stringify(bad));
+    expect(b.status).toBe(2);
+    expect(b.stderr).toContain(`${b.path} at mcpServers.fs.airlock.boundary:`);
+    expect(b.stderr).toContain('per-session');
+  });
+
+  it('a broken file names the file and the format it was read as', () => {
+    const r = gatewayRefuses('broken.json', '{ "mcpServers": ');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(`invalid gateway config ${r.path}: not valid JSON`);
+    const y = gatewayRefuses('gw.yaml', 'mcpServers: {}\nmcpServers: {}\n');
+    expect(y.status).toBe(2);
+    expect(y.stderr).toContain(`invalid gateway config ${y.path}`);
+  });
+});
 
 if (!canRunNamespaces) {
   describe('airlock gateway (CLI)', () => {

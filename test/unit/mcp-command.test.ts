@@ -220,6 +220,14 @@ describe.skipIf(NO_USR_NODE)('npx-style: where the package comes from', () => {
     expect(pick('@acme/mcp-thing@2.1')).toBe('2.1.5');
     expect(pick('@acme/mcp-thing@3.0.0-beta.1')).toBe('3.0.0-beta.1');
     expect(pick('@acme/mcp-thing@^3.0.0-beta.0')).toBe('3.0.0-beta.1');
+    // Full semver ranges (the `semver` package): comparators, unions, hyphen ranges, `v` prefixes.
+    expect(pick('@acme/mcp-thing@>=2.1.0 <2.2')).toBe('2.1.5');
+    expect(pick('@acme/mcp-thing@>=1.0.0')).toBe('2.9.9'); // never a prerelease it did not name
+    expect(pick('@acme/mcp-thing@1.x || ~2.1.0')).toBe('2.1.5');
+    expect(pick('@acme/mcp-thing@2.1.0 - 2.1.4')).toBe('2.1.0');
+    expect(pick('@acme/mcp-thing@<2')).toBe('1.2.0');
+    expect(pick('@acme/mcp-thing@>=3.0.0-beta.0')).toBe('3.0.0-beta.1');
+    expect(pick('@acme/mcp-thing@v2.1.0')).toBe('2.1.0');
     const r = run(t, ['npx', '-y', '@acme/mcp-thing@2.1.0', 'arg']);
     const nm = join(cache, 'bbb', 'node_modules');
     expect(r.argv).toEqual([SANDBOX_NODE, join(nm, '@acme/mcp-thing/dist/index.js'), 'arg']);
@@ -487,10 +495,13 @@ describe.skipIf(NO_USR_NODE)('npx-style: launchers and flags', () => {
     }
     expect(fail(() => run(t, ['npx', '.hidden']))).toBe('`.hidden` is not a valid npm package name');
     expect(fail(() => run(t, ['npx', '@/x']))).toBe('`@/x` is not a valid npm package name');
-    expect(fail(() => run(t, ['npx', 'server@>=1.0.0']))).toBe(
-      'version range ">=1.0.0" in server@>=1.0.0 is not supported; use an exact version (1.2.3), ^1.2.3, ~1.2.3, 1.x or a dist-tag such as latest',
+    expect(fail(() => run(t, ['npx', 'server@>=x.y']))).toBe(
+      'version range ">=x.y" in server@>=x.y is not a valid semver range; use an exact version (1.2.3), a range (^1.2.3, ~1.2.3, 1.x, >=1.2 <2) or a dist-tag such as latest',
     );
-    expect(fail(() => run(t, ['npx', 'server@1 || 2']))).toMatch(/^version range "1 \|\| 2"/);
+    expect(fail(() => run(t, ['npx', 'server@^^1']))).toMatch(
+      /^version range "\^\^1" in server@\^\^1 is not a valid/,
+    );
+    expect(fail(() => run(t, ['npx', 'server@1.2.3.4']))).toMatch(/^version range "1\.2\.3\.4"/);
   });
 
   it('other npm/pnpm/yarn subcommands are refused', () => {
@@ -650,6 +661,40 @@ describe.skipIf(NO_USR_NODE)('node scripts', () => {
     );
     pkg(nm, 'noentry', '1.0.0', undefined, { exports: { './only-sub': './s.js' } });
     expect(fail(() => run(t, ['node', '--import', 'noentry', 'index.js']))).toMatch(/^cannot find `noentry`/);
+    // What `resolve.exports` adds: subpath patterns, fallback arrays, and the "node" condition nested.
+    const pat = pkg(nm, 'pat', '1.0.0', undefined, {
+      exports: {
+        '.': [{ node: { import: './esm/main.mjs' } }, './fallback.js'],
+        './features/*': { import: './src/features/*.mjs', require: './cjs/features/*.cjs' },
+        './features/private/*': null,
+      },
+    });
+    for (const f of ['esm/main.mjs', 'fallback.js', 'src/features/a.mjs', 'cjs/features/a.cjs']) {
+      write(join(pat, f), '');
+    }
+    const p = run(t, [
+      'node',
+      '--import',
+      'pat',
+      '--import',
+      'pat/features/a',
+      '-r',
+      'pat/features/a',
+      'index.js',
+    ]);
+    expect(p.argv).toEqual([
+      SANDBOX_NODE,
+      '--import',
+      join(pat, 'esm/main.mjs'),
+      '--import',
+      join(pat, 'src/features/a.mjs'),
+      '-r',
+      join(pat, 'cjs/features/a.cjs'),
+      script,
+    ]);
+    expect(fail(() => run(t, ['node', '--import', 'pat/features/private/x', 'index.js']))).toMatch(
+      /^cannot find `pat\/features\/private\/x`/,
+    );
     expect(fail(() => run(t, ['node', '-r', './nope.cjs', 'index.js']))).toMatch(
       /^cannot find `\.\/nope\.cjs` for `node -r`/,
     );

@@ -835,6 +835,30 @@ describe('formatDiff', () => {
     );
     expect(lines).toContain('    @@ -1,3 +1,3 @@\n     a\n    -b\n    +B\n     c\n');
   });
+
+  it('splits distant changes into hunks with 3 lines of context and the right line numbers (jsdiff)', () => {
+    const text = (changed: Record<number, string>) =>
+      Array.from({ length: 30 }, (_, i) => changed[i + 1] ?? `line ${i + 1}`).join('\n');
+    const out = formatDiff(
+      'fs',
+      comparePins(
+        pinDefinitions(server({ instructions: text({}) })),
+        server({ instructions: text({ 5: 'FIVE', 25: 'TWENTY-FIVE' }) }),
+      ),
+    );
+    expect(out).toContain(
+      '    @@ -2,7 +2,7 @@\n     line 2\n     line 3\n     line 4\n    -line 5\n    +FIVE\n     line 6\n',
+    );
+    expect(out).toContain('    @@ -22,7 +22,7 @@\n     line 22\n');
+    expect(out).toContain('    -line 25\n    +TWENTY-FIVE\n');
+    expect(out).not.toContain('No newline');
+    // An added last line is one added line, not a changed one.
+    const appended = formatDiff(
+      'fs',
+      comparePins(pinDefinitions(server({ instructions: 'a\nb' })), server({ instructions: 'a\nb\nc' })),
+    );
+    expect(appended).toContain('    @@ -1,2 +1,3 @@\n     a\n     b\n    +c\n');
+  });
 });
 
 describe('SessionPins', () => {

@@ -9,7 +9,7 @@ import {
   scanDefinitions,
   type Finding,
   type ScanInput,
-} from '../../src/mcp/scan.js';
+} from '../../src/guard/scan.js';
 
 type Tool = NonNullable<ScanInput['tools']>[number];
 

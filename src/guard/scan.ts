@@ -7,21 +7,9 @@
 // finding means warn or quarantine. Phrase rules are heuristics: a determined author can word around
 // them, which is why definitions are also pinned and calls are mediated.
 
-export type Severity = 'high' | 'medium' | 'low';
+import { RULE_IDS, type RuleId, type Severity } from '../policy/mcp-rules.js';
 
-export const RULE_IDS = [
-  'hidden-instruction',
-  'secrecy',
-  'sensitive-path',
-  'cross-server-reference',
-  'invisible-unicode',
-  'bidi-override',
-  'homoglyph-name',
-  'side-channel-parameter',
-  'excessive-length',
-  'schema-too-large',
-] as const;
-export type RuleId = (typeof RULE_IDS)[number];
+export { RULE_IDS, type RuleId, type Severity };
 
 export interface Finding {
   ruleId: RuleId;
