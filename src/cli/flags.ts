@@ -6,7 +6,7 @@ import { resolve } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import { BACKEND_NAMES, type BackendName, type SandboxSpecInput } from '../core/spec.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
-import type { UidRange } from '../backends/namespaces/state.js';
+import type { UidRange } from '../backends/host/state.js';
 import { planEgress, type EgressFlags, type EgressPlan } from './egress-flags.js';
 
 export interface RunFlags extends EgressFlags {

@@ -18,9 +18,9 @@ import {
   mappingUserns,
   mountIdmappedAll,
   unshareUserns,
-} from '../../src/backends/namespaces/idmap.privileged.js';
-import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
-import { usernsHelper, usernsHelperPid } from '../../src/backends/namespaces/userns.privileged.js';
+} from '../../src/backends/host/idmap.privileged.js';
+import { unmount } from '../../src/backends/host/mount.privileged.js';
+import { usernsHelper, usernsHelperPid } from '../../src/backends/host/userns.privileged.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 
 const OWNER = 4321;

@@ -8,8 +8,8 @@
 import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { BwrapLayout } from '../namespaces/bwrap.js';
-import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../namespaces/rootfs.js';
-import { DENIED_SYSCALLS } from '../namespaces/seccomp.privileged.js';
+import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
+import { DENIED_SYSCALLS } from '../host/seccomp.privileged.js';
 
 const NOBODY = 65534;
 /** RLIMIT_NOFILE inside the sandbox, as on the namespaces tier. */

@@ -46,11 +46,11 @@ import {
   favorDynmods,
   listCgroups,
   type CgroupLayout,
-} from './cgroups.privileged.js';
-import { bindReadOnly, mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
-import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
-import { closeLaunchNamespace, Launcher } from './launcher.privileged.js';
-import { LayerStore } from './layers.js';
+} from '../host/cgroups.privileged.js';
+import { bindReadOnly, mappingUserns, mountIdmappedAll } from '../host/idmap.privileged.js';
+import { LAYER_SELF_ID, type CaptureSource } from '../host/layer-capture.privileged.js';
+import { closeLaunchNamespace, Launcher } from '../host/launcher.privileged.js';
+import { LayerStore } from '../host/layers.js';
 import { HostResources, launchSharesKey, NamespacesSandbox, type NamespacesSandboxParts } from './sandbox.js';
 import {
   DNS_PORT,
@@ -65,12 +65,18 @@ import {
   prepareEgressInNetns,
   recreateNetns,
   type NetnsHandle,
-} from './netns.privileged.js';
-import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs, unmountAsync } from './mount.privileged.js';
-import { ensureEtc } from './rootfs.js';
-import { onProcessExit, releaseOwnedSync } from './exit-release.privileged.js';
-import { startChildReaper } from './reaper.privileged.js';
-import { buildSeccompFilter } from './seccomp.privileged.js';
+} from '../host/netns.privileged.js';
+import {
+  mountDevpts,
+  mountOverlay,
+  mountTmpfs,
+  resizeTmpfs,
+  unmountAsync,
+} from '../host/mount.privileged.js';
+import { ensureEtc } from '../host/rootfs.js';
+import { onProcessExit, releaseOwnedSync } from '../host/exit-release.privileged.js';
+import { startChildReaper } from '../host/reaper.privileged.js';
+import { buildSeccompFilter } from '../host/seccomp.privileged.js';
 import {
   DEFAULT_UID_RANGE,
   killProcessesOfUids,
@@ -79,7 +85,7 @@ import {
   StateDirs,
   type Owner,
   type UidRange,
-} from './state.js';
+} from '../host/state.js';
 
 interface Slot {
   readonly id: string;

@@ -13,10 +13,10 @@ import { AirlockError } from '../../core/errors.js';
 import type { SnapshotRecord } from '../../core/snapshot.js';
 import { MAX_LAYERS, type SandboxSpec } from '../../core/spec.js';
 import { bwrapOptions, type BwrapLayout } from './bwrap.js';
-import type { CgroupHandle } from './cgroups.privileged.js';
-import type { CaptureSource } from './layer-capture.privileged.js';
-import type { CaptureRequest, LayerStore } from './layers.js';
-import { unmountAsync } from './mount.privileged.js';
+import type { CgroupHandle } from '../host/cgroups.privileged.js';
+import type { CaptureSource } from '../host/layer-capture.privileged.js';
+import type { CaptureRequest, LayerStore } from '../host/layers.js';
+import { unmountAsync } from '../host/mount.privileged.js';
 import {
   anyReadable,
   interceptTcpInNetns,
@@ -24,10 +24,10 @@ import {
   socketInNetns,
   withNetns,
   type NetnsHandle,
-} from './netns.privileged.js';
-import { closeLaunchNamespace, type Launcher } from './launcher.privileged.js';
+} from '../host/netns.privileged.js';
+import { closeLaunchNamespace, type Launcher } from '../host/launcher.privileged.js';
 import { startSandboxedProcess, type StartOptions } from './process.js';
-import type { StateDirs } from './state.js';
+import type { StateDirs } from '../host/state.js';
 
 /** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
 export class HostResources {
