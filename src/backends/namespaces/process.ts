@@ -16,7 +16,6 @@
 //     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
 // bwrap's --json-status-fd (which its sandboxed child never inherits) reaches EOF when bwrap exits:
 // that is when its exit status is collected.
-import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { Readable, type Writable } from 'node:stream';
 import type { BackendProcess } from '../../core/backend.js';
