@@ -33,12 +33,33 @@ import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
 import type { UidRange } from '../backends/host/state.js';
-import { Sandbox } from './index.js';
-import type { SandboxHooks } from './sandbox.js';
-import { Snapshot, type SnapshotRuntime } from './snapshot.js';
+import { SandboxBase, type SandboxHooks } from './sandbox.js';
+import { SnapshotBase, type SnapshotRuntime } from './snapshot.js';
 import { Templates } from './templates.js';
 
 /** `airlock.snapshots`: the snapshots stored in this runtime's state dir (shared by its processes). */
+// `Sandbox` and `Snapshot` are defined here, beside the runtime that makes them: a Sandbox is made by
+// an Airlock (Sandbox.create uses the default one), and a Snapshot forks Sandboxes. sandbox.ts and
+// snapshot.ts hold their mechanics and import neither this file nor each other's classes.
+
+let defaultRuntime: Airlock | undefined;
+
+/** The runtime used when `Sandbox.create` is not given one (created lazily, with defaults). */
+export function defaultAirlock(): Airlock {
+  defaultRuntime ??= new Airlock();
+  return defaultRuntime;
+}
+
+/** `Sandbox`: the public class. `Sandbox.create(spec)` is the E2B-style entry point. */
+export class Sandbox extends SandboxBase {
+  static create(spec: SandboxSpecInput = {}, opts: { airlock?: Airlock } = {}): Promise<Sandbox> {
+    return (opts.airlock ?? defaultAirlock()).create(spec);
+  }
+}
+
+/** `Snapshot`: an immutable filesystem state taken from a sandbox; `fork()` starts Sandboxes from it. */
+export class Snapshot extends SnapshotBase<Sandbox> {}
+
 export interface Snapshots {
   /** Every snapshot, oldest first. */
   list(): Promise<Snapshot[]>;
@@ -111,7 +132,7 @@ export class Airlock {
   readonly snapshots: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
   readonly templates: Templates;
-  private readonly snapshotRuntime: SnapshotRuntime;
+  private readonly snapshotRuntime: SnapshotRuntime<Sandbox>;
 
   constructor(opts: AirlockOptions = {}) {
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
