@@ -12,7 +12,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
+import type { BackendProbe, BackendSandbox, BackendV1, Logger, PreparePlan } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
@@ -226,6 +226,19 @@ export class Airlock {
       );
     }
     return b;
+  }
+
+  /**
+   * Tell a tier what its next sandboxes will need (egress, forks of snapshots, a workspace over a
+   * host dir), so its warm slots are made ready for exactly that instead of for whatever the last
+   * create asked. A hint: a create asking for something else still gets what it asks for.
+   */
+  prepare(plan: PreparePlan & { readonly backend?: BackendName }): void {
+    const { backend = 'namespaces', ...rest } = plan;
+    const b = this.backend(backend);
+    if (!b.prepare)
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${backend}" has no warm slots to prepare`);
+    b.prepare(rest);
   }
 
   async probe(name: BackendName): Promise<BackendProbe> {

@@ -14,8 +14,7 @@ import type {
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, SandboxSpec } from '../../core/spec.js';
-import { SandboxHost, type HostOptions } from '../host/host.js';
-import type { HostSandboxParts } from '../host/sandbox.js';
+import { SandboxHost, type HostOptions, type HostSandboxParts } from '../host/index.js';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeRootfs } from './oci.privileged.js';

@@ -22,7 +22,7 @@ import type { SnapshotRecord } from '../../core/snapshot.js';
 import { readRecordFile } from '../../core/validate.js';
 import type { CaptureRequest } from '../host/layers.js';
 import { withNetns } from '../host/netns.privileged.js';
-import { HostSandbox, type HostSandboxParts } from '../host/sandbox.js';
+import { HostSandbox, type HostSandboxParts } from '../host/index.js';
 import { selfOwner } from '../host/state.js';
 import { ociConfig, type OciProcess } from './oci.privileged.js';
 import { startRunsc } from './process.privileged.js';

@@ -16,7 +16,7 @@ import type {
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, SandboxSpec } from '../../core/spec.js';
-import { SandboxHost, type HostOptions } from '../host/host.js';
+import { SandboxHost, type HostOptions } from '../host/index.js';
 import { buildSeccompFilter } from '../host/seccomp.privileged.js';
 import { NamespacesSandbox } from './sandbox.js';
 

@@ -11,7 +11,7 @@ import type {
 import type { SnapshotRecord } from '../../core/snapshot.js';
 import { closeLaunchNamespace } from '../host/launcher.privileged.js';
 import { withNetns } from '../host/netns.privileged.js';
-import { HostSandbox, launchSharesKey, type HostSandboxParts } from '../host/sandbox.js';
+import { HostSandbox, launchSharesKey, type HostSandboxParts } from '../host/index.js';
 import { bwrapOptions } from './bwrap.js';
 import { startSandboxedProcess, type StartOptions } from './process.js';
 
