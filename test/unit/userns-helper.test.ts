@@ -14,11 +14,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  mappingUserns,
-  mountIdmappedAll,
-  unshareUserns,
-} from '../../src/backends/host/idmap.privileged.js';
+import { mappingUserns, mountIdmappedAll, unshareUserns } from '../../src/backends/host/idmap.privileged.js';
 import { unmount } from '../../src/backends/host/mount.privileged.js';
 import { usernsHelper, usernsHelperPid } from '../../src/backends/host/userns.privileged.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
