@@ -3,8 +3,8 @@
 import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
-import { reaped, spawnDirect } from '../src/backends/namespaces/spawn.privileged.js';
-import type { UidRange } from '../src/backends/namespaces/state.js';
+import { reaped, spawnDirect } from '../src/backends/host/spawn.privileged.js';
+import type { UidRange } from '../src/backends/host/state.js';
 
 /**
  * State dir of bench sandboxes (the tests use their own; a real Airlock uses /var/lib/airlock).

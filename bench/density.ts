@@ -9,7 +9,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Airlock, type ExecHandle, type Sandbox } from '../src/index.js';
-import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
+import { buildSeccompFilter } from '../src/backends/host/seccomp.privileged.js';
 import {
   BENCH_STATE_DIR,
   BENCH_UID_RANGE,

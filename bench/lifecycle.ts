@@ -16,9 +16,9 @@ import { join } from 'node:path';
 import { Airlock, Sandbox } from '../src/index.js';
 import { bwrapOptions } from '../src/backends/namespaces/bwrap.js';
 import { defaultEnv } from '../src/core/env.js';
-import { ensureEtc } from '../src/backends/namespaces/rootfs.js';
-import { StateDirs } from '../src/backends/namespaces/state.js';
-import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
+import { ensureEtc } from '../src/backends/host/rootfs.js';
+import { StateDirs } from '../src/backends/host/state.js';
+import { buildSeccompFilter } from '../src/backends/host/seccomp.privileged.js';
 import type { SandboxSpecInput } from '../src/index.js';
 import {
   BENCH_STATE_DIR,

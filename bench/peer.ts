@@ -17,7 +17,7 @@ import { connect, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Airlock, Sandbox } from '../src/index.js';
-import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
+import { buildSeccompFilter } from '../src/backends/host/seccomp.privileged.js';
 import {
   BENCH_STATE_DIR,
   BENCH_UID_RANGE,

@@ -2,7 +2,7 @@
 // concurrencies, beside raw bwrap (the minimal flags + seccomp) at the same concurrencies in
 // the same run. The best rate and the concurrency that gives it are the result; target ≥ 150/s.
 import { Airlock, Sandbox } from '../src/index.js';
-import { buildSeccompFilter } from '../src/backends/namespaces/seccomp.privileged.js';
+import { buildSeccompFilter } from '../src/backends/host/seccomp.privileged.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE, type BenchContext } from './common.js';
 import { rawBwrapOnce } from './lifecycle.js';
 

@@ -1,8 +1,15 @@
 // Public API: named exports only.
-export { Sandbox, defaultAirlock } from './sandbox/index.js';
-export { Airlock, DEFAULT_STATE_DIR, type AirlockOptions, type Snapshots } from './sandbox/airlock.js';
+export {
+  Airlock,
+  DEFAULT_STATE_DIR,
+  Sandbox,
+  Snapshot,
+  defaultAirlock,
+  type AirlockOptions,
+  type Snapshots,
+} from './sandbox/airlock.js';
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
-export { Snapshot, MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
+export { MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
 export type { SnapshotParent, SnapshotRecord } from './core/snapshot.js';
 export {
   Templates,

@@ -6,7 +6,7 @@ import { resolve } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import type { BackendName, SandboxSpecInput } from '../core/spec.js';
 import { parseBytes, parseDurationMs } from '../core/units.js';
-import type { UidRange } from '../backends/namespaces/state.js';
+import type { UidRange } from '../backends/host/state.js';
 import { planEgress, type EgressFlags, type EgressPlan } from './egress-flags.js';
 import { CLI_BACKENDS, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT } from './defaults.js';
 

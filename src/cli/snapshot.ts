@@ -2,7 +2,7 @@
 // (AIRLOCK_STATE_DIR). Snapshots are taken and forked through the library (sbx.snapshot(), snap.fork()).
 import { AirlockError } from '../core/errors.js';
 import { formatBytes } from '../core/units.js';
-import type { Snapshot } from '../sandbox/snapshot.js';
+import type { Snapshot } from '../sandbox/airlock.js';
 import { cliAirlock } from './lifecycle.js';
 import { processIo, type Io } from './run.js';
 import { table } from './table.js';

@@ -128,6 +128,28 @@ export interface EgressPlumbing {
   waiting?(fds: readonly number[]): boolean;
 }
 
+/**
+ * What the next creates will need, so a backend can make it ahead in its warm slots (it then only
+ * applies the spec at create). A hint, never a limit: a create that asks for something else still
+ * gets exactly what it asks for, only without the head start. Without a plan given, a backend
+ * learns one from each create.
+ */
+export interface PreparePlan {
+  /** Their egress: none, the proxy and DNS listeners, or those plus transparent interception. */
+  readonly network: 'none' | 'proxy' | 'transparent';
+  /** Whether some of them start on a snapshot (user namespaces that idmap its layers, made ahead). */
+  readonly snapshotForks: boolean;
+  /**
+   * Their workspace over a host dir: mounted ahead in that mode (its owner's idmapping only, when
+   * they start on a snapshot, whose layers join the overlay at create).
+   */
+  readonly workspace?: {
+    readonly hostDir: string;
+    readonly mode: 'ro' | 'cow';
+    readonly onSnapshot?: boolean;
+  };
+}
+
 export interface ReapReport {
   readonly sandboxes: number;
 }
@@ -141,6 +163,8 @@ export interface BackendV1 {
   create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox>;
   /** Release what the backend holds beyond live sandboxes (e.g. prepared warm slots). */
   close(): Promise<void>;
+  /** Prepare warm slots for `plan` from now on (optional: a backend without warm slots has none). */
+  prepare?(plan: PreparePlan): void;
   /** Remove residue of sandboxes whose owning process died (SIGKILL, crash). */
   reapOrphans(): Promise<ReapReport>;
   /** Snapshots of this backend, if it can take them. */

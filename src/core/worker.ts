@@ -10,6 +10,12 @@ import { Worker, type WorkerOptions } from 'node:worker_threads';
  * './launcher-worker.privileged') as a worker thread. `callerUrl` is the caller's `import.meta.url`.
  */
 export function moduleWorker(callerUrl: string, name: string, options: WorkerOptions = {}): Worker {
+  // A worker inherits the process's execArgv; `--input-type` (node --input-type=module -e …) is
+  // refused for a worker that loads a file, so it is left out.
+  options = {
+    execArgv: process.execArgv.filter((a) => !a.startsWith('--input-type')),
+    ...options,
+  };
   const fromSource = callerUrl.endsWith('.ts');
   const target = new URL(`${name}${fromSource ? '.ts' : '.js'}`, callerUrl);
   if (!fromSource) return new Worker(target, options);

@@ -45,14 +45,18 @@ import {
   type Resolver,
   type VetResult,
 } from './vet.js';
+import {
+  DNS_PORT,
+  PROXY_ADDRESS,
+  PROXY_PORT,
+  TRANSPARENT_ADDRESS,
+  TRANSPARENT_PORT,
+} from '../core/sandbox-sockets.js';
 
 export type { AttachOptions, EgressGatewayOptions } from './context.js';
 
-export const PROXY_ADDRESS = '127.0.0.1';
-export const PROXY_PORT = 3128;
-export const TRANSPARENT_ADDRESS = '10.255.255.254';
-export const TRANSPARENT_PORT = 15001;
-export const DNS_PORT = 53;
+// The in-sandbox socket layout lives in core/ (the backends make these sockets ahead too).
+export { DNS_PORT, PROXY_ADDRESS, PROXY_PORT, TRANSPARENT_ADDRESS, TRANSPARENT_PORT };
 /** Synthetic addresses handed out by the sandbox's DNS (never dialled: mapped back to their name). */
 export const SYNTHETIC_POOL = '198.18.0.0/15';
 /** Distinct names one sandbox's DNS hands synthetic addresses to (bounds its table's memory). */

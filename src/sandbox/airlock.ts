@@ -12,7 +12,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import type { BackendProbe, BackendSandbox, BackendV1, Logger } from '../core/backend.js';
+import type { BackendProbe, BackendSandbox, BackendV1, Logger, PreparePlan } from '../core/backend.js';
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
@@ -31,14 +31,35 @@ import type { Dialer, Resolver } from '../egress/vet.js';
 import { SecretLease } from '../secrets/sentinels.js';
 import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
-import { countOpenFds, raiseOpenFileLimit } from '../backends/namespaces/nofile.privileged.js';
-import type { UidRange } from '../backends/namespaces/state.js';
-import { Sandbox } from './index.js';
-import type { SandboxHooks } from './sandbox.js';
-import { Snapshot, type SnapshotRuntime } from './snapshot.js';
+import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
+import type { UidRange } from '../backends/host/state.js';
+import { SandboxBase, type SandboxHooks } from './sandbox.js';
+import { SnapshotBase, type SnapshotRuntime } from './snapshot.js';
 import { Templates } from './templates.js';
 
 /** `airlock.snapshots`: the snapshots stored in this runtime's state dir (shared by its processes). */
+// `Sandbox` and `Snapshot` are defined here, beside the runtime that makes them: a Sandbox is made by
+// an Airlock (Sandbox.create uses the default one), and a Snapshot forks Sandboxes. sandbox.ts and
+// snapshot.ts hold their mechanics and import neither this file nor each other's classes.
+
+let defaultRuntime: Airlock | undefined;
+
+/** The runtime used when `Sandbox.create` is not given one (created lazily, with defaults). */
+export function defaultAirlock(): Airlock {
+  defaultRuntime ??= new Airlock();
+  return defaultRuntime;
+}
+
+/** `Sandbox`: the public class. `Sandbox.create(spec)` is the E2B-style entry point. */
+export class Sandbox extends SandboxBase {
+  static create(spec: SandboxSpecInput = {}, opts: { airlock?: Airlock } = {}): Promise<Sandbox> {
+    return (opts.airlock ?? defaultAirlock()).create(spec);
+  }
+}
+
+/** `Snapshot`: an immutable filesystem state taken from a sandbox; `fork()` starts Sandboxes from it. */
+export class Snapshot extends SnapshotBase<Sandbox> {}
+
 export interface Snapshots {
   /** Every snapshot, oldest first. */
   list(): Promise<Snapshot[]>;
@@ -114,7 +135,7 @@ export class Airlock {
   readonly snapshots: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
   readonly templates: Templates;
-  private readonly snapshotRuntime: SnapshotRuntime;
+  private readonly snapshotRuntime: SnapshotRuntime<Sandbox>;
 
   constructor(opts: AirlockOptions = {}) {
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
@@ -208,6 +229,19 @@ export class Airlock {
       );
     }
     return b;
+  }
+
+  /**
+   * Tell a tier what its next sandboxes will need (egress, forks of snapshots, a workspace over a
+   * host dir), so its warm slots are made ready for exactly that instead of for whatever the last
+   * create asked. A hint: a create asking for something else still gets what it asks for.
+   */
+  prepare(plan: PreparePlan & { readonly backend?: BackendName }): void {
+    const { backend = 'namespaces', ...rest } = plan;
+    const b = this.backend(backend);
+    if (!b.prepare)
+      throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${backend}" has no warm slots to prepare`);
+    b.prepare(rest);
   }
 
   async probe(name: BackendName): Promise<BackendProbe> {

@@ -19,7 +19,7 @@ import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
 import { SandboxWorkspace } from './workspace.js';
 import { checkedArgv } from './exec-check.js';
-import type { Snapshot } from './snapshot.js';
+import type { SnapshotBase } from './snapshot.js';
 
 /** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
@@ -121,7 +121,7 @@ export interface SandboxHooks {
   /** Whether the egress gateway saw nothing since a mark (then an exec need not wait for late events). */
   readonly egressQuiet?: { mark(): number; since(mark: number): boolean };
   /** Wraps a new snapshot's record into the Snapshot its runtime can fork. */
-  readonly snapshot?: (record: SnapshotRecord) => Snapshot;
+  readonly snapshot?: (record: SnapshotRecord) => SnapshotBase<SandboxBase>;
 }
 
 /** Egress events kept per sandbox (the newest; the audit store keeps everything). */
@@ -504,14 +504,15 @@ export class SandboxBase {
    * The sandbox keeps running: its processes are frozen while the files are copied, then thawed (a
    * paused sandbox stays paused). The same content over the same parent gives the same snapshot id.
    */
-  async snapshot(opts: { signal?: AbortSignal } = {}): Promise<Snapshot> {
+  async snapshot(opts: { signal?: AbortSignal } = {}): Promise<SnapshotBase<this>> {
     this.assertAlive();
     if (!this.backend.snapshot || !this.hooks.snapshot) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${this.spec.backend}" cannot take snapshots`);
     }
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted before it started');
     const record = await this.backend.snapshot(opts.signal);
-    return this.hooks.snapshot(record);
+    // The runtime's forks are of this sandbox's own class (Airlock makes every Sandbox).
+    return this.hooks.snapshot(record) as SnapshotBase<this>;
   }
 
   /**

@@ -3,7 +3,6 @@
 import { AirlockError } from '../core/errors.js';
 import type { MemoryRecord, SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
 import type { BackendName, SandboxSpecInput } from '../core/spec.js';
-import type { Sandbox } from './index.js';
 
 /** At most this many sandboxes per fork({ count }) call. */
 export const MAX_FORK_COUNT = 64;
@@ -41,9 +40,12 @@ export interface SnapshotInfo {
  */
 export type ForkOptions = Omit<SandboxSpecInput, 'backend' | 'workspace' | 'layers' | 'template'>;
 
-/** What a Snapshot needs from its runtime (narrow, so that it does not depend on Airlock). */
-export interface SnapshotRuntime {
-  create(spec: SandboxSpecInput): Promise<Sandbox>;
+/**
+ * What a Snapshot needs from its runtime (narrow, so that it does not depend on Airlock): `S` is
+ * what a fork gives (the public Sandbox: see airlock.ts, where `Snapshot` is this with S = Sandbox).
+ */
+export interface SnapshotRuntime<S> {
+  create(spec: SandboxSpecInput): Promise<S>;
   exists(backend: BackendName, digest: string): Promise<boolean>;
   users(backend: BackendName, digest: string): Promise<string[]>;
   remove(backend: BackendName, digest: string): Promise<void>;
@@ -51,8 +53,8 @@ export interface SnapshotRuntime {
 
 const INHERITED = ['limits', 'mounts', 'env', 'metadata', 'network', 'secrets', 'canaries'] as const;
 
-/** A sandbox's filesystem (and on gVisor, memory) state, content-addressed; `fork()` starts sandboxes from it. */
-export class Snapshot implements SnapshotInfo {
+/** A snapshot whose forks are `S` (generic so that this file needs no import of the Sandbox class). */
+export class SnapshotBase<S extends { kill(): Promise<unknown> }> implements SnapshotInfo {
   readonly id: string;
   readonly digest: string;
   readonly backend: BackendName;
@@ -65,7 +67,7 @@ export class Snapshot implements SnapshotInfo {
   readonly memory?: MemoryRecord;
 
   constructor(
-    private readonly runtime: SnapshotRuntime,
+    private readonly runtime: SnapshotRuntime<S>,
     private readonly record: SnapshotRecord,
   ) {
     this.id = record.digest;
@@ -91,9 +93,9 @@ export class Snapshot implements SnapshotInfo {
    * siblings). With `count`, start that many at once (all or none: if one fails the others are
    * killed and the error is thrown).
    */
-  fork(opts: ForkOptions & { count: number }): Promise<Sandbox[]>;
-  fork(opts?: ForkOptions & { count?: undefined }): Promise<Sandbox>;
-  async fork(opts: ForkOptions & { count?: number } = {}): Promise<Sandbox | Sandbox[]> {
+  fork(opts: ForkOptions & { count: number }): Promise<S[]>;
+  fork(opts?: ForkOptions & { count?: undefined }): Promise<S>;
+  async fork(opts: ForkOptions & { count?: number } = {}): Promise<S | S[]> {
     const { count, ...rest } = opts;
     for (const key of ['workspace', 'layers', 'backend', 'template']) {
       if (key in rest) {

@@ -26,7 +26,7 @@ import {
   type TemplateRecord,
   type TemplateStep,
 } from '../core/template.js';
-import type { Sandbox } from './index.js';
+import type { SandboxBase } from './sandbox.js';
 
 /** Bytes of a failed step's stderr kept in the error. */
 const STDERR_TAIL_CHARS = 2000;
@@ -94,7 +94,7 @@ export interface ResolvedTemplate {
 
 /** What Templates needs from its runtime (narrow, so that it does not depend on Airlock). */
 export interface TemplateRuntime {
-  create(spec: SandboxSpecInput): Promise<Sandbox>;
+  create(spec: SandboxSpecInput): Promise<SandboxBase>;
   /** The layer record for a digest (of any tier: layers share one store), or undefined. */
   layer(digest: string): Promise<SnapshotRecord | undefined>;
   /** Remove a layer with the snapshot store's rules (SNAPSHOT_IN_USE while used). */
@@ -136,7 +136,7 @@ export class Templates {
     const segments = segment(t.steps);
     const stacked: SnapshotRecord[] = [];
     const madeHere = new Set<string>();
-    let sbx: Sandbox | undefined;
+    let sbx: SandboxBase | undefined;
     try {
       let from = base?.digest;
       for (const [s, seg] of segments.entries()) {
@@ -197,7 +197,7 @@ export class Templates {
     }
   }
 
-  private async capture(sbx: Sandbox, madeHere: Set<string>): Promise<SnapshotRecord> {
+  private async capture(sbx: SandboxBase, madeHere: Set<string>): Promise<SnapshotRecord> {
     const snap = await sbx.snapshot();
     const rec = await this.runtime.layer(snap.digest);
     if (!rec) throw new AirlockError('INTERNAL', `layer ${snap.digest} vanished right after its capture`);
@@ -338,7 +338,7 @@ function segment(
   return out;
 }
 
-async function runStep(sbx: Sandbox, step: TemplateStep, i: number, signal?: AbortSignal): Promise<void> {
+async function runStep(sbx: SandboxBase, step: TemplateStep, i: number, signal?: AbortSignal): Promise<void> {
   const r = await sbx.exec(typeof step.run === 'string' ? step.run : [...step.run], {
     timeoutMs: step.timeoutMs,
     ...(step.env ? { env: step.env } : {}),

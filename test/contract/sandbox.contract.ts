@@ -29,7 +29,7 @@ import {
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { NO_RESIDUE, TEST_UID_RANGE, residue, testAirlock } from '../helpers.js';
-import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { unmount } from '../../src/backends/host/mount.privileged.js';
 import { airlockError, contractRegistrar, expectError, picture, type ContractOptions } from './support.js';
 
 const MiB = 1024 * 1024;

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
-import { countOpenFds } from '../../src/backends/namespaces/nofile.privileged.js';
+import { countOpenFds } from '../../src/backends/host/nofile.privileged.js';
 import type { EgressEvent } from '../../src/egress/events.js';
 import {
   canRunNamespaces,

@@ -13,7 +13,7 @@ import {
   interceptTcpInNetns,
   prepareEgressInNetns,
   socketInNetns,
-} from '../../src/backends/namespaces/netns.privileged.js';
+} from '../../src/backends/host/netns.privileged.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../src/egress/gateway.js';
 import { canRunNamespaces, NO_RESIDUE, residue, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import {

@@ -18,7 +18,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { devTreeProblem } from '../../src/backends/namespaces/mount.privileged.js';
+import { devTreeProblem } from '../../src/backends/host/mount.privileged.js';
 import type { Sandbox } from '../../src/index.js';
 import { canRunNamespaces, SANDBOX_DEV_ENTRIES, testAirlock, TEST_STATE_DIR } from '../helpers.js';
 import { canRunTier, expectNoResidue, sandboxRootEntries, TIERS } from './util.js';

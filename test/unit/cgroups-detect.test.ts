@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { detectCgroups } from '../../src/backends/namespaces/cgroups.privileged.js';
+import { detectCgroups } from '../../src/backends/host/cgroups.privileged.js';
 
 const V1 = [
   '24 23 0:21 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755',

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { favorDynmods } from '../../src/backends/namespaces/cgroups.privileged.js';
+import { favorDynmods } from '../../src/backends/host/cgroups.privileged.js';
 import { libc } from '../../src/core/libc.privileged.js';
 import { Airlock } from '../../src/index.js';
 import { canRunNamespaces, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';

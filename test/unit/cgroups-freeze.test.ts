@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
-import { attachCgroup } from '../../src/backends/namespaces/cgroups.privileged.js';
+import { attachCgroup } from '../../src/backends/host/cgroups.privileged.js';
 
 const dirs: string[] = [];
 const fakeDir = (): string => {

@@ -12,7 +12,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { devTreeProblem, ensureDevTree, unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { devTreeProblem, ensureDevTree, unmount } from '../../src/backends/host/mount.privileged.js';
 import { libc } from '../../src/core/libc.privileged.js';
 import { canRunNamespaces, SANDBOX_DEV_ENTRIES, SKIP_REASON } from '../helpers.js';
 

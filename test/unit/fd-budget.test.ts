@@ -7,7 +7,7 @@ import {
   countOpenFds,
   openFileLimit,
   raiseOpenFileLimit,
-} from '../../src/backends/namespaces/nofile.privileged.js';
+} from '../../src/backends/host/nofile.privileged.js';
 
 /** A process holding `open` fds; each admitted connection really opens `perConn`. */
 function world(open: number, perConn: number) {

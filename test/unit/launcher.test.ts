@@ -14,9 +14,9 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { closeLaunchNamespace, Launcher } from '../../src/backends/namespaces/launcher.privileged.js';
-import { mountTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
-import { reaped, spawnDirect } from '../../src/backends/namespaces/spawn.privileged.js';
+import { closeLaunchNamespace, Launcher } from '../../src/backends/host/launcher.privileged.js';
+import { mountTmpfs, unmount } from '../../src/backends/host/mount.privileged.js';
+import { reaped, spawnDirect } from '../../src/backends/host/spawn.privileged.js';
 import { Airlock } from '../../src/index.js';
 import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 

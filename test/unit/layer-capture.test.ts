@@ -23,9 +23,9 @@ import {
   captureLayer,
   OPAQUE_XATTR,
   type CaptureSource,
-} from '../../src/backends/namespaces/layer-capture.privileged.js';
+} from '../../src/backends/host/layer-capture.privileged.js';
 import { libc } from '../../src/core/libc.privileged.js';
-import { mountTmpfs, unmount } from '../../src/backends/namespaces/mount.privileged.js';
+import { mountTmpfs, unmount } from '../../src/backends/host/mount.privileged.js';
 
 const SELF = 3_999_001;
 const isRoot = process.getuid?.() === 0;

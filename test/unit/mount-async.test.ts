@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { mountTmpfs, unmountAsync } from '../../src/backends/namespaces/mount.privileged.js';
+import { mountTmpfs, unmountAsync } from '../../src/backends/host/mount.privileged.js';
 import { canRunNamespaces } from '../helpers.js';
 
 const mountedUnder = (dir: string): number =>

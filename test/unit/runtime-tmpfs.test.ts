@@ -7,7 +7,7 @@ import {
   ensureRuntimeTmpfs,
   mkdirUnderRuntimeLock,
   unmount,
-} from '../../src/backends/namespaces/mount.privileged.js';
+} from '../../src/backends/host/mount.privileged.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 
 const TMPFS_MAGIC = 0x01021994;

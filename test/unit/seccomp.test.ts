@@ -10,7 +10,7 @@ import {
   HIGHEST_REVIEWED_SYSCALL,
   UNAVAILABLE_SYSCALLS,
   X86_64_SYSCALLS,
-} from '../../src/backends/namespaces/seccomp.privileged.js';
+} from '../../src/backends/host/seccomp.privileged.js';
 
 // Expected values are spelled out here, independently of the module under test.
 const ALLOW = 0x7fff0000;

@@ -4,7 +4,7 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { killAndReap, reaped, spawnDirect } from '../../src/backends/namespaces/spawn.privileged.js';
+import { killAndReap, reaped, spawnDirect } from '../../src/backends/host/spawn.privileged.js';
 import { canRunNamespaces, SKIP_REASON, TEST_UID_RANGE } from '../helpers.js';
 
 // A uid of the test range that no sandbox of the test runs gets (the range has 4096).

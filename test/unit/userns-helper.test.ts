@@ -14,13 +14,9 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import {
-  mappingUserns,
-  mountIdmappedAll,
-  unshareUserns,
-} from '../../src/backends/namespaces/idmap.privileged.js';
-import { unmount } from '../../src/backends/namespaces/mount.privileged.js';
-import { usernsHelper, usernsHelperPid } from '../../src/backends/namespaces/userns.privileged.js';
+import { mappingUserns, mountIdmappedAll, unshareUserns } from '../../src/backends/host/idmap.privileged.js';
+import { unmount } from '../../src/backends/host/mount.privileged.js';
+import { usernsHelper, usernsHelperPid } from '../../src/backends/host/userns.privileged.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 
 const OWNER = 4321;

@@ -1,11 +1,20 @@
-// The gVisor tier: the namespaces tier's host state (size-capped disk, overlay workspace, snapshot
+// The gVisor tier: the host state of backends/host/ (size-capped disk, overlay workspace, snapshot
 // layers, routeless netns, cgroup, leased uid) with every process run by runsc, so that a sandboxed
 // process talks to gVisor's user-space kernel (the sentry) instead of the host kernel. See
 // docs/threat-model.md for what this adds over the namespaces tier and what it does not.
-import type { BackendContext, BackendProbe, ProbeCheck } from '../../core/backend.js';
-import type { BackendName, Limits } from '../../core/spec.js';
-import { NamespacesBackend, type NamespacesOptions } from '../namespaces/index.js';
-import type { NamespacesSandbox, NamespacesSandboxParts } from '../namespaces/sandbox.js';
+import type {
+  BackendContext,
+  BackendProbe,
+  BackendSandbox,
+  BackendV1,
+  PreparePlan,
+  ProbeCheck,
+  ReapReport,
+  SnapshotStoreV1,
+} from '../../core/backend.js';
+import { AirlockError } from '../../core/errors.js';
+import type { BackendName, SandboxSpec } from '../../core/spec.js';
+import { SandboxHost, type HostOptions, type HostSandboxParts } from '../host/index.js';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeRootfs } from './oci.privileged.js';
@@ -15,35 +24,44 @@ import { gvisorHostLimits } from './limits.js';
 
 export { GVISOR_EXEC_OVERHEAD } from './limits.js';
 
-export interface GvisorOptions extends NamespacesOptions {
+export interface GvisorOptions extends HostOptions {
   readonly runscPath?: string;
   /** Force a platform instead of detecting one (kvm, systrap, ptrace). */
   readonly platform?: Platform;
 }
 
-export class GvisorBackend extends NamespacesBackend {
-  override readonly name: BackendName = 'gvisor';
-  /** Its processes are started by runsc, not bwrap. */
-  protected override readonly startsBwrap = false;
+export class GvisorBackend implements BackendV1 {
+  readonly specificationVersion = 'v1' as const;
+  readonly name: BackendName = 'gvisor';
+  readonly snapshots: SnapshotStoreV1;
+  private readonly host: SandboxHost;
   private readonly runscPath: string | undefined;
   private readonly forcedPlatform: Platform | undefined;
   private gvProbe: Promise<BackendProbe> | undefined;
   private platform: Platform | undefined;
 
-  constructor(ctx: BackendContext, opts: GvisorOptions = {}) {
-    super(ctx, opts);
+  constructor(
+    private readonly ctx: BackendContext,
+    opts: GvisorOptions = {},
+  ) {
+    // Its processes are started by runsc, not bwrap; its cgroup also holds gVisor's own footprint.
+    this.host = new SandboxHost(
+      ctx,
+      { name: this.name, startsBwrap: false, hostLimits: (l) => gvisorHostLimits(l, 1) },
+      opts,
+    );
+    this.snapshots = this.host.snapshots;
     this.runscPath = opts.runscPath ?? findRunsc();
     this.forcedPlatform = opts.platform;
   }
 
-  override probe(): Promise<BackendProbe> {
+  probe(): Promise<BackendProbe> {
     this.gvProbe ??= this.probeGvisor();
     return this.gvProbe;
   }
 
   private async probeGvisor(): Promise<BackendProbe> {
-    const base = await super.probe();
-    const checks: ProbeCheck[] = base.checks.filter((c) => c.name !== 'bwrap');
+    const checks: ProbeCheck[] = this.host.checks();
     if (!this.runscPath) {
       checks.push({
         name: 'runsc',
@@ -78,11 +96,27 @@ export class GvisorBackend extends NamespacesBackend {
       : { available: true, checks };
   }
 
-  protected override hostLimits(l: Limits): Limits {
-    return gvisorHostLimits(l, 1);
+  async create(spec: SandboxSpec): Promise<BackendSandbox> {
+    const probe = await this.probe();
+    if (!probe.available)
+      throw new AirlockError('BACKEND_UNAVAILABLE', `${this.name} backend unavailable: ${probe.reason}`);
+    return this.host.create(spec, (parts) => this.makeSandbox(parts));
   }
 
-  protected override async makeSandbox(parts: NamespacesSandboxParts): Promise<NamespacesSandbox> {
+  prepare(plan: PreparePlan): void {
+    this.host.prepare(plan);
+  }
+
+  close(): Promise<void> {
+    return this.host.close();
+  }
+
+  reapOrphans(): Promise<ReapReport> {
+    return this.host.reapOrphans();
+  }
+
+  /** The live sandbox over prepared host state; a fork of a snapshot with memory restores its processes. */
+  private async makeSandbox(parts: HostSandboxParts): Promise<GvisorSandbox> {
     const rootfs = makeRootfs(
       join(parts.res.dir, 'rootfs'),
       (parts.layout.roMounts ?? []).map(([host, path]) => ({ path, file: !statSync(host).isDirectory() })),
@@ -91,13 +125,13 @@ export class GvisorBackend extends NamespacesBackend {
       runsc: this.runscPath!,
       platform: this.platform!,
       rootfs,
-      layersRoot: this.layerStore.root,
+      layersRoot: this.host.layerStore.root,
     });
     const top = parts.spec.layers?.[0];
-    const record = top === undefined ? undefined : this.layerStore.get(top);
+    const record = top === undefined ? undefined : this.host.layerStore.get(top);
     if (top !== undefined && record?.memory && record.memory.processes > 0) {
       try {
-        await sbx.restore(this.layerStore.memoryDir(top));
+        await sbx.restore(this.host.layerStore.memoryDir(top));
       } catch (e) {
         await sbx.stopAll(); // the caller (create) releases the host state
         throw e;

@@ -7,9 +7,9 @@
 // and root to nobody.
 import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { BwrapLayout } from '../namespaces/bwrap.js';
-import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../namespaces/rootfs.js';
-import { DENIED_SYSCALLS } from '../namespaces/seccomp.privileged.js';
+import type { SandboxLayout } from '../host/layout.js';
+import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
+import { DENIED_SYSCALLS } from '../host/seccomp.privileged.js';
 
 const NOBODY = 65534;
 /** RLIMIT_NOFILE inside the sandbox, as on the namespaces tier. */
@@ -55,7 +55,7 @@ export interface OciProcess {
 
 export interface OciOptions {
   readonly rootfs: string;
-  readonly layout: BwrapLayout;
+  readonly layout: SandboxLayout;
   readonly hostUid: number;
   readonly process: OciProcess;
   /** Own network namespace (runsc --network=none); false when the sentry uses the sandbox's netns. */

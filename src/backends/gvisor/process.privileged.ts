@@ -13,7 +13,7 @@ import type { Readable, Writable } from 'node:stream';
 import type { BackendProcess } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from '../../core/libc.privileged.js';
-import { childExited } from '../namespaces/process.js';
+import { childExited } from '../host/child-exit.js';
 
 const GATE_FD = 3;
 // setpriv --pdeathsig: runsc gets SIGKILL if Airlock dies (bwrap's --die-with-parent on the other

@@ -1,5 +1,6 @@
-// One live sandbox of the gVisor tier. Its host state is the namespaces tier's (disk, overlays, netns,
-// cgroup, uid lease: see ../namespaces/); what differs is how a process runs: every exec is its own
+// One live sandbox of the gVisor tier. Its host state and the operations on all of it come from
+// backends/host/ (HostSandbox: disk, overlays, netns, cgroup, uid lease); what this tier adds is how a
+// process runs: every exec is its own
 // runsc container (a fresh sentry, pid namespace and mount view, like a fresh bwrap per exec) over
 // that shared state. Snapshots also checkpoint the memory of the execs that are still running, and a
 // fork restores them: they continue with their in-memory state.
@@ -9,13 +10,20 @@ import { createReadStream, mkdirSync, readdirSync, rmSync, statSync, writeFileSy
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
-import type { BackendProcess, SpawnRequest } from '../../core/backend.js';
+import type {
+  BackendProcess,
+  BackendSandbox,
+  EgressPlumbing,
+  LimitCounters,
+  SpawnRequest,
+} from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
+import type { SnapshotRecord } from '../../core/snapshot.js';
 import { readRecordFile } from '../../core/validate.js';
-import type { CaptureRequest } from '../namespaces/layers.js';
-import { withNetns } from '../namespaces/netns.privileged.js';
-import { NamespacesSandbox, type NamespacesSandboxParts } from '../namespaces/sandbox.js';
-import { selfOwner } from '../namespaces/state.js';
+import type { CaptureRequest } from '../host/layers.js';
+import { withNetns } from '../host/netns.privileged.js';
+import { HostSandbox, type HostSandboxParts } from '../host/index.js';
+import { selfOwner } from '../host/state.js';
 import { ociConfig, type OciProcess } from './oci.privileged.js';
 import { startRunsc } from './process.privileged.js';
 import { globalArgs, type Platform } from './runsc.js';
@@ -54,7 +62,11 @@ interface Container {
   readonly proc: BackendProcess;
 }
 
-export class GvisorSandbox extends NamespacesSandbox {
+export class GvisorSandbox implements BackendSandbox {
+  readonly id: string;
+  readonly hostUid: number;
+  readonly egress: EgressPlumbing;
+  private readonly host: HostSandbox;
   private seq = 0;
   private readonly containers = new Map<string, Container>();
   /** Containers started and not yet gone (sizes the cgroup's allowance for gVisor itself). */
@@ -65,29 +77,32 @@ export class GvisorSandbox extends NamespacesSandbox {
   private written: string | undefined;
 
   constructor(
-    parts: NamespacesSandboxParts,
+    parts: HostSandboxParts,
     private readonly g: GvisorParts,
   ) {
-    super(parts);
+    this.host = new HostSandbox(parts, (signal) => this.prepareCapture(signal));
+    this.id = parts.id;
+    this.hostUid = parts.hostUid;
+    this.egress = this.host.egress;
     // create() left the cgroup at the limits for one exec.
     this.written = limitsKey(gvisorHostLimits(parts.spec.limits, 1));
   }
 
   private get network(): 'none' | 'host' {
     // Egress listeners live in the sandbox's (routeless) netns; only the host stack reaches them.
-    return this.p.spec.network ? 'host' : 'none';
+    return this.host.p.spec.network ? 'host' : 'none';
   }
 
   private runscArgs(): string[] {
     return globalArgs({
-      root: join(this.p.res.dir, 'runsc'),
+      root: join(this.host.p.res.dir, 'runsc'),
       platform: this.g.platform,
       network: this.network,
     });
   }
 
-  override async spawn(req: SpawnRequest): Promise<BackendProcess> {
-    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+  async spawn(req: SpawnRequest): Promise<BackendProcess> {
+    this.host.assertAlive();
     return (await this.start({ argv: req.argv, env: req.env, cwd: req.cwd }, req.stdin)).proc;
   }
 
@@ -98,30 +113,30 @@ export class GvisorSandbox extends NamespacesSandbox {
     image?: string,
   ): Promise<{ cid: string; proc: BackendProcess }> {
     const cid = `${this.id}-${++this.seq}`;
-    const bundle = join(this.p.res.dir, 'bundles', cid);
+    const bundle = join(this.host.p.res.dir, 'bundles', cid);
     mkdirSync(bundle, { recursive: true, mode: 0o700 });
     const config = ociConfig({
       rootfs: this.g.rootfs,
-      layout: this.layout,
+      layout: this.host.layout,
       hostUid: this.hostUid,
       process,
       ownNetns: this.network === 'none',
-      pids: this.p.spec.limits.pids,
+      pids: this.host.p.spec.limits.pids,
     });
     writeFileSync(join(bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
     const sub = image ? ['restore', '--image-path', image] : ['run'];
     // With nothing running, every task the cgroup still charges is dead: a finished sentry's systrap
     // helpers are released by the kernel seconds after runsc exits (after a fork storm: dozens).
     // They run nothing, but they hold pid slots; allow for them so the next exec's sentry fits.
-    if (this.running === 0) this.lingering = this.p.res.cgroup?.tasks() ?? 0;
+    if (this.running === 0) this.lingering = this.host.p.res.cgroup?.tasks() ?? 0;
     this.running++;
     this.applyLimits();
     const p = await startRunsc({
       runsc: this.g.runsc,
       args: [...this.runscArgs(), ...sub, '--bundle', bundle, cid],
       stdin,
-      enroll: (pid) => this.p.res.cgroup!.addProcess(pid),
-      enterNetns: (f) => withNetns(this.p.netns, f),
+      enroll: (pid) => this.host.p.res.cgroup!.addProcess(pid),
+      enterNetns: (f) => withNetns(this.host.p.netns, f),
     });
     const exited = p.exited.then((x) => {
       this.running--;
@@ -131,10 +146,8 @@ export class GvisorSandbox extends NamespacesSandbox {
       return x;
     });
     const proc: BackendProcess = { ...p, exited };
-    this.procs.add(proc);
-    void exited.then(() => this.procs.delete(proc));
     this.containers.set(cid, { process, proc });
-    if (this.destroyed) p.kill();
+    this.host.track(proc);
     return { cid, proc };
   }
 
@@ -144,13 +157,13 @@ export class GvisorSandbox extends NamespacesSandbox {
    * then stays where it is until the next change.
    */
   private applyLimits(): void {
-    if (this.destroyed) return;
+    if (this.host.destroyed) return;
     try {
-      const l = gvisorHostLimits(this.p.spec.limits, this.running);
+      const l = gvisorHostLimits(this.host.p.spec.limits, this.running);
       const want = { ...l, pids: l.pids + this.lingering };
       const key = limitsKey(want);
       if (key === this.written) return; // one exec at a time: nothing changes between execs
-      this.p.res.cgroup?.setLimits(want);
+      this.host.p.res.cgroup?.setLimits(want);
       this.written = key;
     } catch {
       // see above
@@ -206,8 +219,8 @@ export class GvisorSandbox extends NamespacesSandbox {
 
   /** Kill every container and wait until they are gone (a failed restore, before host state goes). */
   async stopAll(): Promise<void> {
-    for (const p of this.procs) p.kill();
-    await Promise.all([...this.procs].map((p) => p.exited));
+    for (const p of this.host.procs) p.kill();
+    await Promise.all([...this.host.procs].map((p) => p.exited));
   }
 
   private async runsc(args: readonly string[]): Promise<void> {
@@ -218,12 +231,12 @@ export class GvisorSandbox extends NamespacesSandbox {
    * Stop the running execs (gVisor pause), checkpoint each (they stay paused), and keep them paused
    * through the filesystem copy, so files and memory are of the same instant; resume afterwards.
    */
-  protected override async prepareCapture(
+  private async prepareCapture(
     signal?: AbortSignal,
   ): Promise<{ memory?: CaptureRequest['memory']; release?: () => Promise<void> }> {
     const live = [...this.containers.entries()];
     if (!live.length) return {};
-    const skipped = this.network === 'host' ? HOSTINET_REASON : this.paused ? PAUSED_REASON : undefined;
+    const skipped = this.network === 'host' ? HOSTINET_REASON : this.host.paused ? PAUSED_REASON : undefined;
     if (skipped) return { memory: { hash: 'skipped', record: { processes: 0, bytes: 0, skipped } } };
     const paused: string[] = [];
     const release = async (): Promise<void> => {
@@ -250,7 +263,7 @@ export class GvisorSandbox extends NamespacesSandbox {
       let n = 0;
       for (const cid of paused) {
         if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
-        if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+        if (this.host.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
         const image = join(dir, String(n));
         mkdirSync(image, { mode: 0o700 });
         try {
@@ -292,6 +305,26 @@ export class GvisorSandbox extends NamespacesSandbox {
       await release();
       throw e;
     }
+  }
+
+  counters(): Promise<LimitCounters> {
+    return this.host.counters();
+  }
+
+  snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
+    return this.host.snapshot(signal);
+  }
+
+  pause(): Promise<void> {
+    return this.host.pause();
+  }
+
+  resume(): Promise<void> {
+    return this.host.resume();
+  }
+
+  destroy(): Promise<void> {
+    return this.host.destroy();
   }
 }
 

@@ -3,33 +3,11 @@
 // symlinks), a generated /etc, and the sandbox's own writable dirs. bwrap runs as the sandbox's
 // unprivileged host uid (never root), so the user namespace maps sandbox uid 1000 to that uid only.
 import { existsSync } from 'node:fs';
-import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from './rootfs.js';
+import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
+import type { SandboxLayout } from '../host/layout.js';
 
-export interface BwrapLayout {
-  /** Generated /etc, bound read-only. */
-  readonly etcDir: string;
-  /** The sandbox's /workspace: overlay mount, a plain dir on the sandbox disk, or a host dir (ro). */
-  readonly workspaceDir: string;
-  readonly workspaceReadOnly: boolean;
-  /** Host files/dirs bound read-only: [prepared read-only clone on the host, path in the sandbox]. */
-  readonly roMounts?: ReadonlyArray<readonly [host: string, sandbox: string]>;
-  /** Extra read-only files bound over the generated /etc (e.g. the CA bundle for egress interception). */
-  readonly extraRoFiles?: ReadonlyArray<readonly [host: string, sandbox: string]>;
-  /** Sandbox-private dirs on its size-capped disk. */
-  readonly tmpDir: string;
-  readonly homeDir: string;
-  /** Backs /dev/shm, so shared memory counts against the sandbox disk like any other file. */
-  readonly shmDir: string;
-  /**
-   * A read-only tree of device nodes bound as /dev (ensureDevTree: the nodes bwrap's --dev would
-   * make, made once per state dir); absent: bwrap's --dev, remounted read-only.
-   */
-  readonly devDir?: string;
-  /** A devpts instance of the sandbox's own (capped number of ptys); absent: bwrap's uncapped one. */
-  readonly ptsDir?: string;
-  /** True when bwrap is started inside the sandbox's persistent netns. */
-  readonly inSandboxNetns: boolean;
-}
+/** The bwrap view of a sandbox is the host layout every tier shares (host/layout.ts). */
+export type BwrapLayout = SandboxLayout;
 
 /** File descriptors passed to bwrap through Node's stdio array (dash cannot redirect fds >= 10). */
 export const FD = { args: 3, seccomp: 4, info: 5, block: 6 } as const;

@@ -16,20 +16,18 @@
 //     bwrap's --block-fd. If Airlock dies now, the command runs inside its cgroup and the reaper kills it.
 // bwrap's --json-status-fd (which its sandboxed child never inherits) reaches EOF when bwrap exits:
 // that is when its exit status is collected.
-import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { Readable, type Writable } from 'node:stream';
-import type { BackendProcess, ProcessExit } from '../../core/backend.js';
+import type { BackendProcess } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { FD } from './bwrap.js';
+import { childExited, type ExitSource } from '../host/child-exit.js';
 import { libc } from '../../core/libc.privileged.js';
-import { openFileLimit } from './nofile.privileged.js';
-import { reaped, spawnDirect, type DirectChild, type Spawner } from './spawn.privileged.js';
+import { openFileLimit } from '../host/nofile.privileged.js';
+import { reaped, spawnDirect, type DirectChild, type Spawner } from '../host/spawn.privileged.js';
 
 /** RLIMIT_NOFILE inside the sandbox (Node raises its own limit; the sandbox must not inherit that). */
 const NOFILE = 4096;
-/** How long an exec may hold its stdio open after its process tree is gone (fds handed to others). */
-const STDIO_GRACE_MS = 500;
 const SIGKILL = 9;
 /**
  * bwrap parses the host's mount table once per bind, and with 1,000 sandboxes live that table holds
@@ -40,9 +38,6 @@ const SIGKILL = 9;
  */
 const BWRAP_MALLOC =
   'GLIBC_TUNABLES=glibc.malloc.mmap_threshold=16384:glibc.malloc.trim_threshold=0:glibc.malloc.top_pad=0';
-
-/** What childExited needs of a process: its output streams and an 'exit' (code, signal) event. */
-export type ExitSource = Pick<ChildProcess, 'stdout' | 'stderr' | 'on'>;
 
 export interface StartOptions {
   readonly bwrapPath: string;
@@ -175,37 +170,6 @@ function exitWhenClosed(
   const ev = new EventEmitter();
   status.once('close', () => void reaped(child).then((x) => ev.emit('exit', x.exitCode, x.signal)));
   return { stdout, stderr, on: ev.on.bind(ev) } as unknown as ExitSource;
-}
-
-/**
- * When a spawned sandbox process is done: after its exit (`onExit` runs then) and after its stdout
- * and stderr close — or STDIO_GRACE_MS later, since a process of another exec it handed them to
- * may hold them open (results and timeouts must still hold). A spawn error is exit 127.
- */
-export function childExited(child: ExitSource, onExit: () => void): Promise<ProcessExit> {
-  return new Promise<ProcessExit>((resolve) => {
-    child.on('error', () => {
-      onExit();
-      resolve({ exitCode: 127, signal: null });
-    });
-    child.on('exit', (code, signal) => {
-      onExit();
-      const grace = setTimeout(() => {
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-      }, STDIO_GRACE_MS);
-      let open = 2;
-      const done = (): void => {
-        if (--open > 0) return;
-        clearTimeout(grace);
-        resolve({ exitCode: code, signal });
-      };
-      for (const s of [child.stdout, child.stderr]) {
-        if (!s || s.destroyed || s.readableEnded) done();
-        else s.once('close', done);
-      }
-    });
-  });
 }
 
 /**

@@ -1,7 +1,6 @@
-// One live sandbox of the namespaces tier: its host resources, its processes, and the operations on
-// its whole state (snapshot, pause, resume, destroy).
-import { readdirSync, statfsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+// One live sandbox of the namespaces tier: its host state and the operations on all of it come from
+// backends/host/ (HostSandbox); what this tier adds is how a process runs: each exec is one bwrap
+// process tree entering fresh namespaces over that state, started from the sandbox's launch namespace.
 import type {
   BackendProcess,
   BackendSandbox,
@@ -9,127 +8,24 @@ import type {
   LimitCounters,
   SpawnRequest,
 } from '../../core/backend.js';
-import { AirlockError } from '../../core/errors.js';
 import type { SnapshotRecord } from '../../core/snapshot.js';
-import { MAX_LAYERS, type SandboxSpec } from '../../core/spec.js';
-import { bwrapOptions, type BwrapLayout } from './bwrap.js';
-import type { CgroupHandle } from './cgroups.privileged.js';
-import type { CaptureSource } from './layer-capture.privileged.js';
-import type { CaptureRequest, LayerStore } from './layers.js';
-import { unmountAsync } from './mount.privileged.js';
-import {
-  anyReadable,
-  interceptTcpInNetns,
-  originalDestination,
-  socketInNetns,
-  withNetns,
-  type NetnsHandle,
-} from './netns.privileged.js';
-import { closeLaunchNamespace, type Launcher } from './launcher.privileged.js';
+import { closeLaunchNamespace } from '../host/launcher.privileged.js';
+import { withNetns } from '../host/netns.privileged.js';
+import { HostSandbox, launchSharesKey, type HostSandboxParts } from '../host/index.js';
+import { bwrapOptions } from './bwrap.js';
 import { startSandboxedProcess, type StartOptions } from './process.js';
-import type { StateDirs } from './state.js';
 
-/** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
-export class HostResources {
-  cgroup: CgroupHandle | undefined;
-  /** The sandbox's network namespace (held by an fd of this process; none for a reaped orphan). */
-  netns: NetnsHandle | undefined;
-  /** The mount namespace its bwrap starts in (launcher.privileged.ts), once made. */
-  launchNs: number | undefined;
-  constructor(
-    readonly dir: string,
-    readonly uid: number | undefined,
-    private readonly dirs: StateDirs,
-  ) {}
-
-  async release(): Promise<void> {
-    const errors: unknown[] = [];
-    const step = async (f: () => unknown): Promise<void> => {
-      try {
-        await f();
-      } catch (e) {
-        errors.push(e);
-      }
-    };
-    // 1. processes (they pin the mounts), 2. mounts, innermost first (the overlays, then what they
-    // lie on), 3. files, 4. uid lease.
-    // Unmounts run off the event loop (unmountAsync), one after the other in this order.
-    const names = readdirOr(this.dir);
-    const unmount = (name: string): Promise<void> =>
-      names.includes(name) ? step(() => unmountAsync(join(this.dir, name))) : Promise.resolve();
-    await step(() => this.cgroup?.destroy());
-    await step(() => closeLaunchNamespace(this.launchNs));
-    this.launchNs = undefined;
-    await unmount('ws');
-    await unmount('home');
-    for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
-    await unmount('lower');
-    await unmount('disk');
-    // Held by an fd (its dir entry is only a symlink), or a reaped orphan's: then possibly the
-    // bind-mounted netns of an older Airlock.
-    if (this.netns) await step(() => this.netns!.close());
-    else await unmount('netns');
-    await unmount('pts');
-    await step(() => this.dirs.removeTree(this.dir));
-    if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
-    if (errors.length) {
-      throw new AirlockError(
-        'INTERNAL',
-        `sandbox cleanup incomplete: ${errors.map((e) => (e as Error).message).join('; ')}`,
-      );
-    }
-  }
-}
-
-export interface NamespacesSandboxParts {
-  readonly id: string;
-  readonly hostUid: number;
-  readonly layout: BwrapLayout;
-  readonly res: HostResources;
+/** What this tier adds to a sandbox's host state. */
+export interface BwrapParts {
   readonly bwrapPath: string;
   readonly seccomp: Buffer;
-  readonly netns: NetnsHandle;
-  readonly spec: SandboxSpec;
-  readonly store: LayerStore;
-  /** What a snapshot copies: the workspace and home trees (plain dirs or overlay upper dirs). */
-  readonly sources: readonly CaptureSource[];
-  /** The sandbox's tmpfs disk. */
-  readonly disk: string;
-  /** Transparent interception to this address:port is already set up in the netns (warm pool). */
-  readonly intercepting?: { readonly address: string; readonly port: number };
-  /**
-   * Takes the release of the host state once every process is gone (mounts, dirs, cgroup dirs, uid
-   * lease), to start it soon (batched with others') and track it until it settles, so that close()
-   * waits for it.
-   */
-  readonly teardown: (release: () => Promise<void>) => void;
-  /** Told each time a process of the sandbox has started (the backend then refills its warm pool). */
-  readonly processStarted?: () => void;
-  /** Starts bwrap in a mount namespace of the sandbox's own; absent: from the host's (as before). */
-  readonly launcher?: Launcher;
 }
 
 export class NamespacesSandbox implements BackendSandbox {
   readonly id: string;
   readonly hostUid: number;
-  protected layout: BwrapLayout;
-  protected readonly procs = new Set<BackendProcess>();
-  /** Cgroup enrolments in flight: processes about to start (or, if destroyed meanwhile, not to). */
-  private readonly enrolling = new Set<Promise<void>>();
-  private readonly captures = new Set<Promise<unknown>>();
-  protected destroyed: Promise<void> | undefined;
-  /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
-  private holds = 0;
-  protected paused = false;
-  /** Freeze/thaw steps run one at a time, in order. */
-  private freezeQueue: Promise<void> = Promise.resolve();
-
-  constructor(protected readonly p: NamespacesSandboxParts) {
-    this.id = p.id;
-    this.hostUid = p.hostUid;
-    this.layout = p.layout;
-    this.launchShares = launchSharesKey(p.layout);
-  }
+  readonly egress: EgressPlumbing;
+  private readonly host: HostSandbox;
 
   /**
    * The shared dirs the sandbox's launch namespace was made with: a namespace made ahead in the
@@ -137,249 +33,73 @@ export class NamespacesSandbox implements BackendSandbox {
    */
   private launchShares: string;
 
+  constructor(
+    p: HostSandboxParts,
+    private readonly b: BwrapParts,
+  ) {
+    this.host = new HostSandbox(p);
+    this.id = p.id;
+    this.hostUid = p.hostUid;
+    this.egress = this.host.egress;
+    this.launchShares = launchSharesKey(p.layout);
+  }
+
   /**
    * Where bwrap is started from: the launcher's thread, in this sandbox's launch namespace (made at
    * the first exec, once every host mount of the sandbox exists, and again if the layout came to
    * bind another shared dir from); without a launcher, this thread in the host's namespaces.
    */
   private spawnVia(): Pick<StartOptions, 'via' | 'enterNetns'> {
-    const launcher = this.p.launcher;
-    if (!launcher) return { enterNetns: (f) => withNetns(this.p.netns, f) };
-    const key = launchSharesKey(this.layout);
-    if (this.p.res.launchNs === undefined || key !== this.launchShares) {
+    const p = this.host.p;
+    const launcher = p.launcher;
+    if (!launcher) return { enterNetns: (f) => withNetns(p.netns, f) };
+    const key = launchSharesKey(this.host.layout);
+    if (p.res.launchNs === undefined || key !== this.launchShares) {
       for (const s of key.split('\0')) launcher.share(s);
-      const ns = launcher.sandboxNamespace(this.p.res.dir);
-      void closeLaunchNamespace(this.p.res.launchNs);
-      this.p.res.launchNs = ns;
+      const ns = launcher.sandboxNamespace(p.res.dir);
+      void closeLaunchNamespace(p.res.launchNs);
+      p.res.launchNs = ns;
       this.launchShares = key;
     }
-    const mntns = this.p.res.launchNs;
-    return { via: (call) => launcher.spawn(call, mntns, this.p.netns.fd) };
+    const mntns = p.res.launchNs;
+    return { via: (call) => launcher.spawn(call, mntns, p.netns.fd) };
   }
 
   async spawn(req: SpawnRequest): Promise<BackendProcess> {
-    if (this.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+    this.host.assertAlive();
     const p = await startSandboxedProcess({
       ...this.spawnVia(),
-      bwrapPath: this.p.bwrapPath,
+      bwrapPath: this.b.bwrapPath,
       hostUid: this.hostUid,
-      options: bwrapOptions(this.layout, req.cwd, req.env),
+      options: bwrapOptions(this.host.layout, req.cwd, req.env),
       argv: req.argv,
-      seccomp: this.p.seccomp,
+      seccomp: this.b.seccomp,
       stdin: req.stdin,
-      enroll: (pid) => {
-        const e = this.p.res.cgroup!.enroll(pid);
-        this.enrolling.add(e);
-        const done = (): boolean => this.enrolling.delete(e);
-        e.then(done, done);
-        return e;
-      },
-      cancelled: () => this.destroyed !== undefined,
+      enroll: (pid) => this.host.enroll(pid),
+      cancelled: () => this.host.destroyed !== undefined,
     });
-    this.procs.add(p);
-    void p.exited.then(() => this.procs.delete(p));
-    if (this.destroyed) p.kill();
-    this.p.processStarted?.();
+    this.host.track(p);
+    this.host.p.processStarted?.();
     return p;
   }
 
-  readonly egress: EgressPlumbing = {
-    listen: (kind, address, port) => socketInNetns(this.p.netns, kind, address, port),
-    interceptTcp: (address, port) => {
-      const ready = this.p.intercepting;
-      if (!ready) return interceptTcpInNetns(this.p.netns, address, port);
-      if (ready.address !== address || ready.port !== port)
-        throw new AirlockError(
-          'INTERNAL',
-          `netns prepared for ${ready.address}:${ready.port}, not ${address}:${port}`,
-        );
-    },
-    bindReadOnlyFiles: (files) => {
-      this.layout = { ...this.layout, extraRoFiles: [...(this.layout.extraRoFiles ?? []), ...files] };
-    },
-    originalDestination: (fd) => originalDestination(fd),
-    waiting: (fds) => anyReadable(fds),
-  };
-
-  async counters(): Promise<LimitCounters> {
-    return this.p.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };
+  counters(): Promise<LimitCounters> {
+    return this.host.counters();
   }
 
-  private cgroup(): CgroupHandle {
-    const cg = this.p.res.cgroup;
-    if (!cg) throw new AirlockError('INTERNAL', `sandbox ${this.id} has no cgroup`);
-    return cg;
-  }
-
-  private queued<T>(f: () => Promise<T>): Promise<T> {
-    const run = this.freezeQueue.then(f);
-    this.freezeQueue = run.then(
-      () => {},
-      () => {},
-    );
-    return run;
-  }
-
-  /** Take a freeze hold: frozen from the first holder until the last lets go. */
-  private hold(): Promise<void> {
-    return this.queued(async () => {
-      if (this.holds === 0) await this.cgroup().freeze();
-      this.holds++;
-    });
-  }
-
-  private unhold(): Promise<void> {
-    return this.queued(async () => {
-      this.holds--;
-      if (this.holds === 0) await this.cgroup().thaw();
-    });
+  snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
+    return this.host.snapshot(signal);
   }
 
   pause(): Promise<void> {
-    if (this.destroyed) return Promise.reject(gone(this.id));
-    return this.queued(async () => {
-      if (this.paused) return;
-      if (this.holds === 0) await this.cgroup().freeze();
-      this.holds++;
-      this.paused = true;
-    });
+    return this.host.pause();
   }
 
   resume(): Promise<void> {
-    if (this.destroyed) return Promise.reject(gone(this.id));
-    return this.queued(async () => {
-      if (!this.paused) return;
-      this.paused = false;
-      this.holds--;
-      if (this.holds === 0) await this.cgroup().thaw();
-    });
-  }
-
-  /**
-   * Copy the workspace and home into a new layer with every process of the sandbox frozen, so the
-   * copy is consistent and nothing in the sandbox can change the tree under the (root) copier.
-   * Without a freezer this fails closed: copying a live hostile tree as root is not done.
-   */
-  snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
-    if (this.destroyed) return Promise.reject(gone(this.id));
-    if ((this.p.spec.layers?.length ?? 0) >= MAX_LAYERS) {
-      return Promise.reject(
-        new AirlockError(
-          'INVALID_ARGUMENT',
-          `sandbox ${this.id} already runs on ${MAX_LAYERS} snapshot layers, the deepest chain there can be; ` +
-            'start a fresh sandbox to snapshot more',
-        ),
-      );
-    }
-    if (!this.cgroup().canFreeze) {
-      return Promise.reject(
-        new AirlockError(
-          'BACKEND_UNAVAILABLE',
-          'snapshots freeze the sandbox while copying, which needs the cgroup freezer (v1 "freezer" controller or cgroup v2 cgroup.freeze); this host has neither',
-        ),
-      );
-    }
-    const run = (async () => {
-      const pre = await this.prepareCapture(signal);
-      try {
-        await this.hold();
-        try {
-          return await this.p.store.capture({
-            sources: this.p.sources,
-            selfUid: this.hostUid,
-            parent: {
-              layers: this.p.spec.layers ?? [],
-              workspace: {
-                mode: this.p.spec.workspace.mode,
-                ...(this.p.spec.workspace.hostDir !== undefined
-                  ? { hostDir: this.p.spec.workspace.hostDir }
-                  : {}),
-              },
-            },
-            spec: this.p.spec,
-            source: this.id,
-            checkpoint: () => {
-              if (this.destroyed) throw gone(this.id);
-              if (signal?.aborted) throw new AirlockError('ABORTED', 'snapshot aborted');
-            },
-            maxContentBytes: this.p.spec.limits.diskBytes,
-            usedBytes: usedBytes(this.p.disk),
-            backend: this.p.spec.backend,
-            ...(pre.memory ? { memory: pre.memory } : {}),
-          });
-        } finally {
-          await this.unhold();
-        }
-      } finally {
-        await pre.release?.();
-      }
-    })();
-    this.captures.add(run);
-    void run.then(
-      () => this.captures.delete(run),
-      () => this.captures.delete(run),
-    );
-    return run;
-  }
-
-  /**
-   * Work before the filesystem copy (a tier that also captures process memory does it here, with
-   * its processes stopped until `release`). This tier keeps only files.
-   */
-  protected prepareCapture(
-    _signal?: AbortSignal,
-  ): Promise<{ memory?: CaptureRequest['memory']; release?: () => Promise<void> }> {
-    return Promise.resolve({});
+    return this.host.resume();
   }
 
   destroy(): Promise<void> {
-    this.destroyed ??= (async () => {
-      // A capture in progress sees `destroyed` at its next entry and stops; wait for it so that its
-      // thaw happens before the cgroup is removed.
-      await Promise.allSettled([...this.captures]);
-      await this.freezeQueue;
-      // A process whose enrolment is in flight either starts inside the cgroup before the sweep
-      // below or sees `destroyed` and never starts (process.ts): wait until it has done either.
-      await Promise.allSettled([...this.enrolling]);
-      for (const p of this.procs) p.kill();
-      // Frozen (paused) processes do not act on SIGKILL until thawed (cgroup v1): kill everything in
-      // the cgroup while it is frozen, then thaw it, so they die without running another instruction.
-      if (this.holds > 0) await this.p.res.cgroup?.killAll();
-      await Promise.all([...this.procs].map((p) => p.exited));
-      // Nothing of the sandbox runs once its cgroup is empty (this also catches a process that was
-      // being started while the sandbox was killed). The rest of the host state (mounts, dirs, cgroup
-      // dirs, uid lease) is released after kill resolves, tracked by the backend: its close() waits
-      // for it, and if Airlock dies first the sandbox dir is an orphan the next reaper removes.
-      await this.p.res.cgroup?.killAll();
-      this.p.teardown(() => this.p.res.release());
-    })();
-    return this.destroyed;
-  }
-}
-
-/** The host dirs (outside the sandbox's own) bwrap binds from with this layout, as one key. */
-export function launchSharesKey(l: Pick<BwrapLayout, 'etcDir' | 'devDir' | 'extraRoFiles'>): string {
-  const dirs = [
-    l.etcDir,
-    ...(l.devDir ? [l.devDir] : []),
-    ...(l.extraRoFiles ?? []).map(([h]) => dirname(h)),
-  ];
-  return [...new Set(dirs)].join('\0');
-}
-
-function gone(id: string): AirlockError {
-  return new AirlockError('SANDBOX_GONE', `sandbox ${id} was killed`);
-}
-
-function usedBytes(disk: string): number {
-  const s = statfsSync(disk);
-  return (s.blocks - s.bfree) * s.bsize;
-}
-
-function readdirOr(dir: string): string[] {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
+    return this.host.destroy();
   }
 }

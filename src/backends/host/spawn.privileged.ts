@@ -217,8 +217,8 @@ function asIdentity<T>(as: SpawnIdentity, f: () => T): T {
   return withIdentity(libc(), as, f, exitHalfPrivileged);
 }
 
-// The two functions below are self-contained (they refer to nothing outside their bodies but each
-// other): the launcher's worker thread runs their source too (launcher.privileged.ts).
+// The two functions below take their libc as an argument: the launcher's worker thread runs them with
+// its own binding (launcher-worker.privileged.ts).
 
 /**
  * posix_spawn `call` on the calling thread: every signal default and none blocked, cwd /, fds as

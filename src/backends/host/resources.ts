@@ -1,0 +1,95 @@
+// Everything one sandbox holds on the host (its dir and mounts, netns, cgroup, launch namespace, uid
+// lease), released in dependency order; and its owner.json, which says whose it is (the reaper and
+// the layer store read it).
+import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { AirlockError } from '../../core/errors.js';
+import type { CgroupHandle } from './cgroups.privileged.js';
+import { closeLaunchNamespace } from './launcher.privileged.js';
+import { unmountAsync } from './mount.privileged.js';
+import type { NetnsHandle } from './netns.privileged.js';
+import type { Owner, StateDirs } from './state.js';
+
+/** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
+export class HostResources {
+  cgroup: CgroupHandle | undefined;
+  /** The sandbox's network namespace (held by an fd of this process; none for a reaped orphan). */
+  netns: NetnsHandle | undefined;
+  /** The mount namespace its bwrap starts in (launcher.privileged.ts), once made. */
+  launchNs: number | undefined;
+  constructor(
+    readonly dir: string,
+    readonly uid: number | undefined,
+    private readonly dirs: StateDirs,
+  ) {}
+
+  async release(): Promise<void> {
+    const errors: unknown[] = [];
+    const step = async (f: () => unknown): Promise<void> => {
+      try {
+        await f();
+      } catch (e) {
+        errors.push(e);
+      }
+    };
+    // 1. processes (they pin the mounts), 2. mounts, innermost first (the overlays, then what they
+    // lie on), 3. files, 4. uid lease.
+    // Unmounts run off the event loop (unmountAsync), one after the other in this order.
+    const names = readdirOr(this.dir);
+    const unmount = (name: string): Promise<void> =>
+      names.includes(name) ? step(() => unmountAsync(join(this.dir, name))) : Promise.resolve();
+    await step(() => this.cgroup?.destroy());
+    await step(() => closeLaunchNamespace(this.launchNs));
+    this.launchNs = undefined;
+    await unmount('ws');
+    await unmount('home');
+    for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
+    await unmount('lower');
+    await unmount('disk');
+    // Held by an fd (its dir entry is only a symlink), or a reaped orphan's: then possibly the
+    // bind-mounted netns of an older Airlock.
+    if (this.netns) await step(() => this.netns!.close());
+    else await unmount('netns');
+    await unmount('pts');
+    await step(() => this.dirs.removeTree(this.dir));
+    if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
+    if (errors.length) {
+      throw new AirlockError(
+        'INTERNAL',
+        `sandbox cleanup incomplete: ${errors.map((e) => (e as Error).message).join('; ')}`,
+      );
+    }
+  }
+}
+
+/** A sandbox dir's owner.json. */
+export interface OwnerFile {
+  readonly id: string;
+  readonly uid: number;
+  readonly owner: Owner;
+  /** Snapshot layers the sandbox runs on (written before it opens them; see LayerStore.remove). */
+  readonly layers?: readonly string[];
+}
+
+export function writeOwnerFile(dir: string, meta: OwnerFile): void {
+  // Atomic (tmp + rename): the reaper and LayerStore.remove read it concurrently.
+  const tmp = join(dir, 'owner.json.tmp');
+  writeFileSync(tmp, JSON.stringify(meta), { mode: 0o600 });
+  renameSync(tmp, join(dir, 'owner.json'));
+}
+
+export function readOwnerFile(dir: string): OwnerFile | undefined {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as OwnerFile;
+  } catch {
+    return undefined;
+  }
+}
+
+function readdirOr(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
