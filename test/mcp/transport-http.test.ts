@@ -196,6 +196,7 @@ async function connectHttp(): Promise<TransportUnderTest> {
     return {
       client,
       tool: (name) => `h__${name}`,
+      statuses: { broken: 400, oversized: 413, accepted: 202 },
       async send(chunks, _waitFor: readonly JsonRpcId[] = []) {
         // One POST is one frame: its answer is complete when the response ends.
         const r = await post(gw.port, session, chunks);

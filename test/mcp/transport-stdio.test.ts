@@ -19,6 +19,7 @@ import {
 } from './transport.contract.js';
 
 const HOSTILE = FIXTURE('hostile-server.ts');
+const DROPPED_LINE = '[airlock] dropped a broken frame from the client: ';
 /** Longest wait for any one answer: far above the real figures, far below the test timeout. */
 const ANSWER_TIMEOUT_MS = 30_000;
 
@@ -43,6 +44,8 @@ class RawCli {
   readonly received: WireMessage[] = [];
   readonly exited: Promise<number | null>;
   stderr = '';
+  /** stderr lines naming a dropped broken frame from the client. */
+  droppedLines = 0;
   private out: Buffer = Buffer.alloc(0);
   private wake: (() => void) | undefined;
 
@@ -58,9 +61,13 @@ class RawCli {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     this.exited = new Promise((resolve) => this.child.on('close', (code) => resolve(code)));
-    this.child.stderr
-      .setEncoding('utf8')
-      .on('data', (t: string) => (this.stderr = (this.stderr + t).slice(-8000)));
+    let errLine = '';
+    this.child.stderr.setEncoding('utf8').on('data', (t: string) => {
+      this.stderr = (this.stderr + t).slice(-8000);
+      const lines = (errLine + t).split('\n');
+      errLine = lines.pop()!;
+      this.droppedLines += lines.filter((l) => l.startsWith(DROPPED_LINE)).length;
+    });
     this.child.stdout.on('data', (chunk: Buffer) => {
       this.out = Buffer.concat([this.out, chunk]);
       let nl: number;
@@ -176,8 +183,12 @@ async function connectStdio(): Promise<TransportUnderTest> {
         new Promise((r) => setTimeout(() => r('timeout'), 30_000)),
       ]);
       if (code === 'timeout') raw.child.kill('SIGTERM');
+      const frames = readAudit(rawAudit).filter((e) => e.method === 'frame' && e.server === '*').length;
       rmSync(dir, { recursive: true, force: true });
       expect(code, raw.stderr).toBe(0);
+      // Every audited frame error is also named on stderr, one line each.
+      expect(frames).toBeGreaterThan(0);
+      expect(raw.droppedLines).toBe(frames);
     },
   };
 }

@@ -49,6 +49,11 @@ export interface TransportUnderTest {
   frameCodes(): string[];
   /** Audited events of the `tools/call` and definitions kind, for the quarantine case. */
   audited(): AuditedFinding[];
+  /**
+   * HTTP statuses this transport answers with (absent over stdio, which has none): a broken frame, a
+   * frame over the size cap, a valid message that needs no answer (a response or a notification).
+   */
+  readonly statuses?: { broken: number; oversized: number; accepted: number };
   /** An official SDK client on this transport (fronting the hostile fixture). */
   readonly client: Client;
   /** A fixture tool's name as this transport's client sees it. */
@@ -56,7 +61,10 @@ export interface TransportUnderTest {
   close(): Promise<void>;
 }
 
-export const JSONRPC_ERROR_CODES = [-32700, -32600];
+/** JSON-RPC 2.0: text that is no JSON value is a Parse error; a JSON value that is no message, Invalid Request. */
+const INVALID_REQUEST_FRAME_CODES = ['not_object', 'batch_unsupported', 'invalid_jsonrpc'];
+const expectedRpcCode = (frameCode: string): number =>
+  INVALID_REQUEST_FRAME_CODES.includes(frameCode) ? -32600 : -32700;
 const DENIED = -32010;
 
 const b = (s: string): Buffer => Buffer.from(s);
@@ -197,12 +205,16 @@ export function transportContract(name: string, connect: () => Promise<Transport
       ).toEqual([]);
       for (const m of a.messages) {
         expect(m.jsonrpc, what).toBe('2.0');
-        expect(typeof m.error?.message, what).toBe('string');
+        expect(m.error?.message, what).toEqual(expect.stringMatching(/./));
+        if (parsed && !parsed.ok) expect(m.error?.code, what).toBe(expectedRpcCode(parsed.code));
+      }
+      if (t.statuses) {
+        const want = oversized ? t.statuses.oversized : parsed?.ok ? t.statuses.accepted : t.statuses.broken;
+        expect(a.statuses, `${what}: HTTP status`).toEqual([want]);
       }
       if (id !== undefined) {
         const mine = a.messages.filter((m) => key(m.id) === key(id));
         expect(mine, `${what}: one error with its own id`).toHaveLength(1);
-        if (parsed && !parsed.ok) expect(JSONRPC_ERROR_CODES, what).toContain(mine[0]!.error?.code);
       } else {
         expect(
           a.messages.filter((m) => m.id !== null && m.id !== undefined),
