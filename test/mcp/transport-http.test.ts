@@ -168,7 +168,8 @@ function pipelined(
 async function connectHttp(): Promise<TransportUnderTest> {
   const airlock: Airlock = testAirlock();
   const gw = await startGateway(airlock, {
-    h: { command: NODE, args: HOSTILE_ARGS, airlock: { boundary: 'per-server' } },
+    // per-session (the HTTP default): each session pins its own server's first listing, as stdio does.
+    h: { command: NODE, args: HOSTILE_ARGS, airlock: {} },
   });
   try {
     const auth = { authorization: `Bearer ${gw.tokens.alice!}` };

@@ -187,7 +187,6 @@ async function connectStdio(): Promise<TransportUnderTest> {
       rmSync(dir, { recursive: true, force: true });
       expect(code, raw.stderr).toBe(0);
       // Every audited frame error is also named on stderr, one line each.
-      expect(frames).toBeGreaterThan(0);
       expect(raw.droppedLines).toBe(frames);
     },
   };

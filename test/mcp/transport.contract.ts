@@ -331,6 +331,13 @@ export function transportContract(name: string, connect: () => Promise<Transport
         }
         expect(listed).toContain(t.tool('echo'));
         expect(listed).not.toContain(weather);
+        // The renamed fetch_data (now fetch_data_v2) was not in the pin: never listed, never callable.
+        expect(listed).not.toContain(t.tool('fetch_data_v2'));
+        const renamed = await rpcError(
+          t.client.callTool({ name: t.tool('fetch_data_v2'), arguments: { key: 'k' } }),
+        );
+        expect(renamed.code).toBe(DENIED);
+        expect(renamed.data).toEqual({ airlock: { code: 'quarantined' } });
         const e = await rpcError(t.client.callTool({ name: weather, arguments: { city: 'Oslo' } }));
         expect(e.code).toBe(DENIED);
         expect(e.data).toEqual({ airlock: { code: 'quarantined' } });
