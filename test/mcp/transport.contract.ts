@@ -251,6 +251,34 @@ export function transportContract(name: string, connect: () => Promise<Transport
         for (const m of a.messages) expect(m.result).toEqual({});
       });
 
+      it('a broken frame between good ones in the same write spoils neither neighbour', async () => {
+        const framesBefore = t.frameCodes().length;
+        const a = await t.sendTogether(
+          [
+            b('{"jsonrpc":"2.0","id":"before","method":"ping"}'),
+            b('{"jsonrpc":'),
+            b('{"jsonrpc":"2.0","id":"after","method":"ping"}'),
+          ],
+          ['before', 'after'],
+        );
+        expect(
+          a.messages
+            .filter((m) => m.result !== undefined)
+            .map((m) => m.id)
+            .sort(),
+        ).toEqual(['after', 'before']);
+        // The broken one gets at most an error without an id (it has none to recover).
+        expect(a.messages.filter((m) => m.result === undefined)).toEqual(
+          a.messages.filter((m) => m.result === undefined && m.id === null && m.error?.code === -32700),
+        );
+        expect(
+          await waitFor(
+            () => t.frameCodes().slice(framesBefore),
+            (c) => c.length > 0,
+          ),
+        ).toEqual(['frame_not_json']);
+      });
+
       it('a frame over the size cap is refused, audited, and the session survives', async () => {
         const head = b('{"jsonrpc":"2.0","id":"huge","method":"ping","params":{"s":"');
         const tail = b('"}}');
