@@ -761,11 +761,7 @@ if (canRunNamespaces) {
         expect(Number(provenance(r).redactions)).toBeGreaterThanOrEqual(3);
       });
 
-      it('inject: the instruction-like text is flagged, not altered', async () => {
-        const r = await cli.client.callTool({ name: 'inject', arguments: {} });
-        expect(text(r)).toContain('Ignore all previous instructions');
-        expect(provenance(r)).toMatchObject({ flagged: true, truncated: false, tool: 'inject' });
-      });
+      // inject (instruction-like text flagged, not altered): test/mcp/transport.contract.ts, both transports.
     });
 
     describe('hostile fixture with --junk-stdout', () => {
