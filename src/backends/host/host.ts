@@ -126,6 +126,8 @@ export class SandboxHost {
     this.uidRange = opts.uidRange ?? DEFAULT_UID_RANGE;
     this.favorCgroupMigration = opts.favorCgroupMigration ?? true;
     this.launchNamespaces = opts.launchNamespaces ?? true;
+    // The launcher thread boots (loads its module and koffi) while the first create does its own work.
+    if (this.launchNamespaces && tier.startsBwrap) Launcher.warm();
     this.cgPrefix = `${createHash('sha256').update(ctx.stateDir).digest('hex').slice(0, 8)}-`;
     this.teardowns = new Teardowns(ctx.logger);
     this.pool = new SlotPool({

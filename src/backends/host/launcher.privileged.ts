@@ -52,8 +52,20 @@ export class Launcher {
   /** Host dirs already cloned into the base. */
   private readonly shared = new Set<string>();
 
-  static get(): Launcher | { failed: string } {
+  /**
+   * Starts the worker without waiting for it, so that it sets up while this thread goes on (a
+   * one-shot CLI run would otherwise wait for it on the critical path); get() waits for it.
+   */
+  static warm(): void {
     Launcher.instance ??= Launcher.start();
+  }
+
+  static get(): Launcher | { failed: string } {
+    const l = (Launcher.instance ??= Launcher.start());
+    if (l instanceof Launcher) {
+      const failed = l.awaitSetUp();
+      if (failed) Launcher.instance = { failed };
+    }
     return Launcher.instance;
   }
 
@@ -77,11 +89,19 @@ export class Launcher {
     this.worker.unref(); // it lives as long as the process, and never keeps it alive
     port1.on('message', (reply: Reply) => this.settle(reply));
     port1.unref();
-    // Set up synchronously before first use (tens of ms, once per process).
+  }
+
+  private setUp = false;
+
+  /** Waits (once) until the worker has set up its base namespace; the reason where it could not. */
+  private awaitSetUp(): string | undefined {
+    if (this.setUp) return undefined;
     if (Atomics.wait(this.ctrl, 2, 0, START_TIMEOUT_MS) === 'timed-out' || Atomics.load(this.ctrl, 2) !== 1) {
       void this.worker.terminate();
-      throw new Error('the launcher thread could not set up its mount namespace (see stderr)');
+      return 'the launcher thread could not set up its mount namespace (see stderr)';
     }
+    this.setUp = true;
+    return undefined;
   }
 
   /** Hand `r` to the worker; its reply comes back with the same id. */
