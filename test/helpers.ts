@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { Airlock } from '../src/index.js';
 
 export const TEST_STATE_DIR = process.env.AIRLOCK_TEST_STATE_DIR ?? '/var/tmp/airlock-test';
@@ -120,13 +121,18 @@ export async function settledResidue(maxWaitMs = 2000): Promise<Residue> {
 
 const ROOT = join(import.meta.dirname, '..');
 
-/** The real `airlock` CLI as a child process on the test state dir and uid range. */
+/**
+ * The real `airlock` CLI as a child process on the test state dir and uid range, from any cwd (tsx
+ * and main.ts by absolute path, so the cwd need not hold node_modules). Rejects after `timeoutMs`.
+ */
 export function runCli(
   args: readonly string[],
+  o: { cwd?: string; timeoutMs?: number } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const tsx = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
-      cwd: ROOT,
+    const child = spawn(process.execPath, ['--import', tsx, join(ROOT, 'src', 'cli', 'main.ts'), ...args], {
+      cwd: o.cwd ?? ROOT,
       env: {
         ...process.env,
         AIRLOCK_STATE_DIR: TEST_STATE_DIR,
@@ -138,7 +144,14 @@ export function runCli(
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (t: string) => (stdout += t));
     child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`airlock ${args.join(' ')} did not exit in time; stderr: ${stderr}`));
+    }, o.timeoutMs ?? 120_000);
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
   });
 }

@@ -3,12 +3,10 @@
 // write the changed files into DIR. The command's own output goes to stderr, so stdout is the patch.
 import { resolve } from 'node:path';
 import { AirlockError } from '../core/errors.js';
-import type { Sandbox } from '../sandbox/index.js';
 import type { WorkspaceChange } from '../sandbox/workspace.js';
-import { checkSecretSources, relabelSecretError } from './egress-flags.js';
+import { checkSecretSources } from './egress-flags.js';
 import { checkWorkspaceDir, planRun, type RunFlags } from './flags.js';
-import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
-import { killedLine, oomLine, processIo, relabelTemplateError, type Io } from './run.js';
+import { processIo, reportEnd, runPlan, type Io } from './run.js';
 
 export interface DiffFlags extends RunFlags {
   out?: string;
@@ -39,40 +37,13 @@ export async function diffCommand(
   checkSecretSources(plan.egress);
   const outDir = flags.out === undefined ? undefined : resolve(cwd, flags.out);
 
-  const airlock = cliAirlock({ maxSpillBytes: 0 });
-  const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
-  let sbx: Sandbox | undefined;
-  try {
-    sbx = await airlock.create(plan.spec).catch((e: unknown) => {
-      throw relabelTemplateError(relabelSecretError(e, plan.egress));
-    });
-    if (trap.exitCode !== undefined) return trap.exitCode;
-    const result = await sbx.exec(plan.command, {
-      timeoutMs: plan.timeoutMs,
-      maxOutputBytes: plan.maxOutputBytes,
-      signal: trap.signal,
-      ...(flags.stdin ? { stdin: process.stdin } : {}),
-      onStdout: io.err, // stdout is the patch
-      onStderr: io.err,
-    });
-    if (trap.exitCode !== undefined) return trap.exitCode;
-    const why = killedLine(result, plan, sbx.spec.limits);
-    if (why) io.err(`airlock: ${why}\n`);
-    const oom = oomLine(result, sbx.spec.limits);
-    if (oom) io.err(`airlock: ${oom}\n`);
-    const diff = await sbx.workspace.diff(outDir === undefined ? {} : { dir: outDir });
-    if (trap.exitCode !== undefined) return trap.exitCode;
-    io.out(outDir === undefined ? diff.patch : changeLines(diff.changes));
-    return statusOf(result);
-  } catch (e) {
-    if (trap.exitCode !== undefined) return trap.exitCode;
-    throw e;
-  } finally {
-    try {
-      await airlock.killAll();
-    } finally {
-      trap.dispose();
-      if (flags.stdin) process.stdin.destroy();
-    }
-  }
+  return runPlan(plan, flags, io, {
+    airlock: { maxSpillBytes: 0 },
+    output: { onStdout: io.err, onStderr: io.err }, // stdout is the patch
+    async after(sbx, result, interrupted) {
+      reportEnd(result, plan, sbx, io);
+      const diff = await sbx.workspace.diff(outDir === undefined ? {} : { dir: outDir });
+      if (!interrupted()) io.out(outDir === undefined ? diff.patch : changeLines(diff.changes));
+    },
+  });
 }

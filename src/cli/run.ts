@@ -2,7 +2,8 @@
 // command's exit status as airlock's, and the sandbox killed on every path out.
 import { rmSync } from 'node:fs';
 import type { Sandbox } from '../sandbox/index.js';
-import type { ExecResult } from '../sandbox/sandbox.js';
+import type { AirlockOptions } from '../sandbox/airlock.js';
+import type { ExecOptions, ExecResult } from '../sandbox/sandbox.js';
 import { AirlockError } from '../core/errors.js';
 import { formatBytes } from '../core/units.js';
 import { checkSecretSources, relabelSecretError } from './egress-flags.js';
@@ -24,11 +25,45 @@ export async function runCommand(
   checkSecretSources(plan.egress);
 
   // Streamed output was already seen whole: keep no spill copy of it (the --json result points at one).
-  const airlock = cliAirlock(flags.json ? {} : { maxSpillBytes: 0 });
+  return runPlan(plan, flags, io, {
+    airlock: flags.json ? {} : { maxSpillBytes: 0 },
+    output: flags.json ? {} : { onStdout: io.out, onStderr: io.err },
+    after(sbx, result) {
+      if (flags.json) io.out(`${JSON.stringify(result, null, 2)}\n`);
+      else {
+        for (const p of Object.values(result.spillPaths ?? {})) rmSync(p, { force: true });
+        reportEnd(result, plan, sbx, io);
+      }
+    },
+  });
+}
+
+/** How a planned command runs (see runPlan): the runtime's options, where output goes, what follows. */
+export interface RunPlanSteps {
+  readonly airlock: Pick<AirlockOptions, 'maxSpillBytes'>;
+  readonly output: Pick<ExecOptions, 'onStdout' | 'onStderr'>;
+  /**
+   * After the command, before the sandbox is killed (e.g. print the result, take a diff).
+   * `interrupted()`: a signal arrived meanwhile (the run then exits 130/143, whatever this prints).
+   */
+  after(sbx: Sandbox, result: ExecResult, interrupted: () => boolean): void | Promise<void>;
+}
+
+/**
+ * The flow every one-shot command shares (run, diff): create the plan's sandbox, run its command
+ * under a signal trap, then `after`; every sandbox is killed and its host state released at the end.
+ * The command's exit status, or 130/143 after SIGINT/SIGTERM.
+ */
+export async function runPlan(
+  plan: RunPlan,
+  flags: Pick<RunFlags, 'stdin'>,
+  io: Io,
+  steps: RunPlanSteps,
+): Promise<number> {
+  const airlock = cliAirlock(steps.airlock);
   const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
-  let sbx: Sandbox | undefined;
   try {
-    sbx = await airlock.create(plan.spec).catch((e: unknown) => {
+    const sbx = await airlock.create(plan.spec).catch((e: unknown) => {
       throw relabelTemplateError(relabelSecretError(e, plan.egress));
     });
     if (trap.exitCode !== undefined) return trap.exitCode;
@@ -37,17 +72,11 @@ export async function runCommand(
       maxOutputBytes: plan.maxOutputBytes,
       signal: trap.signal,
       ...(flags.stdin ? { stdin: process.stdin } : {}),
-      ...(flags.json ? {} : { onStdout: io.out, onStderr: io.err }),
+      ...steps.output,
     });
     if (trap.exitCode !== undefined) return trap.exitCode;
-    if (flags.json) io.out(`${JSON.stringify(result, null, 2)}\n`);
-    else {
-      for (const p of Object.values(result.spillPaths ?? {})) rmSync(p, { force: true });
-      const why = killedLine(result, plan, sbx.spec.limits);
-      if (why) io.err(`airlock: ${why}\n`);
-      const oom = oomLine(result, sbx.spec.limits);
-      if (oom) io.err(`airlock: ${oom}\n`);
-    }
+    await steps.after(sbx, result, () => trap.exitCode !== undefined);
+    if (trap.exitCode !== undefined) return trap.exitCode;
     return statusOf(result);
   } catch (e) {
     // Killing the sandbox under an exec in flight can fail that exec; the interrupt is the story.
@@ -63,6 +92,14 @@ export async function runCommand(
       if (flags.stdin) process.stdin.destroy();
     }
   }
+}
+
+/** The lines on stderr that say why a command ended early (a limit, the TTL, the OOM killer). */
+export function reportEnd(result: ExecResult, plan: RunPlan, sbx: Sandbox, io: Io): void {
+  const why = killedLine(result, plan, sbx.spec.limits);
+  if (why) io.err(`airlock: ${why}\n`);
+  const oom = oomLine(result, sbx.spec.limits);
+  if (oom) io.err(`airlock: ${oom}\n`);
 }
 
 /**

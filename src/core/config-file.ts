@@ -2,7 +2,7 @@
 // with a zod schema. Every failure is a typed error naming the file and, for schema failures, the path
 // of the bad key (e.g. `mcpServers.fs.airlock.boundary`). Used for gateway configs, template files and
 // network policy files.
-import { readFileSync, statSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { extname } from 'node:path';
 import type * as Yaml from 'yaml';
 import type { z } from 'zod';
@@ -49,12 +49,24 @@ function sizeLabel(bytes: number): string {
 /** The file's text (a leading BOM dropped). FILE_NOT_FOUND, PERMISSION_DENIED or `opts.code` otherwise. */
 export function readConfigText(path: string, opts: ConfigFileOptions): string {
   try {
-    const st = statSync(path);
-    if (!st.isFile()) throw new AirlockError(opts.code, `${opts.what} ${path} is not a regular file`);
-    if (st.size > opts.maxBytes) {
-      throw new AirlockError(opts.code, `${opts.what} ${path} is larger than ${sizeLabel(opts.maxBytes)}`);
+    // One fd for the check and the read: a file swapped or grown after a stat cannot pass the cap
+    // (O_NONBLOCK: opening a FIFO does not wait for a writer; it is refused as not a regular file).
+    const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+    let text: string;
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) throw new AirlockError(opts.code, `${opts.what} ${path} is not a regular file`);
+      const buf = Buffer.alloc(opts.maxBytes + 1);
+      let n = 0;
+      for (let got = -1; got !== 0 && n < buf.length; n += got)
+        got = readSync(fd, buf, n, buf.length - n, null);
+      if (n > opts.maxBytes) {
+        throw new AirlockError(opts.code, `${opts.what} ${path} is larger than ${sizeLabel(opts.maxBytes)}`);
+      }
+      text = buf.subarray(0, n).toString('utf8');
+    } finally {
+      closeSync(fd);
     }
-    const text = readFileSync(path, 'utf8');
     return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
   } catch (e) {
     if (AirlockError.isInstance(e)) throw e;

@@ -8,7 +8,6 @@
 //                                script, repo path and tarball name it names must exist / match
 //   ```json schema=gateway       validated against the named zod schema (see SCHEMAS in the test)
 //   file=NAME                    also written to NAME in the doc's scratch dir before its blocks run
-//   needs=FEATURE                skipped, with the reason, while FEATURE is not in the code yet
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
