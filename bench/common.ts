@@ -127,8 +127,8 @@ export async function runDirect(
   if (x.exitCode !== 0) throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
 }
 
-/** The built CLI, as the package ships it (scripts/build.ts: dist/bin/, plain Node, no TypeScript loader). */
-export const BUILT_CLI = fileURLToPath(new URL('../dist/bin/main.js', import.meta.url));
+/** The built CLI, as the package ships it (bin/airlock.cjs running dist/bin/airlock.cjs: plain Node, no TypeScript loader). */
+export const BUILT_CLI = fileURLToPath(new URL('../bin/airlock.cjs', import.meta.url));
 let cliBuild: Promise<void> | undefined;
 
 /** Builds dist (npm run build) once per bench run, so the CLI rows measure the current source. */

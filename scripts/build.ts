@@ -1,17 +1,17 @@
 // `npm run build` (and `npm pack` through prepack): dist/ from nothing.
 //   1. tsc: the library, one .js and .d.ts per source file (workers sit next to the module that starts
 //      them, as src/core/worker.ts expects). No source maps: the package ships no src/ to map to.
-//   2. esbuild: the CLI bundled into dist/bin/ with its dependencies (koffi, a native addon, stays
-//      outside), split at its dynamic imports so each command loads only its own code. One bundle
-//      instead of ~250 module files is most of what `airlock run` start-up saves (docs/reference/cli.md
-//      gives the command; bench/index.ts P1 the figures). Every worker module file is an entry point
-//      of its own, written flat beside the chunks, so `moduleWorker(import.meta.url, './x-worker…')`
-//      from any chunk finds it.
+//   2. esbuild: the CLI bundled into one CommonJS file, dist/bin/airlock.cjs, with its dependencies
+//      (koffi, a native addon, stays outside). Each command's module is initialised only when that
+//      command runs. Every worker module file is an entry point of its own, written flat beside it, so
+//      `moduleWorker(import.meta.url, './x-worker…')` finds it.
+//   3. The V8 code cache of that bundle (dist/bin/airlock.cjs.cache; bin/airlock.cjs explains it).
+// docs/reference/cli.md gives the command; bench/lifecycle.ts measures its start-up.
 import { execFileSync } from 'node:child_process';
-import { readdirSync, rmSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build, type Plugin } from 'esbuild';
+import { build, type BuildOptions, type Plugin } from 'esbuild';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const DIST = join(ROOT, 'dist');
@@ -60,29 +60,52 @@ async function main(): Promise<void> {
       stdio: 'inherit',
     },
   );
-  const workers = workerEntries();
-  await build({
+  const common: BuildOptions = {
     absWorkingDir: ROOT,
-    entryPoints: [
-      { in: 'src/cli/main.ts', out: 'main' },
-      ...workers.map((f) => ({ in: relative(ROOT, f), out: basename(f, '.ts') })),
-    ],
     bundle: true,
-    splitting: true,
     platform: 'node',
-    format: 'esm',
     target: 'node20',
     outdir: CLI_OUT,
-    chunkNames: 'chunk-[hash]',
     external: ['koffi', 'tsx', 'tsx/*'],
-    // Bundled CommonJS packages call require(); ESM has none, so give every chunk one.
+    plugins: [zodEnglishOnly],
+    legalComments: 'eof',
+    // Less for V8 to read and parse at every start; names are kept for stack traces and errors.
+    minify: true,
+    keepNames: true,
+    logLevel: 'warning',
+  };
+  // The CLI: one CommonJS file (bin/airlock.cjs runs it with a V8 code cache, which an ES module
+  // cannot have on Node 20). Each command's module still runs only when that command does: esbuild
+  // turns the dynamic imports into lazily initialised sections of the bundle.
+  await build({
+    ...common,
+    entryPoints: [{ in: 'src/cli/main.ts', out: 'airlock' }],
+    format: 'cjs',
+    outExtension: { '.js': '.cjs' },
+    define: { 'import.meta.url': '__airlockUrl' },
+    banner: { js: "const __airlockUrl = require('node:url').pathToFileURL(__filename).href;" },
+  });
+  // Workers: ES modules, each whole in its own file (the CLI's moduleWorker finds them beside it).
+  await build({
+    ...common,
+    entryPoints: workerEntries().map((f) => ({ in: relative(ROOT, f), out: basename(f, '.ts') })),
+    format: 'esm',
+    // Bundled CommonJS packages call require(); ESM has none, so give every file one.
     banner: {
       js: "import { createRequire as __airlockCreateRequire } from 'node:module'; const require = __airlockCreateRequire(import.meta.url);",
     },
-    plugins: [zodEnglishOnly],
-    legalComments: 'eof',
-    logLevel: 'warning',
   });
+  // bin/airlock.cjs decodes the bundle as latin1, which is only right for ASCII (esbuild's default
+  // charset escapes everything else).
+  const bundle = readFileSync(join(CLI_OUT, 'airlock.cjs'));
+  const nonAscii = bundle.findIndex((b) => b > 0x7f);
+  if (nonAscii !== -1) throw new Error(`dist/bin/airlock.cjs has a non-ASCII byte at offset ${nonAscii}`);
+  // The code cache, made by a plain `node` (the V8 flags of the cache and of the CLI must match).
+  execFileSync(
+    process.execPath,
+    ['-e', 'require(process.argv[1]).writeCliCache()', join(ROOT, 'bin', 'airlock.cjs')],
+    { cwd: ROOT, stdio: 'inherit', env: { ...process.env, NODE_OPTIONS: '' } },
+  );
 }
 
 await main();

@@ -1,14 +1,49 @@
 // Process-level plumbing shared by the sandbox-creating commands: the runtime the CLI uses, and
 // SIGINT/SIGTERM handling that kills this process's live sandboxes before airlock exits 130/143.
+import { readFileSync } from 'node:fs';
 import { constants } from 'node:os';
 import { Airlock, type AirlockOptions } from '../sandbox/airlock.js';
 import { uidRangeFromEnv } from './flags.js';
 
+/** What the command does with its runtime. */
+export interface CliRuntimeUse extends Pick<AirlockOptions, 'maxSpillBytes'> {
+  /** The process makes one sandbox only (run, diff, mcp): see launcherPaysOff. */
+  readonly oneSandbox?: boolean;
+}
+
 /** The CLI's runtime: state dir from AIRLOCK_STATE_DIR (the constructor reads it), uids from AIRLOCK_UID_RANGE. */
-export function cliAirlock(opts: Pick<AirlockOptions, 'maxSpillBytes'> = {}): Airlock {
+export function cliAirlock(use: CliRuntimeUse = {}): Airlock {
+  const { oneSandbox, ...opts } = use;
   const uidRange = uidRangeFromEnv(process.env.AIRLOCK_UID_RANGE);
   // One-shot: no warm pool (a prepared sandbox would only be released again at exit).
-  return new Airlock({ ...opts, warmPool: 0, ...(uidRange ? { uidRange } : {}) });
+  return new Airlock({
+    ...opts,
+    warmPool: 0,
+    ...(oneSandbox && !launcherPaysOff() ? { launchNamespaces: false } : {}),
+    ...(uidRange ? { uidRange } : {}),
+  });
+}
+
+/** Host mounts above which bwrap's own start-up (it rereads the mount table per bind) outweighs the launcher's boot. */
+const LAUNCHER_MOUNTS = 500;
+
+/**
+ * The launcher thread (AirlockOptions.launchNamespaces) starts each bwrap in a mount namespace of
+ * its own so that bwrap's cost depends neither on the host's mounts nor on other live sandboxes.
+ * Booting that thread is the longest step of a one-shot `airlock run` (a worker thread takes
+ * 60-80 ms to start here, the whole create → exec → kill ~20 ms), and with one sandbox there are
+ * no others to be independent of: a process that makes one sandbox uses it only when the host's
+ * mount table is large. What the sandbox sees is the same either way (bwrap binds the same paths;
+ * test/unit/launcher.test.ts runs a sandbox both ways).
+ */
+export function launcherPaysOff(
+  mountinfo = (): string => readFileSync('/proc/self/mountinfo', 'latin1'),
+): boolean {
+  try {
+    return mountinfo().split('\n').length - 1 > LAUNCHER_MOUNTS;
+  } catch {
+    return true; // unknown: the default
+  }
 }
 
 export interface SignalTrap {

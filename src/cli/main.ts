@@ -28,6 +28,11 @@ const templateCli = (): Promise<typeof import('./template.js')> => import('./tem
 const doctorCli = (): Promise<typeof import('./doctor.js')> => import('./doctor.js');
 const demoCli = (): Promise<typeof import('./demo.js')> => import('./demo.js');
 
+/** Loads every command's module (the build's code-cache step, writeCliCache in bin/airlock.cjs). */
+export async function loadCommands(): Promise<void> {
+  await Promise.all([runCli(), mcpCli(), snapshotCli(), diffCli(), templateCli(), doctorCli(), demoCli()]);
+}
+
 const RUN_HELP = `
 Command:
   Several CMD arguments run as an argv array, without a shell:
@@ -388,7 +393,7 @@ export async function main(argv: readonly string[], io: Io = processIo): Promise
   }
 }
 
-/** Runs the command line of this process and sets its exit status (bin/airlock.js calls it). */
+/** Runs the command line of this process and sets its exit status (bin/airlock.cjs calls it). */
 export async function runAsProcess(): Promise<void> {
   // A closed stdout/stderr (EPIPE) must not crash airlock mid-cleanup; commands that own a sandbox
   // react to it themselves (lifecycle.ts), everything else just stops writing.
@@ -408,4 +413,5 @@ function isEntry(): boolean {
   }
 }
 
-if (isEntry()) await runAsProcess();
+// Not a top-level await: the CLI bundle is CommonJS (see bin/airlock.cjs), which has none.
+if (isEntry()) void runAsProcess();

@@ -230,7 +230,7 @@ export async function mcpServeCommand(cmd: string[], f: McpFlags, io: Io): Promi
   const server = serverFromFlags(cmd, f, cwd);
   const lockPath = resolve(cwd, f.lockfile ?? LOCKFILE_NAME);
   const lock = readLockfile(lockPath);
-  const airlock = cliAirlock();
+  const airlock = cliAirlock({ oneSandbox: true });
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
   let overflowed = false;
   const core = new GatewayCore({
@@ -275,7 +275,7 @@ async function withServer<T>(
 ): Promise<T> {
   const server = serverFromFlags(cmd, f, process.cwd());
   const setup = serverSetup(server, { transport: 'stdio' });
-  const airlock = cliAirlock();
+  const airlock = cliAirlock({ oneSandbox: true });
   const trap = trapSignals(airlock, (l) => io.err(`${l}\n`));
   try {
     const up = await Upstream.start(setup.launch, airlock, {

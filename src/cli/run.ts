@@ -60,7 +60,7 @@ export async function runPlan(
   io: Io,
   steps: RunPlanSteps,
 ): Promise<number> {
-  const airlock = cliAirlock(steps.airlock);
+  const airlock = cliAirlock({ ...steps.airlock, oneSandbox: true });
   const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
   try {
     const sbx = await airlock.create(plan.spec).catch((e: unknown) => {

@@ -25,10 +25,10 @@ import {
   type SandboxSpecInput,
 } from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
-import { EgressGateway } from '../egress/gateway.js';
-import { MitmCa } from '../egress/mitm.js';
+import type { EgressGateway } from '../egress/gateway.js';
+import type { MitmCa } from '../egress/mitm.js';
 import type { Dialer, Resolver } from '../egress/vet.js';
-import { SecretLease } from '../secrets/sentinels.js';
+import type { SecretLease } from '../secrets/sentinels.js';
 import { GvisorBackend } from '../backends/gvisor/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
@@ -116,6 +116,25 @@ const HOST_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 const SANDBOX_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 const SANDBOX_CA_CERT = '/etc/ssl/certs/airlock-egress-ca.pem';
 
+/**
+ * The egress gateway, its MITM CA and secret leases: loaded by the first sandbox with a network (a
+ * sandbox without one, e.g. a plain `airlock run`, never loads them: they are a good part of the
+ * CLI's start-up).
+ */
+interface EgressStack {
+  readonly EgressGateway: typeof EgressGateway;
+  readonly MitmCa: typeof MitmCa;
+  readonly SecretLease: typeof SecretLease;
+}
+const loadEgressStack = async (): Promise<EgressStack> => {
+  const [gateway, mitm, sentinels] = await Promise.all([
+    import('../egress/gateway.js'),
+    import('../egress/mitm.js'),
+    import('../secrets/sentinels.js'),
+  ]);
+  return { EgressGateway: gateway.EgressGateway, MitmCa: mitm.MitmCa, SecretLease: sentinels.SecretLease };
+};
+
 /** A runtime: owns a state dir, its sandboxes, snapshots and templates; `close()` releases all of it. */
 export class Airlock {
   readonly stateDir: string;
@@ -131,6 +150,7 @@ export class Airlock {
   private gatewayInstance: EgressGateway | undefined;
   private readonly fdBudget: FdBudget;
   private ca: MitmCa | undefined;
+  private egressStack: EgressStack | undefined;
   private caPublic: { bundle: string; cert: string } | undefined;
   readonly snapshots: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
@@ -350,7 +370,7 @@ export class Airlock {
     return this.redactions.get(sandboxId) ?? { secrets: [], sentinels: [], canaries: [] };
   }
 
-  private gateway(): EgressGateway {
+  private gateway({ EgressGateway }: EgressStack): EgressGateway {
     this.gatewayInstance ??= new EgressGateway({
       ...(this.egressOpts?.resolver ? { resolver: this.egressOpts.resolver } : {}),
       ...(this.egressOpts?.dialer ? { dialer: this.egressOpts.dialer } : {}),
@@ -364,7 +384,8 @@ export class Airlock {
 
   /** The per-installation CA (created 0600 on first use, outside every sandbox). */
   private mitmCa(): MitmCa {
-    this.ca ??= MitmCa.loadOrCreate(join(this.stateDir, 'ca'));
+    // Only the egress stack calls this, after loadEgressStack.
+    this.ca ??= this.egressStack!.MitmCa.loadOrCreate(join(this.stateDir, 'ca'));
     return this.ca;
   }
 
@@ -390,9 +411,10 @@ export class Airlock {
         },
       );
     }
+    const stack = (this.egressStack ??= await loadEgressStack());
     const lease =
       spec.secrets.length || spec.canaries.length
-        ? await SecretLease.create(spec.secrets, { env: this.secretEnv, canaries: spec.canaries })
+        ? await stack.SecretLease.create(spec.secrets, { env: this.secretEnv, canaries: spec.canaries })
         : undefined;
     try {
       const env: Record<string, string> = {};
@@ -409,7 +431,7 @@ export class Airlock {
           NODE_EXTRA_CA_CERTS: SANDBOX_CA_CERT,
         });
       }
-      const egress = this.gateway().attach({
+      const egress = this.gateway(stack).attach({
         sandboxId: bs.id,
         plumbing,
         policy: spec.network!,

@@ -1,7 +1,7 @@
 // The docs test: every fenced code block of README.md and docs/**.md is executed or checked (see
 // blocks.ts for how each kind is covered), the generated API reference is current, and the reference
 // tables of the guides name every field of the schemas they document. Code runs against the source
-// (`airlock-sandbox` is mapped to src/index.ts, `airlock` is a shim running bin/airlock.js) in scratch
+// (`airlock-sandbox` is mapped to src/index.ts, `airlock` is a shim running bin/airlock.cjs) in scratch
 // dirs, on the test state dir and uid range, and leaves no sandbox behind.
 import { execFile } from 'node:child_process';
 import {
@@ -150,7 +150,7 @@ process.exit(failed ? 1 : 0);
   mkdirSync(bin);
   writeFileSync(
     join(bin, 'airlock'),
-    `#!/bin/sh\nexec node ${JSON.stringify(join(ROOT, 'bin', 'airlock.js'))} "$@"\n`,
+    `#!/bin/sh\nexec node ${JSON.stringify(join(ROOT, 'bin', 'airlock.cjs'))} "$@"\n`,
   );
   chmodSync(join(bin, 'airlock'), 0o755);
   env = {

@@ -7,6 +7,7 @@
 // this project's lockfile omits them), so no registry host is written here. The one egress request
 // goes to a host the policy denies, refused by the proxy before any name is resolved.
 import { execFile, execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import {
   mkdirSync,
   mkdtempSync,
@@ -172,7 +173,13 @@ describe.skipIf(!canRunNamespaces)(
       const root = join(scratch, 'node_modules', PKG.name);
       const files = readdirSync(root, { recursive: true, encoding: 'utf8' });
       expect(files).toEqual(
-        expect.arrayContaining(['bin/airlock.js', 'dist/index.js', 'dist/index.d.ts', 'dist/bin/main.js']),
+        expect.arrayContaining([
+          'bin/airlock.cjs',
+          'dist/index.js',
+          'dist/index.d.ts',
+          'dist/bin/airlock.cjs',
+          'dist/bin/airlock.cjs.cache',
+        ]),
       );
       expect(files.filter((f) => f.endsWith('.map'))).toEqual([]);
       expect(files.filter((f) => /(^|\/)(test|src|bench|scripts)(\/|$)/.test(f))).toEqual([]);
@@ -216,6 +223,45 @@ describe.skipIf(!canRunNamespaces)(
         expect.objectContaining({ host: 'denied.example.net', decision: 'deny', code: expect.any(String) }),
       ]);
     }, 150_000);
+
+    // bin/airlock.cjs runs the CLI bundle with the code cache the build made; a cache made from any
+    // other source must never reach V8 (V8's own source check is only the length).
+    it("the CLI's code cache is made from the shipped bundle, is accepted by V8, and a cache of another source is ignored", async () => {
+      const bin = join(scratch, 'node_modules', PKG.name, 'bin', 'airlock.cjs');
+      // Each case in a process of its own: V8 also caches compiled code per process, and a second
+      // load of the same source there would not look at the cache it is given.
+      const load = async (cache: string): Promise<unknown> => {
+        const probe = `
+          const { createHash, randomBytes } = require('node:crypto');
+          const { readFileSync } = require('node:fs');
+          const { BUNDLE, load } = require(${JSON.stringify(bin)});
+          const shipped = readFileSync(BUNDLE + '.cache');
+          const cache = ${cache};
+          const r = load(BUNDLE, cache);
+          process.stdout.write(JSON.stringify({ cache: r.cache, cli: typeof r.exports.runAsProcess }));`;
+        const r = await inScratch(scratch, process.execPath, ['-e', probe]);
+        expect(r.stderr).toBe('');
+        return JSON.parse(r.stdout);
+      };
+      const cached = readFileSync(
+        join(scratch, 'node_modules', PKG.name, 'dist', 'bin', 'airlock.cjs.cache'),
+      );
+      const bundle = readFileSync(join(scratch, 'node_modules', PKG.name, 'dist', 'bin', 'airlock.cjs'));
+      expect(cached.subarray(0, 32)).toEqual(createHash('sha256').update(bundle).digest());
+      expect(await load('shipped')).toEqual({ cache: 'accepted', cli: 'function' });
+      // Another source's hash in front of a valid cache: never handed to V8.
+      expect(await load('Buffer.concat([randomBytes(32), shipped.subarray(32)])')).toEqual({
+        cache: 'none',
+        cli: 'function',
+      });
+      // The right hash in front of garbage: V8 rejects it, and the CLI compiles as usual.
+      expect(await load('Buffer.concat([shipped.subarray(0, 32), randomBytes(4096)])')).toEqual({
+        cache: 'rejected',
+        cli: 'function',
+      });
+      expect(await load('shipped.subarray(0, 32)')).toEqual({ cache: 'none', cli: 'function' });
+      expect(await load('undefined')).toEqual({ cache: 'none', cli: 'function' });
+    });
 
     it('npx airlock --version prints the package version', async () => {
       const r = await inScratch(scratch, 'npx', ['--offline', 'airlock', '--version']);

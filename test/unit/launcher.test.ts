@@ -18,6 +18,7 @@ import { closeLaunchNamespace, Launcher } from '../../src/backends/host/launcher
 import { mountTmpfs, unmount } from '../../src/backends/host/mount.privileged.js';
 import { reaped, spawnDirect } from '../../src/backends/host/spawn.privileged.js';
 import { Airlock } from '../../src/index.js';
+import { launcherPaysOff } from '../../src/cli/lifecycle.js';
 import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 
 const root = mkdtempSync(join('/var/tmp', 'airlock-launcher-'));
@@ -155,5 +156,21 @@ describe.skipIf(!canRunNamespaces)(`launch namespaces (${SKIP_REASON})`, () => {
       await airlock.close();
     }
     expect(residue().mounts).toEqual([]);
+  });
+});
+
+describe('the CLI uses the launcher for its one sandbox only when the host has many mounts (cli/lifecycle.ts)', () => {
+  const lines = (n: number): string => '36 25 0:32 / /x rw - tmpfs tmpfs rw\n'.repeat(n);
+  it('a small mount table: no launcher; a large one or an unreadable one: the launcher', () => {
+    expect(launcherPaysOff(() => lines(85))).toBe(false);
+    expect(launcherPaysOff(() => lines(500))).toBe(false);
+    expect(launcherPaysOff(() => lines(501))).toBe(true);
+    expect(
+      launcherPaysOff(() => {
+        throw new Error('EACCES');
+      }),
+    ).toBe(true);
+    // This host's own table is read without error (the default reader).
+    expect(typeof launcherPaysOff()).toBe('boolean');
   });
 });
