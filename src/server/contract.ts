@@ -1,0 +1,203 @@
+// The seam of the sandbox server (issue 36). One interface, SandboxApi, is what every part of the
+// server speaks:
+//   - LocalSandboxApi (server/local.ts) implements it over the library (an Airlock in this process):
+//     the supervisor serves it;
+//   - nativeRoutes(api) (server/routes.ts) serves any SandboxApi as the native REST API (/v1/...),
+//     described by the zod schemas below (and /openapi.json, generated from them);
+//   - RemoteSandboxApi (server/client.ts) implements it over that REST API: the front server uses it
+//     to reach the supervisor (HTTP over its unix socket), and the remote SDK to reach a server;
+//   - the E2B routes (server/e2b/) and the front server's tenant scoping wrap a SandboxApi.
+// Byte streams are Web streams (ReadableStream<Uint8Array>), so Hono and fetch pass them through.
+import { z } from 'zod';
+import type { EgressEvent } from '../egress/events.js';
+
+// ---- requests -------------------------------------------------------------------------------------
+
+/**
+ * What a remote client may ask for when it creates a sandbox: a strict subset of SandboxSpecInput.
+ * Never host paths (mounts, a host workspace dir), never internal fields (layers), and secrets only
+ * as literal values the client sends (never env:/file:/cmd: sources, which would read the server's
+ * own environment, files or run its programs). The front server caps the rest by the tenant's quota
+ * and the operator's policy (e.g. no allowPrivate unless the operator allows it).
+ */
+export const CreateRequestSchema = z
+  .object({
+    backend: z.enum(['namespaces', 'gvisor']).optional(),
+    /** A template name or digest visible to the caller. */
+    template: z.string().min(1).max(200).optional(),
+    /** Fork this snapshot instead of starting fresh (not with template). */
+    snapshot: z.string().min(1).max(200).optional(),
+    ttlMs: z.number().int().min(1000).max(86_400_000).optional(),
+    limits: z
+      .object({
+        memoryBytes: z.number().int().positive().optional(),
+        cpus: z.number().positive().optional(),
+        pids: z.number().int().positive().optional(),
+        diskBytes: z.number().int().positive().optional(),
+      })
+      .strict()
+      .optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    metadata: z.record(z.string(), z.string()).optional(),
+    /** Same shape as SandboxSpec.network (NetworkPolicySchema); validated there. */
+    network: z.record(z.string(), z.unknown()).optional(),
+    /** Literal secrets only: { name, value, hosts }. */
+    secrets: z
+      .array(
+        z
+          .object({
+            name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/),
+            value: z.string().min(1),
+            hosts: z.array(z.string().min(1)).min(1),
+          })
+          .strict(),
+      )
+      .optional(),
+    /** Preview URLs without the traffic token (see PreviewSchema). */
+    publicPorts: z.boolean().optional(),
+    /** How long a create may wait in the queue when a quota or the host is full (default 5 s). */
+    queueTimeoutMs: z.number().int().min(0).max(60_000).optional(),
+  })
+  .strict();
+export type CreateRequest = z.infer<typeof CreateRequestSchema>;
+
+export const ExecRequestSchema = z
+  .object({
+    /** argv array, or one string run with /bin/sh -c. */
+    cmd: z.union([z.string().min(1), z.array(z.string()).min(1)]),
+    cwd: z.string().optional(),
+    env: z.record(z.string(), z.string()).optional(),
+    timeoutMs: z.number().int().positive().optional(),
+    /** Text given as stdin (the whole of it); for interactive stdin start a process instead. */
+    stdin: z.string().optional(),
+    maxOutputBytes: z.number().int().positive().optional(),
+  })
+  .strict();
+export type ExecRequest = z.infer<typeof ExecRequestSchema>;
+
+// ---- views (responses) ----------------------------------------------------------------------------
+
+export const SandboxStateSchema = z.enum(['running', 'paused', 'killed', 'expired', 'lost']);
+
+export const SandboxViewSchema = z.object({
+  id: z.string(),
+  state: SandboxStateSchema,
+  backend: z.string(),
+  template: z.string().optional(),
+  createdAt: z.string(),
+  /** null: no TTL (persistent). */
+  expiresAt: z.string().nullable(),
+  metadata: z.record(z.string(), z.string()),
+  /** Why a sandbox is `lost` (its supervisor died: it was killed and reaped). */
+  reason: z.string().optional(),
+});
+export type SandboxView = z.infer<typeof SandboxViewSchema>;
+
+/** One line of an exec or process stream (NDJSON on the wire). `data` is base64. */
+export const ExecEventSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('start'), pid: z.string() }),
+  z.object({ type: z.literal('stdout'), data: z.string() }),
+  z.object({ type: z.literal('stderr'), data: z.string() }),
+  z.object({
+    type: z.literal('exit'),
+    exitCode: z.number().nullable(),
+    signal: z.string().nullable(),
+    killedBy: z.string().optional(),
+    durationMs: z.number(),
+  }),
+  z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
+]);
+export type ExecEvent = z.infer<typeof ExecEventSchema>;
+
+export const ProcessViewSchema = z.object({
+  pid: z.string(),
+  cmd: z.array(z.string()),
+  running: z.boolean(),
+  exitCode: z.number().nullable(),
+});
+export type ProcessView = z.infer<typeof ProcessViewSchema>;
+
+export const FileEntrySchema = z.object({
+  name: z.string(),
+  path: z.string(),
+  type: z.enum(['file', 'dir', 'symlink', 'other']),
+  size: z.number(),
+  mode: z.number(),
+  mtimeMs: z.number(),
+});
+export type FileEntryView = z.infer<typeof FileEntrySchema>;
+
+export const FsEventSchema = z.object({
+  type: z.enum(['create', 'write', 'remove', 'rename', 'chmod']),
+  path: z.string(),
+});
+export type FsEvent = z.infer<typeof FsEventSchema>;
+
+export const SnapshotViewSchema = z.object({
+  id: z.string(),
+  backend: z.string(),
+  createdAt: z.string(),
+  sizeBytes: z.number(),
+  parent: z.string().nullable(),
+});
+export type SnapshotView = z.infer<typeof SnapshotViewSchema>;
+
+export const TemplateViewSchema = z.object({
+  name: z.string(),
+  digest: z.string(),
+  createdAt: z.string(),
+  sizeBytes: z.number(),
+});
+export type TemplateView = z.infer<typeof TemplateViewSchema>;
+
+/** Every error body: { error: { code, message, field? } } with the status httpStatusFor(code). */
+export const ErrorBodySchema = z.object({
+  error: z.object({ code: z.string(), message: z.string(), field: z.string().optional() }),
+});
+
+// ---- the interface --------------------------------------------------------------------------------
+
+/** Who is asking (the front server sets it; the supervisor trusts its only client). */
+export interface Caller {
+  readonly tenant: string;
+}
+
+export interface SandboxApi {
+  create(req: CreateRequest, caller: Caller): Promise<SandboxView>;
+  get(id: string, caller: Caller): Promise<SandboxView>;
+  list(filter: { metadata?: Record<string, string> }, caller: Caller): Promise<SandboxView[]>;
+  setTimeout(id: string, ttlMs: number, caller: Caller): Promise<SandboxView>;
+  pause(id: string, caller: Caller): Promise<SandboxView>;
+  resume(id: string, caller: Caller): Promise<SandboxView>;
+  kill(id: string, caller: Caller): Promise<void>;
+
+  /** Foreground exec: events until (and including) `exit`; aborting `signal` kills the command. */
+  exec(id: string, req: ExecRequest, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent>;
+  /** A background process; its output is kept (bounded) for connect(). */
+  startProcess(id: string, req: ExecRequest, caller: Caller): Promise<ProcessView>;
+  listProcesses(id: string, caller: Caller): Promise<ProcessView[]>;
+  /** Output so far, then live, until exit. */
+  connectProcess(id: string, pid: string, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent>;
+  sendStdin(id: string, pid: string, data: Uint8Array, caller: Caller): Promise<void>;
+  closeStdin(id: string, pid: string, caller: Caller): Promise<void>;
+  killProcess(id: string, pid: string, caller: Caller): Promise<void>;
+
+  readFile(id: string, path: string, caller: Caller): Promise<ReadableStream<Uint8Array>>;
+  writeFile(
+    id: string,
+    path: string,
+    body: ReadableStream<Uint8Array>,
+    caller: Caller,
+  ): Promise<FileEntryView>;
+  listDir(id: string, path: string, caller: Caller): Promise<FileEntryView[]>;
+  stat(id: string, path: string, caller: Caller): Promise<FileEntryView>;
+  remove(id: string, path: string, caller: Caller): Promise<void>;
+  makeDir(id: string, path: string, caller: Caller): Promise<FileEntryView>;
+  watch(id: string, path: string, caller: Caller, signal?: AbortSignal): AsyncIterable<FsEvent>;
+
+  snapshot(id: string, caller: Caller): Promise<SnapshotView>;
+  listSnapshots(caller: Caller): Promise<SnapshotView[]>;
+  removeSnapshot(snapshotId: string, caller: Caller): Promise<void>;
+
+  egressEvents(id: string, caller: Caller, signal?: AbortSignal): AsyncIterable<EgressEvent>;
+}
