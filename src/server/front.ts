@@ -106,33 +106,37 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   const inner = new RemoteSandboxApi({ socketPath: socket });
   const supervisorCaller = { tenant: 'supervisor' };
 
-  /** A boot other than the stored sandboxes': they died with their supervisor. */
-  const reconcile = async (info: SupervisorInfo): Promise<void> => {
+  /**
+   * A boot other than the stored sandboxes': they died with their supervisor. At start-up, also
+   * what changed while no front server watched: stored sandboxes the supervisor no longer has (TTL,
+   * ...) end, and sandboxes it has that the store does not know (a create whose front server died
+   * before recording it: no tenant can ever reach them) are killed.
+   */
+  const reconcile = async (info: SupervisorInfo, startup: boolean): Promise<void> => {
     const lost = store.markLostExcept(
       info.bootId,
       `its supervisor died or restarted (now boot ${info.bootId}, pid ${info.pid}): the sandbox was killed and reaped with it`,
     );
-    const changed = boot?.bootId !== info.bootId;
     boot = info;
     if (lost.length) quotas.wakeAll();
-    if (!changed) return;
-    // Same boot, but the sandbox ended while no front server watched (TTL, ...).
+    if (!startup) return;
     const alive = new Set((await inner.list({}, supervisorCaller)).map((v) => v.id));
     for (const r of store.sandboxes({ states: LIVE_STATES })) {
       if (alive.has(r.id)) continue;
       const expired = r.deadline !== null && r.deadline <= Date.now();
-      if (
-        store.endSandbox(
-          r.id,
-          expired ? 'expired' : 'killed',
-          expired ? 'its TTL ran out' : 'gone from the supervisor',
-        )
-      )
+      if (store.endSandbox(r.id, expired ? 'expired' : 'killed', expired ? 'its TTL ran out' : 'gone from the supervisor'))
         quotas.wakeAll();
+    }
+    for (const id of alive) {
+      const r = store.getSandbox(id);
+      if (r && LIVE_STATES.includes(r.state)) continue;
+      await inner.kill(id, supervisorCaller).catch(() => {});
+      store.event('sandbox.unrecorded_killed', null, id, { reason: 'its create was never recorded' });
     }
   };
 
   let checking: Promise<SupervisorInfo | undefined> | undefined;
+  let started = false;
   const checkSupervisor = (): Promise<SupervisorInfo | undefined> =>
     (checking ??= (async () => {
       try {
@@ -141,7 +145,8 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
           info = await ensureSupervisor(o.stateDir, { command: o.supervisorCommand }).catch(() => undefined);
         }
         up = info !== undefined;
-        if (info) await reconcile(info);
+        if (info) await reconcile(info, !started);
+        if (info) started = true;
         return info;
       } finally {
         checking = undefined;
