@@ -15,7 +15,6 @@ import { AirlockError } from '../core/errors.js';
 import { bearerAuth, checkListen, type FrontEnv, type ListenAddress } from './auth.js';
 import { RemoteSandboxApi } from './client.js';
 import { serverMetrics, type ServerMetrics } from './metrics.js';
-import { openApiDocument } from './openapi.js';
 import { Quotas } from './quotas.js';
 import { nativeRoutes } from './routes.js';
 import { LIVE_STATES, Store, type Quota } from './store.js';
@@ -124,7 +123,13 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     for (const r of store.sandboxes({ states: LIVE_STATES })) {
       if (alive.has(r.id)) continue;
       const expired = r.deadline !== null && r.deadline <= Date.now();
-      if (store.endSandbox(r.id, expired ? 'expired' : 'killed', expired ? 'its TTL ran out' : 'gone from the supervisor'))
+      if (
+        store.endSandbox(
+          r.id,
+          expired ? 'expired' : 'killed',
+          expired ? 'its TTL ran out' : 'gone from the supervisor',
+        )
+      )
         quotas.wakeAll();
     }
     for (const id of alive) {
@@ -227,7 +232,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   app.get('/metrics', async (c) =>
     c.body(await metrics.registry.metrics(), 200, { 'content-type': metrics.registry.contentType }),
   );
-  app.get('/openapi.json', (c) => c.json(openApiDocument()));
+  // /openapi.json: served once f36-core's openapi.ts (the document generated from the route table) lands.
   app.use('/v1/*', bearerAuth(store));
   app.use('/v1/*', async (c, next) => {
     const scope: { retryAfter?: number } = {};
@@ -244,6 +249,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
       caller: (c) => ({ tenant: (c as unknown as { get(k: 'tenant'): string }).get('tenant') }),
       maxBodyBytes: cfg.maxBodyBytes,
       maxUploadBytes: cfg.maxUploadBytes,
+      allowPrivateNetwork: cfg.allowPrivateNetwork,
     }),
   );
 

@@ -88,6 +88,9 @@ export async function startSupervisor(o: SupervisorOptions): Promise<RunningSupe
         // The socket's only client is the front server (root), which scopes tenants itself.
         caller: () => ({ tenant: 'supervisor' }),
         maxBodyBytes: o.maxBodyBytes ?? 1024 ** 3,
+        maxUploadBytes: o.maxBodyBytes ?? 1024 ** 3,
+        // The front server applies the operator's policy before a request gets here.
+        allowPrivateNetwork: true,
       }),
     );
     // We hold the lock, so a socket file here is a dead supervisor's.

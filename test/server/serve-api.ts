@@ -52,7 +52,13 @@ export async function exec(
   return { stdout, exitCode };
 }
 
-export async function writeFile(url: string, key: string, id: string, path: string, data: Uint8Array | string): Promise<Response> {
+export async function writeFile(
+  url: string,
+  key: string,
+  id: string,
+  path: string,
+  data: Uint8Array | string,
+): Promise<Response> {
   return fetch(`${url}/v1/sandboxes/${encodeURIComponent(id)}/files?path=${encodeURIComponent(path)}`, {
     method: 'PUT',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/octet-stream' },
@@ -61,7 +67,12 @@ export async function writeFile(url: string, key: string, id: string, path: stri
 }
 
 export async function readFile(url: string, key: string, id: string, path: string): Promise<string> {
-  const r = await call(url, key, 'GET', `/v1/sandboxes/${encodeURIComponent(id)}/files?path=${encodeURIComponent(path)}`);
+  const r = await call(
+    url,
+    key,
+    'GET',
+    `/v1/sandboxes/${encodeURIComponent(id)}/files?path=${encodeURIComponent(path)}`,
+  );
   const text = await r.text();
   if (r.status !== 200) throw new Error(`read: HTTP ${r.status} ${text}`);
   return text;

@@ -2,7 +2,7 @@
 // state dir and uid range, on 127.0.0.1 with a kernel-chosen port. The supervisor it starts is a
 // detached process of its own: stopSupervisor() ends it (tests must not leak it).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Store } from '../../src/server/store.js';
@@ -29,11 +29,22 @@ export interface Served {
 
 /** Start `airlock serve` with a config (JSON) and wait until it prints its URL. */
 export function startServe(config: Record<string, unknown> = {}, extraArgs: string[] = []): Promise<Served> {
+  mkdirSync(TEST_STATE_DIR, { recursive: true, mode: 0o711 });
   const cfgPath = join(TEST_STATE_DIR, 'serve-test-config.json');
   writeFileSync(cfgPath, JSON.stringify({ supervisorCheckMs: 200, ...config }));
   const child = spawn(
     CLI[0]!,
-    [...CLI.slice(1), 'serve', '--listen', '127.0.0.1:0', '--state-dir', TEST_STATE_DIR, '--config', cfgPath, ...extraArgs],
+    [
+      ...CLI.slice(1),
+      'serve',
+      '--listen',
+      '127.0.0.1:0',
+      '--state-dir',
+      TEST_STATE_DIR,
+      '--config',
+      cfgPath,
+      ...extraArgs,
+    ],
     { env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let out = '';
@@ -66,7 +77,11 @@ export async function stopServe(s: Served, sig: NodeJS.Signals = 'SIGTERM'): Pro
   return s.exited;
 }
 
-export async function waitFor<T>(f: () => Promise<T | undefined> | T | undefined, what: string, ms = 30_000): Promise<T> {
+export async function waitFor<T>(
+  f: () => Promise<T | undefined> | T | undefined,
+  what: string,
+  ms = 30_000,
+): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await f();

@@ -4,9 +4,24 @@
 // with Retry-After; 100 rapid creates are bounded by the queue.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { supervisorInfo, supervisorPaths } from '../../src/server/supervisor-client.js';
-import { canRunNamespaces, NO_RESIDUE, residue, settledResidue, SKIP_REASON, TEST_STATE_DIR } from '../helpers.js';
+import {
+  canRunNamespaces,
+  NO_RESIDUE,
+  residue,
+  settledResidue,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+} from '../helpers.js';
 import { create, errorOf, exec, get, kill, readFile, writeFile, type View } from './serve-api.js';
-import { call, newKey, startServe, stopServe, stopSupervisor, waitFor, type Served } from './serve-helpers.js';
+import {
+  call,
+  newKey,
+  startServe,
+  stopServe,
+  stopSupervisor,
+  waitFor,
+  type Served,
+} from './serve-helpers.js';
 
 const socket = supervisorPaths(TEST_STATE_DIR).socket;
 let s: Served | undefined;
