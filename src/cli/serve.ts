@@ -30,9 +30,11 @@ function selfCommand(): string[] {
 
 /** Resolves on the first SIGINT/SIGTERM with the status to exit with (130/143). */
 function untilSignal(): Promise<number> {
+  // process.on, not once: a handler must stay registered while the shutdown runs, or the library's
+  // exit sweep (exit-release.privileged.ts) sees no application handler and re-raises the signal.
   return new Promise((resolve) => {
-    process.once('SIGINT', () => resolve(130));
-    process.once('SIGTERM', () => resolve(143));
+    process.on('SIGINT', () => resolve(130));
+    process.on('SIGTERM', () => resolve(143));
   });
 }
 

@@ -198,6 +198,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
           );
         return boot.bootId;
       },
+      refreshBoot: () => checkSupervisor(),
       onCreate: (outcome) => metrics.creates.inc({ outcome }),
       onQuota: (seconds) => {
         const scope = requestScope.getStore();

@@ -43,6 +43,8 @@ export class Quotas {
   private readonly recentCreates = new Map<string, number[]>();
   private readonly waiters: Waiter[] = [];
   private readonly timers = new Set<NodeJS.Timeout>();
+  /** Creates inside reserve()'s wait loop (asleep or looking again): what maxQueue bounds. */
+  private inQueue = 0;
 
   constructor(
     private readonly source: QuotaSource,
@@ -53,7 +55,7 @@ export class Quotas {
 
   /** Creates waiting right now (for /metrics and tests). */
   get queued(): number {
-    return this.waiters.length;
+    return this.inQueue;
   }
 
   /**
@@ -79,19 +81,23 @@ export class Quotas {
             this.message(tenant, verdict.why, timeoutMs),
             Math.max(1, Math.ceil(verdict.retryMs / 1000)),
           );
-        if (!queued && this.waiters.length >= this.maxQueue) {
+        if (!queued && this.inQueue >= this.maxQueue) {
           throw new QuotaError(
             `the create queue is full (${this.maxQueue} waiting): ${verdict.why}; retry later`,
             Math.max(1, Math.ceil(verdict.retryMs / 1000)),
           );
         }
+        if (!queued) this.inQueue++;
         queued = true;
         await this.wait(tenant, want, Math.min(left, verdict.retryMs), signal);
         if (signal?.aborted)
           throw new AirlockError('ABORTED', 'the client went away while its create was queued');
       }
     } finally {
-      if (queued) this.wakeAll(); // our place in line is free: let the next one look again
+      if (queued) {
+        this.inQueue--;
+        this.wakeAll(); // our place in line is free: let the next one look again
+      }
     }
   }
 

@@ -35,6 +35,8 @@ export interface TenantPolicy {
 export interface TenantHooks {
   /** The supervisor's current boot id (stored with each sandbox). */
   bootId(): string;
+  /** Ask the supervisor now whether it restarted (and mark the old boot's sandboxes lost). */
+  refreshBoot?(): Promise<unknown>;
   onCreate?(outcome: 'ok' | 'error' | 'quota'): void;
   /** A create refused for quota: when to retry (the front server's Retry-After). */
   onQuota?(retryAfterSeconds: number): void;
@@ -83,20 +85,28 @@ export class TenantScopedApi implements SandboxApi {
     return r;
   }
 
-  /** The supervisor says the sandbox is gone: mirror it (expired if its deadline passed). */
+  /**
+   * The supervisor says the sandbox is gone: either its supervisor restarted (then it is `lost`, which
+   * the boot check records) or it ended there (expired if its deadline passed, else killed).
+   */
   private async goneFromSupervisor<T>(id: string, op: () => Promise<T>): Promise<T> {
     try {
       return await op();
     } catch (e) {
-      if (AirlockError.is(e, 'SANDBOX_NOT_FOUND')) {
-        const r = this.store.getSandbox(id);
-        const expired = r?.deadline != null && r.deadline <= Date.now();
-        this.end(
-          id,
-          expired ? 'expired' : 'killed',
-          expired ? 'its TTL ran out' : 'gone from the supervisor',
+      if (!AirlockError.is(e, 'SANDBOX_NOT_FOUND')) throw e;
+      await this.hooks.refreshBoot?.().catch(() => {});
+      const r = this.store.getSandbox(id);
+      if (r?.state === 'lost') {
+        throw new AirlockError(
+          'SANDBOX_GONE',
+          `sandbox "${id}" is lost: ${r.reason ?? 'its supervisor died'}`,
+          {
+            field: 'id',
+          },
         );
       }
+      const expired = r?.deadline != null && r.deadline <= Date.now();
+      this.end(id, expired ? 'expired' : 'killed', expired ? 'its TTL ran out' : 'gone from the supervisor');
       throw e;
     }
   }

@@ -77,6 +77,23 @@ describe('Quotas', () => {
     for (const w of await Promise.all(waiters)) expect(typeof w).toBe('function');
   });
 
+  it('the bound holds while queued creates are awake and looking again', async () => {
+    const { quotas, live } = setup(small(), 2);
+    live.n = 1;
+    const waiters = [quotas.reserve('a', one, 60_000), quotas.reserve('b', one, 60_000)].map((p) =>
+      p.catch((e: unknown) => e),
+    );
+    await new Promise((r) => setImmediate(r));
+    quotas.wakeAll(); // both wake, find no room, and will wait again: they still hold their places
+    const err = await quotas.reserve('c', one, 60_000).catch((e: unknown) => e);
+    expect(AirlockError.is(err, 'QUOTA_EXCEEDED') && err.message).toMatch(/queue is full/);
+    expect(quotas.queued).toBe(2);
+    live.n = 0;
+    quotas.wakeAll();
+    for (const w of await Promise.all(waiters)) expect(typeof w).toBe('function');
+    expect(quotas.queued).toBe(0);
+  });
+
   it('creates per minute: the Retry-After is when the oldest create leaves the window', async () => {
     const { quotas, clock } = setup(
       small({ maxSandboxes: 100, maxMemoryBytes: 1e9, maxCpus: 100, createsPerMinute: 2 }),
