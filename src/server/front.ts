@@ -12,6 +12,7 @@ import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
+import type { Caller, SandboxApi } from './contract.js';
 import { bearerAuth, checkListen, type FrontEnv, type ListenAddress } from './auth.js';
 import { RemoteSandboxApi } from './client.js';
 import { serverMetrics, type ServerMetrics } from './metrics.js';
@@ -83,6 +84,21 @@ export interface FrontOptions {
   readonly insecureListen?: boolean;
   /** The airlock CLI argv: when given, a dead or missing supervisor is (re)started with it. */
   readonly supervisorCommand?: readonly string[];
+  /**
+   * More routes on the front server (the E2B API, preview URLs, /mcp), mounted before the native API
+   * and its bearer check, so they can route on Host or use their own header (e.g. X-API-Key through
+   * ctx.callerForKey). Every sandbox call must go through ctx.api: it scopes tenants and quotas.
+   */
+  readonly mount?: (app: Hono<FrontEnv>, ctx: FrontContext) => void;
+}
+
+/** What mounted routes get from the front server. */
+export interface FrontContext {
+  /** The tenant-scoped API (ownership, quotas, TTL mirror, lost sandboxes). */
+  readonly api: SandboxApi;
+  /** The caller an API key acts for; undefined for a missing, unknown or revoked key. */
+  callerForKey(key: string | undefined): Caller | undefined;
+  readonly metrics: ServerMetrics;
 }
 
 export interface RunningFront {
@@ -220,6 +236,14 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   api.armStoredDeadlines();
 
   const app = new Hono<FrontEnv>();
+  o.mount?.(app, {
+    api,
+    callerForKey: (key) => {
+      const who = key === undefined ? undefined : store.verifyKey(key);
+      return who ? { tenant: who.tenant } : undefined;
+    },
+    metrics,
+  });
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', async (c) => {
     const info = await checkSupervisor();

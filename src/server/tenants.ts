@@ -180,8 +180,10 @@ export class TenantScopedApi implements SandboxApi {
       throw e;
     }
     try {
-      const bootId = this.hooks.bootId();
       const v = await this.inner.create(req, caller);
+      // Read after the create: a create that succeeded after a restart was noticed ran on the new
+      // supervisor (one in flight to a dying supervisor fails with it).
+      const bootId = this.hooks.bootId();
       const deadline = v.expiresAt === null ? null : Date.parse(v.expiresAt);
       try {
         this.store.insertSandbox({
