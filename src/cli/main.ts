@@ -27,10 +27,22 @@ const diffCli = (): Promise<typeof import('./diff.js')> => import('./diff.js');
 const templateCli = (): Promise<typeof import('./template.js')> => import('./template.js');
 const doctorCli = (): Promise<typeof import('./doctor.js')> => import('./doctor.js');
 const demoCli = (): Promise<typeof import('./demo.js')> => import('./demo.js');
+const serveCli = (): Promise<typeof import('./serve.js')> => import('./serve.js');
+const keysCli = (): Promise<typeof import('./keys.js')> => import('./keys.js');
 
 /** Loads every command's module (the build's code-cache step, writeCliCache in bin/airlock.cjs). */
 export async function loadCommands(): Promise<void> {
-  await Promise.all([runCli(), mcpCli(), snapshotCli(), diffCli(), templateCli(), doctorCli(), demoCli()]);
+  await Promise.all([
+    runCli(),
+    mcpCli(),
+    snapshotCli(),
+    diffCli(),
+    templateCli(),
+    doctorCli(),
+    demoCli(),
+    serveCli(),
+    keysCli(),
+  ]);
 }
 
 const RUN_HELP = `
@@ -346,7 +358,57 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     )
     .action(async () => setStatus(await (await demoCli()).demoCommand(io)));
 
+  registerServerCommands(program, io, setStatus);
   return program;
+}
+
+/** `airlock serve`, the hidden `airlock supervisor`, and `airlock keys` (issue 36; docs/server.md). */
+function registerServerCommands(program: Command, io: Io, setStatus: (code: number) => void): void {
+  program
+    .command('serve')
+    .description('run the sandbox server: the native REST API with API keys, tenants and quotas')
+    .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:7070; non-loopback needs TLS)')
+    .option('--config <file>', 'server config, YAML or JSON (quotas, tenants, limits; see docs/server.md)')
+    .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
+    .option('--tls-cert <file>', 'PEM certificate: serve HTTPS')
+    .option('--tls-key <file>', 'PEM private key of --tls-cert')
+    .option('--insecure-listen', 'allow a non-loopback --listen without TLS (behind a TLS proxy only)')
+    .action(async (flags: import('./serve.js').ServeFlags) =>
+      setStatus(await (await serveCli()).serveCommand(flags, io)),
+    );
+  program
+    .command('supervisor', { hidden: true })
+    .description('the per-state-dir process that owns the sandboxes (started by airlock serve)')
+    .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
+    .action(async (flags: { stateDir?: string }) =>
+      setStatus(await (await serveCli()).supervisorCommand(flags, io)),
+    );
+  const keys = program.command('keys').description("manage the server's API keys (each belongs to a tenant)");
+  keys
+    .command('create')
+    .description('create an API key for a tenant and print it (only this once)')
+    .requiredOption('--tenant <name>', 'the tenant the key acts for (created if new)')
+    .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
+    .option('--json', 'print {id, tenant, key} as JSON')
+    .action(async (flags: { tenant: string; stateDir?: string; json?: boolean }) =>
+      setStatus((await keysCli()).keysCreateCommand(flags, io)),
+    );
+  keys
+    .command('list')
+    .description('list API keys (ids and tenants; never the keys)')
+    .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
+    .option('--json', 'machine-readable list')
+    .action(async (flags: { stateDir?: string; json?: boolean }) =>
+      setStatus((await keysCli()).keysListCommand(flags, io)),
+    );
+  keys
+    .command('revoke')
+    .description('revoke an API key by id: it is refused (401) from the next request on')
+    .argument('<ID>', 'key id (airlock keys list)')
+    .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
+    .action(async (id: string, flags: { stateDir?: string }) =>
+      setStatus((await keysCli()).keysRevokeCommand(id, flags, io)),
+    );
 }
 
 /** One line for stderr: what went wrong, which flag or field, and how to fix it. */

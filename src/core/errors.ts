@@ -41,6 +41,11 @@ export const ERROR_CODES = {
   /** Missing or wrong bearer token, or a rejected Host/Origin (gateway HTTP). */
   UNAUTHORIZED: { exit: 4, http: 401 },
   /**
+   * A tenant's quota (live sandboxes, memory, CPU, creates per minute) or the server's create queue is
+   * full and did not free up within the request's queueTimeoutMs: retry after the Retry-After header.
+   */
+  QUOTA_EXCEEDED: { exit: 5, http: 429 },
+  /**
    * sbx.workspace.diff() met a change a patch cannot carry (a special file, a name that is not
    * UTF-8): remove or rename it in the sandbox first.
    */

@@ -37,6 +37,7 @@ import {
 } from '../../src/policy/mcp.js';
 import { EgressPolicySchema, NetworkPolicySchema, SecretSpecSchema } from '../../src/policy/network.js';
 import { parseTemplate, TemplateFileSchema, TemplateStepSchema } from '../../src/core/template.js';
+import { ServerConfigSchema } from '../../src/server/front.js';
 import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import { blockName, docFiles, extractBlocks, type Block } from './blocks.js';
 
@@ -51,6 +52,7 @@ const SCHEMAS: Record<string, (v: unknown) => unknown> = {
   'mcp-policy': (v) => McpServerAirlockSchema.parse(v),
   policy: (v) => EgressPolicySchema.parse(v),
   template: (v) => parseTemplate(v),
+  server: (v) => ServerConfigSchema.parse(v),
 };
 
 interface Run {

@@ -34,6 +34,7 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   MCP_BUDGET_EXHAUSTED: { exit: 1, http: 429 },
   MCP_SERVER_FAILED: { exit: 1, http: 502 },
   UNAUTHORIZED: { exit: 4, http: 401 },
+  QUOTA_EXCEEDED: { exit: 5, http: 429 },
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
   INTERNAL: { exit: 70, http: 500 },
 };

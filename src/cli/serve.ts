@@ -1,0 +1,94 @@
+// `airlock serve` (the front server) and `airlock supervisor` (the hidden per-state-dir process that
+// owns the sandboxes): see src/server/front.ts, src/server/supervisor.ts and docs/server.md.
+import { readFileSync } from 'node:fs';
+import { AirlockError } from '../core/errors.js';
+import { loadConfigFile } from '../core/config-file.js';
+import { DEFAULT_STATE_DIR } from '../sandbox/airlock.js';
+import { parseListen } from '../server/auth.js';
+import { ServerConfigSchema, startFront, type ServerConfig } from '../server/front.js';
+import { startSupervisor } from '../server/supervisor.js';
+import type { Io } from './defaults.js';
+import { uidRangeFromEnv } from './flags.js';
+
+export interface ServeFlags {
+  listen?: string;
+  config?: string;
+  stateDir?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  insecureListen?: boolean;
+}
+
+export function stateDirOf(flag: string | undefined, config?: ServerConfig): string {
+  return flag ?? config?.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
+}
+
+/** The argv that runs this very CLI (node + its loader flags + the script), for the supervisor. */
+function selfCommand(): string[] {
+  return [process.execPath, ...process.execArgv, process.argv[1]!];
+}
+
+/** Resolves on the first SIGINT/SIGTERM with the status to exit with (130/143). */
+function untilSignal(): Promise<number> {
+  // process.on, not once: a handler must stay registered while the shutdown runs, or the library's
+  // exit sweep (exit-release.privileged.ts) sees no application handler and re-raises the signal.
+  return new Promise((resolve) => {
+    process.on('SIGINT', () => resolve(130));
+    process.on('SIGTERM', () => resolve(143));
+  });
+}
+
+export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
+  const config = flags.config
+    ? loadConfigFile(flags.config, ServerConfigSchema, {
+        what: 'server config',
+        code: 'INVALID_ARGUMENT',
+        maxBytes: 1024 ** 2,
+      })
+    : ServerConfigSchema.parse({});
+  const stateDir = stateDirOf(flags.stateDir, config);
+  const listen = parseListen(flags.listen ?? config.listen ?? '127.0.0.1:7070');
+  const certPath = flags.tlsCert ?? config.tls?.cert;
+  const keyPath = flags.tlsKey ?? config.tls?.key;
+  if ((certPath === undefined) !== (keyPath === undefined)) {
+    throw new AirlockError('INVALID_ARGUMENT', 'give both --tls-cert and --tls-key, or neither', {
+      field: 'tls',
+    });
+  }
+  const tls =
+    certPath && keyPath
+      ? { cert: readFileSync(certPath, 'utf8'), key: readFileSync(keyPath, 'utf8') }
+      : undefined;
+  const stop = untilSignal();
+  const front = await startFront({
+    stateDir,
+    listen,
+    config,
+    ...(tls ? { tls } : {}),
+    insecureListen: flags.insecureListen === true || config.insecureListen === true,
+    supervisorCommand: selfCommand(),
+  });
+  io.out(`airlock serve: listening on ${front.url} (state ${stateDir})\n`);
+  const status = await stop;
+  await front.close();
+  // SIGTERM is how systemd stops a service: a clean stop, exit 0.
+  return status === 143 ? 0 : status;
+}
+
+export async function supervisorCommand(flags: { stateDir?: string }, io: Io): Promise<number> {
+  if (process.getuid?.() !== 0) {
+    throw new AirlockError('PERMISSION_DENIED', 'airlock supervisor runs sandboxes and must run as root');
+  }
+  const stateDir = stateDirOf(flags.stateDir);
+  const uidRange = uidRangeFromEnv(process.env.AIRLOCK_UID_RANGE);
+  const stop = untilSignal();
+  const sup = await startSupervisor({ stateDir, ...(uidRange ? { uidRange } : {}) });
+  io.out(
+    `${new Date().toISOString()} airlock supervisor: boot ${sup.info.bootId} pid ${process.pid} serving ${sup.socketPath}\n`,
+  );
+  const status = await stop;
+  // Stopping the supervisor ends every sandbox it owns (they cannot outlive it; see docs/server.md).
+  await sup.close();
+  io.out(`${new Date().toISOString()} airlock supervisor: stopped (boot ${sup.info.bootId})\n`);
+  return status === 143 ? 0 : status;
+}

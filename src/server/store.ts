@@ -1,0 +1,390 @@
+// The front server's state (issue 36): one SQLite file (better-sqlite3 12, WAL) holding tenants and
+// their quotas, API keys (sha256 hashes only: a key is shown once, at creation, and never stored),
+// the sandboxes each tenant owns with their deadlines and the supervisor boot they live in, the
+// snapshots each tenant took, and an append-only event log. Schema changes are numbered migrations
+// recorded in a version table; a database newer than this code is refused, not guessed at.
+import { createHash, randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { AirlockError } from '../core/errors.js';
+
+/** Per-tenant limits; undefined fields take the server's defaults (ServerConfig.defaultQuota). */
+export interface Quota {
+  /** Live (running or paused) sandboxes at once. */
+  readonly maxSandboxes: number;
+  /** Sum of the live sandboxes' memory limits. */
+  readonly maxMemoryBytes: number;
+  /** Sum of the live sandboxes' CPU limits. */
+  readonly maxCpus: number;
+  /** Creates accepted in any 60 s window. */
+  readonly createsPerMinute: number;
+}
+
+export type StoredState = 'running' | 'paused' | 'killed' | 'expired' | 'lost';
+export const LIVE_STATES: readonly StoredState[] = ['running', 'paused'];
+
+export interface SandboxRow {
+  readonly id: string;
+  readonly tenant: string;
+  readonly state: StoredState;
+  readonly backend: string;
+  readonly template: string | null;
+  readonly createdAt: string;
+  /** Epoch ms, or null for no TTL. */
+  readonly deadline: number | null;
+  readonly metadata: Record<string, string>;
+  readonly reason: string | null;
+  readonly bootId: string;
+  readonly memoryBytes: number;
+  readonly cpus: number;
+}
+
+export interface ApiKeyRow {
+  readonly id: string;
+  readonly tenant: string;
+  readonly created: string;
+  readonly revoked: string | null;
+}
+
+const MIGRATIONS: readonly string[] = [
+  // 1: the first schema.
+  `CREATE TABLE tenants (
+     name TEXT PRIMARY KEY,
+     created TEXT NOT NULL,
+     max_sandboxes INTEGER, max_memory_bytes INTEGER, max_cpus REAL, creates_per_minute INTEGER
+   );
+   CREATE TABLE api_keys (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL REFERENCES tenants(name),
+     hash TEXT NOT NULL UNIQUE,
+     created TEXT NOT NULL,
+     revoked TEXT
+   );
+   CREATE TABLE sandboxes (
+     id TEXT PRIMARY KEY,
+     tenant TEXT NOT NULL,
+     state TEXT NOT NULL,
+     backend TEXT NOT NULL,
+     template TEXT,
+     created_at TEXT NOT NULL,
+     deadline INTEGER,
+     metadata TEXT NOT NULL,
+     reason TEXT,
+     boot_id TEXT NOT NULL,
+     memory_bytes INTEGER NOT NULL,
+     cpus REAL NOT NULL
+   );
+   CREATE INDEX sandboxes_tenant ON sandboxes(tenant, state);
+   CREATE TABLE snapshots (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created TEXT NOT NULL);
+   CREATE TABLE events (
+     seq INTEGER PRIMARY KEY AUTOINCREMENT,
+     at TEXT NOT NULL,
+     type TEXT NOT NULL,
+     tenant TEXT,
+     sandbox_id TEXT,
+     data TEXT NOT NULL
+   );
+   CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+     BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+   CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+     BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;`,
+];
+
+/** Key format: `alk_<key id>_<secret>`; only sha256(whole key) is stored. */
+const KEY_RE = /^alk_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
+const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
+const TENANT_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+interface RawSandbox {
+  id: string;
+  tenant: string;
+  state: StoredState;
+  backend: string;
+  template: string | null;
+  created_at: string;
+  deadline: number | null;
+  metadata: string;
+  reason: string | null;
+  boot_id: string;
+  memory_bytes: number;
+  cpus: number;
+}
+
+const rowOf = (r: RawSandbox): SandboxRow => ({
+  id: r.id,
+  tenant: r.tenant,
+  state: r.state,
+  backend: r.backend,
+  template: r.template,
+  createdAt: r.created_at,
+  deadline: r.deadline,
+  metadata: JSON.parse(r.metadata) as Record<string, string>,
+  reason: r.reason,
+  bootId: r.boot_id,
+  memoryBytes: r.memory_bytes,
+  cpus: r.cpus,
+});
+
+export class Store {
+  private readonly db: Database.Database;
+
+  /** Opens (creating 0600 if needed) and migrates the database at `path`. */
+  constructor(readonly path: string) {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    this.db = new Database(path);
+    chmodSync(path, 0o600); // API key hashes and tenant data: the server's eyes only
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('busy_timeout = 5000'); // `airlock keys` writes while the server runs
+    this.db.pragma('foreign_keys = ON');
+    this.migrate();
+  }
+
+  private migrate(): void {
+    this.db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)');
+    const row = this.db.prepare('SELECT version FROM schema_version').get() as
+      { version: number } | undefined;
+    const current = row?.version ?? 0;
+    if (current > MIGRATIONS.length) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `${this.path} has schema version ${current}, newer than this airlock (${MIGRATIONS.length}): upgrade airlock`,
+      );
+    }
+    this.db
+      .transaction(() => {
+        for (let v = current; v < MIGRATIONS.length; v++) this.db.exec(MIGRATIONS[v]!);
+        if (row) this.db.prepare('UPDATE schema_version SET version = ?').run(MIGRATIONS.length);
+        else this.db.prepare('INSERT INTO schema_version VALUES (?)').run(MIGRATIONS.length);
+      })
+      .immediate();
+  }
+
+  schemaVersion(): number {
+    return (this.db.prepare('SELECT version FROM schema_version').get() as { version: number }).version;
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  // ---- tenants and quotas -------------------------------------------------------------------------
+
+  ensureTenant(name: string): void {
+    if (!TENANT_RE.test(name)) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `tenant "${name}" must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit`,
+        { field: 'tenant' },
+      );
+    }
+    this.db
+      .prepare('INSERT OR IGNORE INTO tenants (name, created) VALUES (?, ?)')
+      .run(name, new Date().toISOString());
+  }
+
+  /** The tenant's own quota overrides (fields it does not set are absent). */
+  quotaOverrides(tenant: string): Partial<Quota> {
+    const r = this.db
+      .prepare(
+        'SELECT max_sandboxes, max_memory_bytes, max_cpus, creates_per_minute FROM tenants WHERE name = ?',
+      )
+      .get(tenant) as
+      | {
+          max_sandboxes: number | null;
+          max_memory_bytes: number | null;
+          max_cpus: number | null;
+          creates_per_minute: number | null;
+        }
+      | undefined;
+    if (!r) return {};
+    return {
+      ...(r.max_sandboxes !== null ? { maxSandboxes: r.max_sandboxes } : {}),
+      ...(r.max_memory_bytes !== null ? { maxMemoryBytes: r.max_memory_bytes } : {}),
+      ...(r.max_cpus !== null ? { maxCpus: r.max_cpus } : {}),
+      ...(r.creates_per_minute !== null ? { createsPerMinute: r.creates_per_minute } : {}),
+    };
+  }
+
+  setQuota(tenant: string, q: Partial<Quota>): void {
+    this.ensureTenant(tenant);
+    this.db
+      .prepare(
+        `UPDATE tenants SET max_sandboxes = ?, max_memory_bytes = ?, max_cpus = ?, creates_per_minute = ?
+         WHERE name = ?`,
+      )
+      .run(
+        q.maxSandboxes ?? null,
+        q.maxMemoryBytes ?? null,
+        q.maxCpus ?? null,
+        q.createsPerMinute ?? null,
+        tenant,
+      );
+  }
+
+  // ---- API keys -----------------------------------------------------------------------------------
+
+  /** A new key for `tenant` (created if new). The key itself is returned once and never stored. */
+  createKey(tenant: string): { id: string; key: string } {
+    this.ensureTenant(tenant);
+    const id = randomBytes(8).toString('hex');
+    const key = `alk_${id}_${randomBytes(32).toString('base64url')}`;
+    this.db
+      .prepare('INSERT INTO api_keys (id, tenant, hash, created) VALUES (?, ?, ?, ?)')
+      .run(id, tenant, sha256(key), new Date().toISOString());
+    this.event('key.created', tenant, null, { id });
+    return { id, key };
+  }
+
+  /** The tenant of a valid, unrevoked key; undefined for anything else (no reason: no oracle). */
+  verifyKey(key: string): { id: string; tenant: string } | undefined {
+    const m = KEY_RE.exec(key);
+    if (!m) return undefined;
+    // Looked up by the hash of the whole key: a lookup by hash reveals nothing about the stored keys.
+    const r = this.db
+      .prepare('SELECT id, tenant FROM api_keys WHERE hash = ? AND revoked IS NULL')
+      .get(sha256(key)) as { id: string; tenant: string } | undefined;
+    return r && r.id === m[1] ? r : undefined;
+  }
+
+  listKeys(): ApiKeyRow[] {
+    return this.db
+      .prepare('SELECT id, tenant, created, revoked FROM api_keys ORDER BY created, id')
+      .all() as ApiKeyRow[];
+  }
+
+  /** Revoke a key by id; KEY not found → INVALID_ARGUMENT naming the id. Idempotent for a revoked key. */
+  revokeKey(id: string): ApiKeyRow {
+    const r = this.db.prepare('SELECT id, tenant, created, revoked FROM api_keys WHERE id = ?').get(id) as
+      ApiKeyRow | undefined;
+    if (!r)
+      throw new AirlockError('INVALID_ARGUMENT', `no API key with id "${id}" (see airlock keys list)`, {
+        field: 'id',
+      });
+    if (r.revoked) return r;
+    const revoked = new Date().toISOString();
+    this.db.prepare('UPDATE api_keys SET revoked = ? WHERE id = ?').run(revoked, id);
+    this.event('key.revoked', r.tenant, null, { id });
+    return { ...r, revoked };
+  }
+
+  // ---- sandboxes ----------------------------------------------------------------------------------
+
+  insertSandbox(r: SandboxRow): void {
+    this.db
+      .prepare(
+        `INSERT INTO sandboxes (id, tenant, state, backend, template, created_at, deadline, metadata, reason,
+           boot_id, memory_bytes, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(
+        r.id,
+        r.tenant,
+        r.state,
+        r.backend,
+        r.template,
+        r.createdAt,
+        r.deadline,
+        JSON.stringify(r.metadata),
+        r.reason,
+        r.bootId,
+        r.memoryBytes,
+        r.cpus,
+      );
+    this.event('sandbox.created', r.tenant, r.id, { bootId: r.bootId, deadline: r.deadline });
+  }
+
+  getSandbox(id: string): SandboxRow | undefined {
+    const r = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as RawSandbox | undefined;
+    return r && rowOf(r);
+  }
+
+  /** Sandboxes in the given states (all tenants when tenant is undefined). */
+  sandboxes(o: { tenant?: string; states?: readonly StoredState[] } = {}): SandboxRow[] {
+    const states = o.states ?? ['running', 'paused', 'killed', 'expired', 'lost'];
+    const marks = states.map(() => '?').join(',');
+    const rows =
+      o.tenant === undefined
+        ? this.db
+            .prepare(`SELECT * FROM sandboxes WHERE state IN (${marks}) ORDER BY created_at, id`)
+            .all(...states)
+        : this.db
+            .prepare(
+              `SELECT * FROM sandboxes WHERE tenant = ? AND state IN (${marks}) ORDER BY created_at, id`,
+            )
+            .all(o.tenant, ...states);
+    return (rows as RawSandbox[]).map(rowOf);
+  }
+
+  /** Move a live sandbox to `state`; false if it was not live (already ended). */
+  endSandbox(id: string, state: 'killed' | 'expired' | 'lost', reason: string | null): boolean {
+    const r = this.db
+      .prepare(`UPDATE sandboxes SET state = ?, reason = ? WHERE id = ? AND state IN ('running', 'paused')`)
+      .run(state, reason, id);
+    if (r.changes) this.event(`sandbox.${state}`, this.getSandbox(id)?.tenant ?? null, id, { reason });
+    return r.changes > 0;
+  }
+
+  setSandboxState(id: string, state: 'running' | 'paused'): void {
+    this.db
+      .prepare(`UPDATE sandboxes SET state = ? WHERE id = ? AND state IN ('running', 'paused')`)
+      .run(state, id);
+  }
+
+  setDeadline(id: string, deadline: number | null): void {
+    this.db.prepare('UPDATE sandboxes SET deadline = ? WHERE id = ?').run(deadline, id);
+    this.event('sandbox.timeout', this.getSandbox(id)?.tenant ?? null, id, { deadline });
+  }
+
+  /**
+   * Every live sandbox of a supervisor boot other than `bootId` is `lost`: that supervisor died, and
+   * its sandboxes with it (fail closed). Returns the ids marked.
+   */
+  markLostExcept(bootId: string, reason: string): string[] {
+    return this.db.transaction(() => {
+      const ids = (
+        this.db
+          .prepare(`SELECT id FROM sandboxes WHERE state IN ('running', 'paused') AND boot_id != ?`)
+          .all(bootId) as Array<{ id: string }>
+      ).map((r) => r.id);
+      for (const id of ids) this.endSandbox(id, 'lost', reason);
+      return ids;
+    })();
+  }
+
+  // ---- snapshots ----------------------------------------------------------------------------------
+
+  recordSnapshot(id: string, tenant: string): void {
+    this.db
+      .prepare('INSERT OR IGNORE INTO snapshots (id, tenant, created) VALUES (?, ?, ?)')
+      .run(id, tenant, new Date().toISOString());
+  }
+
+  snapshotTenant(id: string): string | undefined {
+    return (
+      this.db.prepare('SELECT tenant FROM snapshots WHERE id = ?').get(id) as { tenant: string } | undefined
+    )?.tenant;
+  }
+
+  forgetSnapshot(id: string): void {
+    this.db.prepare('DELETE FROM snapshots WHERE id = ?').run(id);
+  }
+
+  // ---- events -------------------------------------------------------------------------------------
+
+  event(type: string, tenant: string | null, sandboxId: string | null, data: Record<string, unknown>): void {
+    this.db
+      .prepare('INSERT INTO events (at, type, tenant, sandbox_id, data) VALUES (?, ?, ?, ?, ?)')
+      .run(new Date().toISOString(), type, tenant, sandboxId, JSON.stringify(data));
+  }
+
+  events(o: { sandboxId?: string } = {}): Array<{ seq: number; type: string; sandboxId: string | null }> {
+    const rows = (
+      o.sandboxId === undefined
+        ? this.db.prepare('SELECT seq, type, sandbox_id FROM events ORDER BY seq').all()
+        : this.db
+            .prepare('SELECT seq, type, sandbox_id FROM events WHERE sandbox_id = ? ORDER BY seq')
+            .all(o.sandboxId)
+    ) as Array<{ seq: number; type: string; sandbox_id: string | null }>;
+    return rows.map((r) => ({ seq: r.seq, type: r.type, sandboxId: r.sandbox_id }));
+  }
+}

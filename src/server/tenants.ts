@@ -1,0 +1,387 @@
+// TenantScopedApi: the front server's SandboxApi. It wraps the supervisor's API (RemoteSandboxApi)
+// and adds what only the front server knows: which tenant owns which sandbox (the store), quotas,
+// the operator's policy on create requests, TTL mirroring, and `lost` sandboxes of a dead supervisor.
+//
+// The one scoping rule: a sandbox id the caller's tenant does not own answers SANDBOX_NOT_FOUND,
+// exactly like an id that never existed (same code, same message shape), so ids are no oracle.
+import type { EgressEvent } from '../egress/events.js';
+import { AirlockError } from '../core/errors.js';
+import type {
+  Caller,
+  CreateRequest,
+  ExecEvent,
+  ExecRequest,
+  FileEntryView,
+  FsEvent,
+  ProcessView,
+  SandboxApi,
+  SandboxView,
+  SnapshotView,
+} from './contract.js';
+import { QuotaError, type Quotas } from './quotas.js';
+import type { SandboxRow, Store } from './store.js';
+
+/** The library's defaults, which a create without limits gets (for the quota's sums). */
+export const DEFAULT_MEMORY_BYTES = 512 * 1024 ** 2;
+export const DEFAULT_CPUS = 1;
+
+export interface TenantPolicy {
+  /** Let clients send network.allowPrivate (default false: private/loopback targets stay refused). */
+  readonly allowPrivateNetwork: boolean;
+  /** Default queueTimeoutMs of a create (default 5000). */
+  readonly defaultQueueTimeoutMs: number;
+}
+
+export interface TenantHooks {
+  /** The supervisor's current boot id (stored with each sandbox). */
+  bootId(): string;
+  /** Ask the supervisor now whether it restarted (and mark the old boot's sandboxes lost). */
+  refreshBoot?(): Promise<unknown>;
+  onCreate?(outcome: 'ok' | 'error' | 'quota'): void;
+  /** A create refused for quota: when to retry (the front server's Retry-After). */
+  onQuota?(retryAfterSeconds: number): void;
+  onExecDone?(seconds: number): void;
+  onEgress?(e: EgressEvent): void;
+}
+
+const notFound = (id: string): AirlockError =>
+  new AirlockError('SANDBOX_NOT_FOUND', `no sandbox "${id}"`, { field: 'id' });
+
+export class TenantScopedApi implements SandboxApi {
+  private readonly ttlTimers = new Map<string, NodeJS.Timeout>();
+
+  constructor(
+    private readonly inner: SandboxApi,
+    private readonly store: Store,
+    private readonly quotas: Quotas,
+    private readonly policy: TenantPolicy,
+    private readonly hooks: TenantHooks,
+  ) {}
+
+  /** Re-arm the TTL mirror of every stored live sandbox (front server start). */
+  armStoredDeadlines(): void {
+    for (const r of this.store.sandboxes({ states: ['running', 'paused'] })) this.arm(r.id, r.deadline);
+  }
+
+  close(): void {
+    for (const t of this.ttlTimers.values()) clearTimeout(t);
+    this.ttlTimers.clear();
+  }
+
+  /** The live row of `id` if the caller's tenant owns it; else SANDBOX_NOT_FOUND (no oracle). */
+  private owned(id: string, caller: Caller): SandboxRow {
+    const r = typeof id === 'string' ? this.store.getSandbox(id) : undefined;
+    if (!r || r.tenant !== caller.tenant) throw notFound(String(id));
+    if (r.state === 'lost')
+      throw new AirlockError(
+        'SANDBOX_GONE',
+        `sandbox "${id}" is lost: ${r.reason ?? 'its supervisor died'}`,
+        {
+          field: 'id',
+        },
+      );
+    if (r.state !== 'running' && r.state !== 'paused')
+      throw new AirlockError('SANDBOX_GONE', `sandbox "${id}" has ended (${r.state})`, { field: 'id' });
+    return r;
+  }
+
+  /**
+   * The supervisor says the sandbox is gone: either its supervisor restarted (then it is `lost`, which
+   * the boot check records) or it ended there (expired if its deadline passed, else killed).
+   */
+  private async goneFromSupervisor<T>(id: string, op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (e) {
+      if (!AirlockError.is(e, 'SANDBOX_NOT_FOUND')) throw e;
+      await this.hooks.refreshBoot?.().catch(() => {});
+      const r = this.store.getSandbox(id);
+      if (r?.state === 'lost') {
+        throw new AirlockError(
+          'SANDBOX_GONE',
+          `sandbox "${id}" is lost: ${r.reason ?? 'its supervisor died'}`,
+          {
+            field: 'id',
+          },
+        );
+      }
+      const expired = r?.deadline != null && r.deadline <= Date.now();
+      this.end(id, expired ? 'expired' : 'killed', expired ? 'its TTL ran out' : 'gone from the supervisor');
+      throw e;
+    }
+  }
+
+  private end(id: string, state: 'killed' | 'expired', reason: string | null): void {
+    const t = this.ttlTimers.get(id);
+    if (t) clearTimeout(t);
+    this.ttlTimers.delete(id);
+    if (this.store.endSandbox(id, state, reason)) this.quotas.wakeAll();
+  }
+
+  private arm(id: string, deadline: number | null): void {
+    const old = this.ttlTimers.get(id);
+    if (old) clearTimeout(old);
+    this.ttlTimers.delete(id);
+    if (deadline === null) return;
+    // setTimeout's longest delay is 2^31-1 ms; a longer TTL re-arms on the way.
+    const delay = Math.min(Math.max(0, deadline - Date.now()), 2 ** 31 - 1);
+    const t = setTimeout(() => {
+      this.ttlTimers.delete(id);
+      const r = this.store.getSandbox(id);
+      if (!r || r.deadline !== deadline) return;
+      if (deadline > Date.now()) return this.arm(id, deadline);
+      // The supervisor's own TTL kills it; the kill here is for the case it has not yet.
+      void this.inner.kill(id, { tenant: r.tenant }).catch(() => {});
+      this.end(id, 'expired', 'its TTL ran out');
+    }, delay);
+    t.unref();
+    this.ttlTimers.set(id, t);
+  }
+
+  private view(r: SandboxRow, live?: SandboxView): SandboxView {
+    return {
+      ...(live ?? { id: r.id, backend: r.backend, createdAt: r.createdAt }),
+      id: r.id,
+      state: live?.state ?? r.state,
+      expiresAt: r.deadline === null ? null : new Date(r.deadline).toISOString(),
+      metadata: r.metadata,
+      ...(r.template !== null ? { template: r.template } : {}),
+      ...(r.reason !== null && r.state !== 'running' && r.state !== 'paused' ? { reason: r.reason } : {}),
+    };
+  }
+
+  async create(req: CreateRequest, caller: Caller, signal?: AbortSignal): Promise<SandboxView> {
+    const net = req.network as { allowPrivate?: unknown } | undefined;
+    if (net?.allowPrivate !== undefined && net.allowPrivate !== false && !this.policy.allowPrivateNetwork) {
+      throw new AirlockError(
+        'PERMISSION_DENIED',
+        'network.allowPrivate is disabled on this server (the operator can enable it in the server config)',
+        { field: 'network.allowPrivate' },
+      );
+    }
+    if (req.snapshot !== undefined && this.store.snapshotTenant(req.snapshot) !== caller.tenant) {
+      throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${req.snapshot}`, { field: 'snapshot' });
+    }
+    const want = {
+      memoryBytes: req.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+      cpus: req.limits?.cpus ?? DEFAULT_CPUS,
+    };
+    let release: () => void;
+    try {
+      release = await this.quotas.reserve(
+        caller.tenant,
+        want,
+        req.queueTimeoutMs ?? this.policy.defaultQueueTimeoutMs,
+        signal,
+      );
+    } catch (e) {
+      this.hooks.onCreate?.('quota');
+      if (e instanceof QuotaError) this.hooks.onQuota?.(e.retryAfterSeconds);
+      throw e;
+    }
+    try {
+      const v = await this.inner.create(req, caller);
+      // Read after the create: a create that succeeded after a restart was noticed ran on the new
+      // supervisor (one in flight to a dying supervisor fails with it).
+      const bootId = this.hooks.bootId();
+      const deadline = v.expiresAt === null ? null : Date.parse(v.expiresAt);
+      try {
+        this.store.insertSandbox({
+          id: v.id,
+          tenant: caller.tenant,
+          state: 'running',
+          backend: v.backend,
+          template: v.template ?? null,
+          createdAt: v.createdAt,
+          deadline,
+          metadata: v.metadata,
+          reason: null,
+          bootId,
+          ...want,
+        });
+      } catch (e) {
+        // Not recorded means no tenant could ever reach it: do not leave it running.
+        await this.inner.kill(v.id, caller).catch(() => {});
+        throw e;
+      }
+      this.arm(v.id, deadline);
+      this.hooks.onCreate?.('ok');
+      return this.view(this.store.getSandbox(v.id)!, v);
+    } catch (e) {
+      this.hooks.onCreate?.('error');
+      throw e;
+    } finally {
+      release();
+    }
+  }
+
+  async get(id: string, caller: Caller): Promise<SandboxView> {
+    const r = typeof id === 'string' ? this.store.getSandbox(id) : undefined;
+    if (!r || r.tenant !== caller.tenant) throw notFound(String(id));
+    if (r.state !== 'running' && r.state !== 'paused') return this.view(r); // lost/killed/expired, with reason
+    try {
+      return this.view(r, await this.goneFromSupervisor(id, () => this.inner.get(id, caller)));
+    } catch (e) {
+      const now = this.store.getSandbox(id);
+      if (now && now.state !== 'running' && now.state !== 'paused') return this.view(now);
+      throw e;
+    }
+  }
+
+  async list(filter: { metadata?: Record<string, string> }, caller: Caller): Promise<SandboxView[]> {
+    const mine = new Map(
+      this.store.sandboxes({ tenant: caller.tenant, states: ['running', 'paused'] }).map((r) => [r.id, r]),
+    );
+    if (mine.size === 0) return [];
+    const live = await this.inner.list(filter, caller);
+    return live.filter((v) => mine.has(v.id)).map((v) => this.view(mine.get(v.id)!, v));
+  }
+
+  async setTimeout(id: string, ttlMs: number, caller: Caller): Promise<SandboxView> {
+    const r = this.owned(id, caller);
+    const v = await this.goneFromSupervisor(id, () => this.inner.setTimeout(id, ttlMs, caller));
+    const deadline = v.expiresAt === null ? null : Date.parse(v.expiresAt);
+    this.store.setDeadline(id, deadline);
+    this.arm(id, deadline);
+    return this.view({ ...r, deadline }, v);
+  }
+
+  async pause(id: string, caller: Caller): Promise<SandboxView> {
+    this.owned(id, caller);
+    const v = await this.goneFromSupervisor(id, () => this.inner.pause(id, caller));
+    this.store.setSandboxState(id, 'paused');
+    return this.view(this.store.getSandbox(id)!, v);
+  }
+
+  async resume(id: string, caller: Caller): Promise<SandboxView> {
+    this.owned(id, caller);
+    const v = await this.goneFromSupervisor(id, () => this.inner.resume(id, caller));
+    this.store.setSandboxState(id, 'running');
+    return this.view(this.store.getSandbox(id)!, v);
+  }
+
+  async kill(id: string, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    try {
+      await this.inner.kill(id, caller);
+    } catch (e) {
+      if (!AirlockError.is(e, 'SANDBOX_NOT_FOUND')) throw e; // already gone there: still ours to end
+    }
+    this.end(id, 'killed', 'killed by its client');
+  }
+
+  exec(id: string, req: ExecRequest, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {
+    this.owned(id, caller); // before the stream starts: a refusal is a plain error status
+    return this.timed(this.inner.exec(id, req, caller, signal));
+  }
+
+  private async *timed(events: AsyncIterable<ExecEvent>): AsyncIterable<ExecEvent> {
+    const started = process.hrtime.bigint();
+    for await (const e of events) {
+      if (e.type === 'exit') this.hooks.onExecDone?.(Number(process.hrtime.bigint() - started) / 1e9);
+      yield e;
+    }
+  }
+
+  startProcess(id: string, req: ExecRequest, caller: Caller): Promise<ProcessView> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.startProcess(id, req, caller));
+  }
+
+  listProcesses(id: string, caller: Caller): Promise<ProcessView[]> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.listProcesses(id, caller));
+  }
+
+  connectProcess(id: string, pid: string, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {
+    this.owned(id, caller);
+    return this.inner.connectProcess(id, pid, caller, signal);
+  }
+
+  sendStdin(id: string, pid: string, data: Uint8Array, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    return this.inner.sendStdin(id, pid, data, caller);
+  }
+
+  closeStdin(id: string, pid: string, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    return this.inner.closeStdin(id, pid, caller);
+  }
+
+  killProcess(id: string, pid: string, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    return this.inner.killProcess(id, pid, caller);
+  }
+
+  readFile(id: string, path: string, caller: Caller): Promise<ReadableStream<Uint8Array>> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.readFile(id, path, caller));
+  }
+
+  writeFile(
+    id: string,
+    path: string,
+    body: ReadableStream<Uint8Array>,
+    caller: Caller,
+  ): Promise<FileEntryView> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.writeFile(id, path, body, caller));
+  }
+
+  listDir(id: string, path: string, caller: Caller): Promise<FileEntryView[]> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.listDir(id, path, caller));
+  }
+
+  stat(id: string, path: string, caller: Caller): Promise<FileEntryView> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.stat(id, path, caller));
+  }
+
+  remove(id: string, path: string, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.remove(id, path, caller));
+  }
+
+  makeDir(id: string, path: string, caller: Caller): Promise<FileEntryView> {
+    this.owned(id, caller);
+    return this.goneFromSupervisor(id, () => this.inner.makeDir(id, path, caller));
+  }
+
+  watch(id: string, path: string, caller: Caller, signal?: AbortSignal): AsyncIterable<FsEvent> {
+    this.owned(id, caller);
+    return this.inner.watch(id, path, caller, signal);
+  }
+
+  async snapshot(id: string, caller: Caller): Promise<SnapshotView> {
+    this.owned(id, caller);
+    const s = await this.goneFromSupervisor(id, () => this.inner.snapshot(id, caller));
+    this.store.recordSnapshot(s.id, caller.tenant);
+    return s;
+  }
+
+  async listSnapshots(caller: Caller): Promise<SnapshotView[]> {
+    return (await this.inner.listSnapshots(caller)).filter(
+      (s) => this.store.snapshotTenant(s.id) === caller.tenant,
+    );
+  }
+
+  async removeSnapshot(snapshotId: string, caller: Caller): Promise<void> {
+    if (this.store.snapshotTenant(snapshotId) !== caller.tenant)
+      throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${String(snapshotId)}`, { field: 'id' });
+    await this.inner.removeSnapshot(snapshotId, caller);
+    this.store.forgetSnapshot(snapshotId);
+  }
+
+  egressEvents(id: string, caller: Caller, signal?: AbortSignal): AsyncIterable<EgressEvent> {
+    this.owned(id, caller);
+    return this.counted(this.inner.egressEvents(id, caller, signal));
+  }
+
+  private async *counted(events: AsyncIterable<EgressEvent>): AsyncIterable<EgressEvent> {
+    for await (const e of events) {
+      this.hooks.onEgress?.(e);
+      yield e;
+    }
+  }
+}
