@@ -76,13 +76,13 @@ export function envdErrorFrom(e: unknown, sandboxId: string): EnvdError {
         409,
       );
     case 'FILE_NOT_FOUND':
-    case 'PROCESS_NOT_FOUND' as string:
+    case 'PROCESS_NOT_FOUND':
       return new EnvdError('not_found', msg);
     case 'INVALID_ARGUMENT':
     case 'INVALID_SPEC':
       return new EnvdError('invalid_argument', e.field ? `${e.field}: ${msg}` : msg);
     case 'FILE_TOO_LARGE':
-    case 'REQUEST_TOO_LARGE' as string:
+    case 'REQUEST_TOO_LARGE':
       return new EnvdError('resource_exhausted', msg, 413);
     case 'DISK_FULL':
       return new EnvdError('resource_exhausted', msg, 507);

@@ -194,6 +194,12 @@ export function mountFilesystem(app: Hono, deps: EnvdDeps): void {
       WatchDirRequestSchema,
       async function* ({ req, signal, c }) {
         const t = who(c);
+        if (req.recursive) {
+          throw new EnvdError(
+            'unimplemented',
+            'recursive watchDir is not supported by Airlock: watch each directory',
+          );
+        }
         const root = e2bPath(req.path);
         const st = await deps.api.stat(t.id, root, t.caller);
         if (st.type !== 'dir') throw new EnvdError('invalid_argument', `path: ${root} is not a directory`);
@@ -202,8 +208,7 @@ export function mountFilesystem(app: Hono, deps: EnvdDeps): void {
         for await (const ev of events) {
           const rel = posix.relative(root, ev.path);
           if (rel === '' || rel.startsWith('..')) continue;
-          // A watch that is not recursive reports only the directory's own children.
-          if (!req.recursive && rel.includes('/')) continue;
+          if (rel.includes('/')) continue; // only the directory's own children
           let entry: Record<string, unknown> | undefined;
           if (req.includeEntry && ev.type !== 'remove' && ev.type !== 'rename') {
             entry = await deps.api.stat(t.id, ev.path, t.caller).then(entryInfo, () => undefined);

@@ -47,7 +47,8 @@ function selectorPid(sel: { pid?: number | undefined; tag?: string | undefined }
 
 /** envd's EndEvent for an exit, as Go's os.ProcessState would describe it. */
 function endEvent(ev: Extract<ExecEvent, { type: 'exit' }>): Record<string, unknown> {
-  if (ev.exitCode !== null) {
+  // A signal wins over the code: inside the sandbox a killed command reports 128 + signal.
+  if (ev.signal === null && ev.exitCode !== null) {
     const status = `exit status ${ev.exitCode}`;
     return { exitCode: ev.exitCode, exited: true, status, ...(ev.exitCode !== 0 ? { error: status } : {}) };
   }
@@ -108,11 +109,11 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
             cwd: req.process.cwd === undefined ? SANDBOX_HOME : e2bPath(req.process.cwd),
             ...(req.process.envs ? { env: req.process.envs } : {}),
             ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+            // E2B: without `stdin: true` the command reads an empty stdin (it must not wait for input).
+            ...(req.stdin ? {} : { stdin: '' }),
           },
           t.caller,
         );
-        // E2B: without `stdin: true` the command reads an empty stdin (it must not wait for input).
-        if (!req.stdin) await deps.api.closeStdin(t.id, view.pid, t.caller);
         yield { event: { start: { pid: toWirePid(view.pid) } } };
         yield* processEvents(deps.api.connectProcess(t.id, view.pid, t.caller, signal), t.id);
       },
@@ -190,7 +191,11 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
             'signal: only SIGNAL_SIGKILL and SIGNAL_SIGTERM are supported',
           );
         }
-        await deps.api.killProcess(t.id, selectorPid(req.process), t.caller);
+        const pid = selectorPid(req.process);
+        // envd forgets a process once it ended: signalling it then is "not found" (the SDK: false).
+        const p = (await deps.api.listProcesses(t.id, t.caller)).find((x) => x.pid === pid);
+        if (!p?.running) throw new EnvdError('not_found', `no running process ${pid} in sandbox ${t.id}`);
+        await deps.api.killProcess(t.id, pid, t.caller);
         return {};
       },
       envdError,
