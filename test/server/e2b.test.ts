@@ -15,14 +15,17 @@ import {
   TimeoutError,
   type CommandHandle,
 } from 'e2b';
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Airlock } from '../../src/index.js';
 import { e2bRoutes } from '../../src/server/e2b/index.js';
+import { callerFromToken, envdToken } from '../../src/server/e2b/token.js';
 import { LocalSandboxApi } from '../../src/server/local.js';
 import { canRunNamespaces, NO_RESIDUE, settledResidue, SKIP_REASON, testAirlock } from '../helpers.js';
 
 const KEY = 'e2b-test-key-1';
+const SECRET = new Uint8Array(32).fill(7);
+const streamSignals: AbortSignal[] = [];
 const DOMAIN = 'airlock-e2b.invalid';
 
 let airlock: Airlock;
@@ -42,13 +45,28 @@ beforeAll(async () => {
     seen.served++;
     await next();
   });
-  app.route(
-    '/e2b',
-    e2bRoutes(new LocalSandboxApi(airlock, { watchIntervalMs: 100 }), {
-      caller: (c) => (c.req.header('x-api-key') === KEY ? { tenant: 't1' } : undefined),
-      domain: DOMAIN,
-    }),
-  );
+  const local = new LocalSandboxApi(airlock, { watchIntervalMs: 100 });
+  // The real API, observed: the abort signal of every stream it serves is recorded.
+  const api = new Proxy(local, {
+    get(t, p, r) {
+      const v = Reflect.get(t, p, r) as unknown;
+      if (typeof v !== 'function') return v;
+      return (...args: unknown[]) => {
+        if (p === 'watch' || p === 'connectProcess') {
+          const sig = args.at(-1);
+          if (sig instanceof AbortSignal) streamSignals.push(sig);
+        }
+        return (v as (...a: unknown[]) => unknown).apply(t, args);
+      };
+    },
+  });
+  const opts = {
+    caller: (c: Context) => (c.req.header('x-api-key') === KEY ? { tenant: 't1' } : undefined),
+    domain: DOMAIN,
+    tokenSecret: SECRET,
+  };
+  app.route('/e2b', e2bRoutes(api, opts));
+  app.route('/small', e2bRoutes(api, { ...opts, maxUploadBytes: 4096, maxMultipartBytes: 4096 }));
   server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 });
   await new Promise<void>((r) => server.once('listening', () => r()));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -111,6 +129,15 @@ describe.skipIf(!canRunNamespaces)(
       expect(info.state).toBe('running');
       const found = await Sandbox.list({ query: { metadata: { suite: 'e2b', run: 'one' } } }).nextItems();
       expect(found.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
+      const odd = await Sandbox.create({ timeoutMs: 60_000, metadata: { 'k&=%': 'v=&%ü +' } });
+      try {
+        const hit = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü +' } } }).nextItems();
+        expect(hit.map((s) => [s.sandboxId, s.metadata])).toEqual([[odd.sandboxId, { 'k&=%': 'v=&%ü +' }]]);
+        const miss = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü' } } }).nextItems();
+        expect(miss).toEqual([]);
+      } finally {
+        await odd.kill();
+      }
       const none = await Sandbox.list({ query: { metadata: { suite: 'e2b', run: 'other' } } }).nextItems();
       expect(none).toEqual([]);
     });
@@ -373,13 +400,67 @@ describe.skipIf(!canRunNamespaces)(
       const pid = (
         JSON.parse(Buffer.from(first.value!.subarray(5)).toString()) as { event: { start: { pid: number } } }
       ).event.start.pid;
+      const followed = streamSignals.at(-1)!;
+      expect(followed.aborted).toBe(false);
       ac.abort();
-      // E2B semantics: the command outlives its client, until its deadline kills it.
+      // The server stops following the command for the departed client...
+      await vi.waitFor(() => expect(followed.aborted).toBe(true), { timeout: 10_000, interval: 50 });
+      // ...and, E2B semantics, the command outlives its client until its deadline kills it.
       await vi.waitFor(async () => expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(pid), {
         timeout: 30_000,
         interval: 250,
       });
     }, 40_000);
+
+    it('a client that leaves a watchDir stream closes the watcher', async () => {
+      const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+      const msg = Buffer.from(JSON.stringify({ path: '/home/user' }));
+      const env = Buffer.concat([Buffer.from([0, 0, 0, 0, msg.length]), msg]);
+      const ac = new AbortController();
+      const r = await fetch(`${base}/e2b/envd/filesystem.Filesystem/WatchDir`, {
+        method: 'POST',
+        headers: {
+          'E2b-Sandbox-Id': sbx.sandboxId,
+          'X-Access-Token': token,
+          'content-type': 'application/connect+json',
+        },
+        body: env,
+        signal: ac.signal,
+      });
+      const first = await r.body!.getReader().read();
+      expect(JSON.parse(Buffer.from(first.value!.subarray(5)).toString())).toEqual({ start: {} });
+      const watching = streamSignals.at(-1)!;
+      expect(watching.aborted).toBe(false);
+      ac.abort();
+      await vi.waitFor(() => expect(watching.aborted).toBe(true), { timeout: 10_000, interval: 50 });
+    });
+
+    it('uploads and bodies over the caps answer 413', async () => {
+      const small = await Sandbox.connect(sbx.sandboxId, {
+        apiUrl: `${base}/small`,
+        sandboxUrl: `${base}/small/envd`,
+      });
+      await small.files.write('fits.txt', 'x'.repeat(1000));
+      await expect(small.files.write('big.txt', 'x'.repeat(10_000))).rejects.toThrow(/413|over 4096 bytes/);
+      const big = new ReadableStream<Uint8Array>({
+        start(c) {
+          for (let i = 0; i < 10; i++) c.enqueue(new Uint8Array(1000));
+          c.close();
+        },
+      });
+      await expect(small.files.write('big.bin', big)).rejects.toThrow(/413|over 4096 bytes/);
+      // gzip is capped after decompression: 1 MB of zeros compresses to about 1 KB.
+      await expect(
+        small.files.write('bomb.bin', new Uint8Array(1_000_000).buffer, { gzip: true }),
+      ).rejects.toThrow(/413|over 4096 bytes/);
+      const r = await fetch(`${base}/e2b/v2/sandboxes`, {
+        method: 'POST',
+        headers: { 'X-API-Key': KEY, 'content-type': 'application/json' },
+        body: JSON.stringify({ templateID: 'base', metadata: { pad: 'p'.repeat(300 * 1024) } }),
+      });
+      expect(r.status).toBe(413);
+      expect(await r.json()).toMatchObject({ code: 413 });
+    });
 
     it('pause, then connect resumes', async () => {
       expect(await sbx.pause()).toBe(true);
@@ -428,3 +509,18 @@ describe.skipIf(!canRunNamespaces)(
     }, 60_000);
   },
 );
+
+describe('envd access tokens', () => {
+  it('are bound to the sandbox, the tenant and the secret', () => {
+    const tok = envdToken(SECRET, { tenant: 'alice' }, 'sbx1');
+    expect(callerFromToken(SECRET, tok, 'sbx1')).toEqual({ tenant: 'alice' });
+    expect(callerFromToken(SECRET, tok, 'sbx2')).toBeUndefined();
+    expect(callerFromToken(new Uint8Array(32).fill(8), tok, 'sbx1')).toBeUndefined();
+    // Another tenant's name with alice's MAC does not pass.
+    const forged = `${Buffer.from('bob').toString('base64url')}.${tok.split('.')[1]!}`;
+    expect(callerFromToken(SECRET, forged, 'sbx1')).toBeUndefined();
+    for (const bad of ['', '.', 'x', `${tok}x`, tok.slice(0, -2), 'a'.repeat(5000)]) {
+      expect(callerFromToken(SECRET, bad, 'sbx1')).toBeUndefined();
+    }
+  });
+});

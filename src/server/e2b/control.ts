@@ -4,6 +4,7 @@ import type { Context, Hono } from 'hono';
 import type { z } from 'zod';
 import { AirlockError, httpStatusFor } from '../../core/errors.js';
 import type { Caller, CreateRequest, SandboxApi, SandboxView } from '../contract.js';
+import { EnvdError, readCapped } from './connect.js';
 import { ENVD_VERSION } from './envd.js';
 import {
   ConnectBodySchema,
@@ -46,10 +47,15 @@ function fail(c: Context, e: unknown): Response {
   return c.json({ code: status, message: e.field ? `${e.field}: ${e.message}` : e.message }, status as 400);
 }
 
+/** Control API bodies are small JSON objects. */
+const MAX_BODY = 256 * 1024;
+
 async function body<S extends z.ZodType>(c: Context, schema: S): Promise<z.infer<S>> {
   let raw: unknown = {};
-  const text = await c.req.text();
-  if (text.length > 256 * 1024) throw new ApiError(413, 'the request body is over 256 KiB');
+  const bytes = await readCapped(c.req.raw.body, MAX_BODY).catch((e: unknown) => {
+    throw e instanceof EnvdError ? new ApiError(e.httpStatus, e.message) : e;
+  });
+  const text = new TextDecoder().decode(bytes);
   if (text.trim() !== '') {
     try {
       raw = JSON.parse(text) as unknown;
