@@ -179,7 +179,11 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
       const metadata: Record<string, string> = {};
       // The SDK sends metadata=<URLSearchParams of encodeURIComponent'd pairs>.
       for (const [k, val] of new URLSearchParams(url.searchParams.get('metadata') ?? '')) {
-        metadata[decodeURIComponent(k)] = decodeURIComponent(val);
+        try {
+          metadata[decodeURIComponent(k)] = decodeURIComponent(val);
+        } catch {
+          throw new ApiError(400, 'metadata: a key or value is not valid percent-encoding');
+        }
       }
       const states = (url.searchParams.get('state') ?? 'running,paused')
         .split(',')
