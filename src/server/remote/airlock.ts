@@ -43,6 +43,8 @@ const REMOTE = 'cannot be used with a remote Airlock (apiUrl): the server never'
 export class RemoteAirlock {
   readonly apiUrl: string | undefined;
   readonly api: SandboxApi;
+  /** The seam's caller argument for direct `api` calls (the server knows the tenant from the key). */
+  readonly caller: Caller = CALLER;
   readonly snapshots: RemoteSnapshots;
   private readonly live = new Map<string, RemoteSandbox>();
   private readonly ctx: RemoteContext;
