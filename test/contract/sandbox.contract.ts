@@ -50,13 +50,13 @@ function envOf(r: ExecResult): Record<string, string> {
 }
 
 export function sandboxContract(backend: BackendName, opts: ContractOptions = {}): void {
-  describe(`sandbox contract: ${backend}`, () => {
+  describe(`sandbox contract: ${backend}${opts.variant ? ` ${opts.variant}` : ''}`, () => {
     let airlock: Airlock;
     const owned: Sandbox[] = [];
     const hostPaths: string[] = [];
 
     beforeAll(() => {
-      airlock = testAirlock();
+      airlock = opts.airlock?.() ?? testAirlock();
     });
     afterEach(async () => {
       await Promise.allSettled(owned.splice(0).map((s) => s.kill()));

@@ -11,10 +11,17 @@ import {
   type ExecCommand,
   type SandboxSpec,
 } from '../../core/spec.js';
-import type { ExecHandle, ExecOptions, ExecResult } from '../../sandbox/sandbox.js';
+import type {
+  ExecHandle,
+  ExecOptions,
+  ExecResult,
+  SandboxProcess,
+  SpawnOptions,
+} from '../../sandbox/sandbox.js';
 import type { Caller, ExecEvent, ExecRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
 import { shapeExec } from './exec.js';
 import { RemoteFiles } from './files.js';
+import { remoteSpawn } from './spawn.js';
 
 /** A remote sandbox's public facts (the library's SandboxInfo less what stays on the server's host). */
 export interface RemoteSandboxInfo {
@@ -248,6 +255,32 @@ export class RemoteSandbox {
         await entry.settle();
       },
     };
+  }
+
+  /**
+   * A process with raw stdin/stdout/stderr streams and no output shaping (e.g. a stdio MCP server),
+   * as the library's spawn. It dies with the sandbox, with kill(), and with `signal`.
+   */
+  async spawn(cmd: ExecCommand, opts: SpawnOptions = {}): Promise<SandboxProcess> {
+    this.assertRunnable();
+    const argv = parseCommand(cmd);
+    const o = parseOrThrow(
+      ExecOptionsSchema,
+      { cwd: opts.cwd, env: opts.env },
+      'spawn options',
+      'INVALID_ARGUMENT',
+    );
+    if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'spawn aborted before it started');
+    const req: ExecRequest = {
+      cmd: typeof cmd === 'string' ? cmd : argv,
+      cwd: o.cwd,
+      ...(Object.keys(o.env).length ? { env: o.env } : {}),
+    };
+    try {
+      return await remoteSpawn(this.ctx.api, this.ctx.caller, this.id, req, opts.signal);
+    } catch (e) {
+      throw this.mapGone(e);
+    }
   }
 
   /** Send a process its stdin (bytes or a stream) and then EOF; errors mean it exited already. */
