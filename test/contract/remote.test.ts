@@ -26,6 +26,7 @@ if (canRunNamespaces) {
     variant: 'through the remote SDK',
     // The suite is written against the library's types; RemoteAirlock offers the same surface.
     airlock: () => remote as unknown as Airlock,
+    stateDir: () => server.airlock.stateDir,
     skip: {
       'create with defaults': HOST_UID,
       'ids are unique per sandbox': HOST_UID,

@@ -13,6 +13,8 @@ export interface ContractOptions {
    * a RemoteAirlock: the library's surface over a server (typed as Airlock for the suite's sake).
    */
   readonly airlock?: () => Airlock;
+  /** The host state dir its sandboxes live in (default the runtime's; the server's for the remote variant). */
+  readonly stateDir?: () => string;
   /** Suffix of the suite's name, e.g. "through the remote SDK". */
   readonly variant?: string;
 }

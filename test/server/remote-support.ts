@@ -2,10 +2,10 @@
 // library, on the test state dir) served by @hono/node-server on 127.0.0.1:0 in the test process.
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
-import type { Airlock } from '../../src/index.js';
+import { Airlock } from '../../src/index.js';
 import { LocalSandboxApi } from '../../src/server/local.js';
 import { nativeRoutes } from '../../src/server/routes.js';
-import { testAirlock } from '../helpers.js';
+import { TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 
 export interface TestServer {
   readonly url: string;
@@ -15,7 +15,8 @@ export interface TestServer {
 }
 
 export async function startTestServer(opts: { maxUploadBytes?: number } = {}): Promise<TestServer> {
-  const airlock = testAirlock();
+  // No warm slot: what the server holds is exactly what its clients made (the residue checks see it).
+  const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE, warmPool: 0 });
   const app = nativeRoutes(new LocalSandboxApi(airlock), opts);
   const server = await new Promise<ServerType>((resolve) => {
     const s = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 }, () => resolve(s));

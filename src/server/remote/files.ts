@@ -87,9 +87,14 @@ export class RemoteFiles {
     }
   }
 
+  /** Remove a file or a whole tree; nothing there already is fine (as `rm -rf`, the library's remove). */
   async remove(path: string): Promise<void> {
     const p = sandboxPath(path);
-    await this.call(() => this.api.remove(this.id, p, this.caller));
+    try {
+      await this.call(() => this.api.remove(this.id, p, this.caller));
+    } catch (e) {
+      if (!AirlockError.is(e, 'FILE_NOT_FOUND')) throw e;
+    }
   }
 
   /** Create a directory (and its parents). */

@@ -183,7 +183,8 @@ export class RemoteSandbox {
       cmd: typeof cmd === 'string' ? cmd : argv,
       cwd: o.cwd,
       ...(Object.keys(o.env).length ? { env: o.env } : {}),
-      maxOutputBytes: o.maxOutputBytes,
+      // No maxOutputBytes: the server would drop output past it, and this client shapes the output
+      // itself (callbacks see every byte, the spill file gets the whole stream).
       ...(opts.background && opts.timeoutMs === undefined ? {} : { timeoutMs: o.timeoutMs }),
     };
     const shape = {
