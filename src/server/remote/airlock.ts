@@ -5,7 +5,8 @@
 //
 // What a server never does for a client (it would act on the server's own host) fails here with a
 // typed error before any request: host paths (mounts, a workspace over a host dir), secrets read from
-// an environment, a file or a program, canaries, persistent sandboxes, internal snapshot layers.
+// an environment, a file or a program (a client sends `{ literal: value }`), canaries, persistent
+// sandboxes, internal snapshot layers.
 import { AirlockError } from '../../core/errors.js';
 import { parseSandboxSpec, type SandboxSpec, type SandboxSpecInput } from '../../core/spec.js';
 import { Airlock } from '../../sandbox/airlock.js';
@@ -180,8 +181,19 @@ function remoteOnly(input: SandboxSpecInput): SandboxSpecInput {
   ) {
     refuse('workspace.hostDir', 'shares its own host directories; upload files with sbx.files.write instead');
   }
-  if (Array.isArray(i.secrets) && i.secrets.length > 0) {
-    refuse('secrets', 'reads secrets from its environment, files or programs (fromEnv/fromFile/command)');
+  if (Array.isArray(i.secrets)) {
+    for (const [n, sec] of (i.secrets as Array<Record<string, unknown> | null>).entries()) {
+      const v = sec?.value as Record<string, unknown> | undefined;
+      if (v && typeof v === 'object' && v.literal === undefined) {
+        refuse(
+          `secrets.${n}.value`,
+          'reads secrets from its own environment, files or programs (fromEnv/fromFile/command); ' +
+            'read the value here and send it as { literal: value }',
+        );
+      }
+      if (sec?.body === true)
+        refuse(`secrets.${n}.body`, 'swaps secrets into plain-HTTP bodies for a client');
+    }
   }
   if (Array.isArray(i.canaries) && i.canaries.length > 0) refuse('canaries', 'plants canaries for a client');
   if (i.persistent === true)
@@ -210,6 +222,15 @@ function toCreateRequest(spec: SandboxSpec, input: SandboxSpecInput): CreateRequ
     ...(Object.keys(spec.env).length ? { env: spec.env } : {}),
     ...(Object.keys(spec.metadata).length ? { metadata: spec.metadata } : {}),
     ...(template !== undefined ? { template } : {}),
+    ...(spec.secrets.length
+      ? {
+          secrets: spec.secrets.map((x) => ({
+            name: x.name,
+            value: 'literal' in x.value ? x.value.literal : '',
+            hosts: [...x.hosts],
+          })),
+        }
+      : {}),
     // The input as given (the server parses it with the same schema): not the parsed form.
     ...(input.network !== undefined ? { network: input.network as Record<string, unknown> } : {}),
   };

@@ -385,6 +385,7 @@ export class RemoteSandbox {
 
   /** A sandbox this handle knew that the server no longer has is gone (SANDBOX_GONE), not unknown. */
   private mapGone(e: unknown): unknown {
+    if (AirlockError.is(e, 'SANDBOX_PAUSED')) this.pausedState = true;
     if (!AirlockError.is(e, 'SANDBOX_NOT_FOUND') || e.field === 'path') return e;
     if (this.gone === undefined) this.markGone(Date.now() >= this.expiresAtMs ? 'ttl' : 'lost');
     return this.goneError();
@@ -400,14 +401,12 @@ export class RemoteSandbox {
     return new AirlockError('SANDBOX_GONE', `sandbox ${this.id} is gone (${why}); create a new one`);
   }
 
+  /**
+   * Whether a paused sandbox refuses a command is the server's answer (SANDBOX_PAUSED), not this
+   * handle's: another client may have paused or resumed it since.
+   */
   private assertRunnable(): void {
     this.assertAlive();
-    if (this.pausedState) {
-      throw new AirlockError(
-        'SANDBOX_PAUSED',
-        `sandbox ${this.id} is paused: resume() it before running commands or using its files`,
-      );
-    }
   }
 
   private assertAlive(): void {
