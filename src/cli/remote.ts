@@ -123,6 +123,17 @@ export async function execCommand(
   signal?: AbortSignal,
 ): Promise<number> {
   const remote = serverFor(flags, 'airlock exec');
+  // Options end at ID (passThroughOptions), so a "--" after it arrives as an argument: drop it.
+  if (args[0] === '--') args = args.slice(1);
+  if (args.length === 0) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      'exec needs a command after the sandbox id: airlock exec ID -- CMD',
+      {
+        field: 'CMD',
+      },
+    );
+  }
   const env = parseEnvPairs(flags.env);
   const req: ExecRequest = {
     cmd: commandFromArgs(args),
