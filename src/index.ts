@@ -6,8 +6,17 @@ export {
   Snapshot,
   defaultAirlock,
   type AirlockOptions,
+  type SandboxRuntime,
   type Snapshots,
 } from './sandbox/airlock.js';
+export {
+  RemoteAirlock,
+  airlockFromEnv,
+  type RemoteAirlockOptions,
+  type RemoteSnapshots,
+} from './server/remote/airlock.js';
+export { RemoteSandbox, RemoteSnapshot, type RemoteSandboxInfo } from './server/remote/sandbox.js';
+export type { RemoteFiles } from './server/remote/files.js';
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
 export { MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
 export type { SnapshotParent, SnapshotRecord } from './core/snapshot.js';

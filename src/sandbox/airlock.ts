@@ -50,9 +50,22 @@ export function defaultAirlock(): Airlock {
   return defaultRuntime;
 }
 
+/**
+ * Anything that makes sandboxes from a spec: an `Airlock`, or a runtime on a server (the remote SDK's
+ * `RemoteAirlock`), so that `Sandbox.create(spec, { airlock })` runs unchanged against either.
+ */
+export interface SandboxRuntime<S> {
+  create(spec?: SandboxSpecInput): Promise<S>;
+}
+
 /** `Sandbox`: the public class. `Sandbox.create(spec)` is the E2B-style entry point. */
 export class Sandbox extends SandboxBase {
-  static create(spec: SandboxSpecInput = {}, opts: { airlock?: Airlock } = {}): Promise<Sandbox> {
+  static create(spec?: SandboxSpecInput, opts?: { airlock?: Airlock }): Promise<Sandbox>;
+  static create<S>(spec: SandboxSpecInput | undefined, opts: { airlock: SandboxRuntime<S> }): Promise<S>;
+  static create(
+    spec: SandboxSpecInput = {},
+    opts: { airlock?: SandboxRuntime<unknown> } = {},
+  ): Promise<unknown> {
     return (opts.airlock ?? defaultAirlock()).create(spec);
   }
 }

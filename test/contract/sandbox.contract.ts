@@ -50,13 +50,13 @@ function envOf(r: ExecResult): Record<string, string> {
 }
 
 export function sandboxContract(backend: BackendName, opts: ContractOptions = {}): void {
-  describe(`sandbox contract: ${backend}`, () => {
+  describe(`sandbox contract: ${backend}${opts.variant ? ` ${opts.variant}` : ''}`, () => {
     let airlock: Airlock;
     const owned: Sandbox[] = [];
     const hostPaths: string[] = [];
 
     beforeAll(() => {
-      airlock = testAirlock();
+      airlock = opts.airlock?.() ?? testAirlock();
     });
     afterEach(async () => {
       await Promise.allSettled(owned.splice(0).map((s) => s.kill()));
@@ -709,7 +709,10 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
       test('symlinks are resolved inside the sandbox', async () => {
         const sbx = await create();
         const tag = randomBytes(6).toString('hex');
-        const hostTargets = [`/root/airlock-contract-${tag}`, join(airlock.stateDir, `pwned-${tag}`)];
+        const hostTargets = [
+          `/root/airlock-contract-${tag}`,
+          join(opts.stateDir?.() ?? airlock.stateDir, `pwned-${tag}`),
+        ];
         const hostDirTarget = mkdtempSync(join(tmpdir(), 'airlock-contract-target-'));
         hostPaths.push(...hostTargets, hostDirTarget);
         // Planted by the sandbox: a link to a host-style file, to host paths it must not reach, and

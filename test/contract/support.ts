@@ -3,11 +3,20 @@
 import { lstatSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
-import { AirlockError, type AirlockErrorCode } from '../../src/index.js';
+import { AirlockError, type Airlock, type AirlockErrorCode } from '../../src/index.js';
 
 export interface ContractOptions {
   /** Test name → why this backend cannot honour it. Every key must name a test of the suite. */
   readonly skip?: Partial<Record<string, string>>;
+  /**
+   * The runtime the suite creates sandboxes with (default testAirlock()). The remote variant passes
+   * a RemoteAirlock: the library's surface over a server (typed as Airlock for the suite's sake).
+   */
+  readonly airlock?: () => Airlock;
+  /** The host state dir its sandboxes live in (default the runtime's; the server's for the remote variant). */
+  readonly stateDir?: () => string;
+  /** Suffix of the suite's name, e.g. "through the remote SDK". */
+  readonly variant?: string;
 }
 
 /**
