@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import ssl
 from typing import Any, BinaryIO, Dict, Iterable, Iterator, Mapping, Optional, Union
 from urllib.parse import quote, urlencode, urlsplit
@@ -227,6 +228,16 @@ class Response:
     def close(self) -> None:
         self._resp.close()
         self._conn.close()
+
+    def abort(self) -> None:
+        """End the response from any thread: a read blocked on it returns (end of stream or an
+        error) and the server sees the client leave."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
     def __enter__(self) -> "Response":
         return self

@@ -120,7 +120,7 @@ def consume(
                     message if isinstance(message, str) else f"{what} failed",
                 )
             # Any other type is from a newer server: skipped.
-        raise AirlockError(CONNECTION_FAILED, f"{what}: the stream ended before the command exited")
+        raise error_for(CONNECTION_FAILED, f"{what}: the stream ended before the command exited")
     finally:
         close = getattr(events, "close", None)
         if close is not None:

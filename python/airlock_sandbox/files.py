@@ -4,9 +4,9 @@ unless you ask for the content as one value)."""
 from __future__ import annotations
 
 import json
-from typing import Any, BinaryIO, Iterable, Iterator, List, Union
+from typing import Any, BinaryIO, Iterable, Iterator, List, Optional, Union
 
-from .errors import INVALID_RESPONSE, AirlockError, NotFoundError
+from .errors import INVALID_RESPONSE, AirlockError, ApiConnectionError, NotFoundError, error_for
 from .models import FileEntry, FsEvent
 from ._transport import Response, Transport, segment
 
@@ -27,7 +27,7 @@ class Files:
         """The file's content: ``format`` "text" (str, UTF-8), "bytes", or "stream" (an iterator
         of byte chunks; read it to the end or close() it)."""
         if format not in ("text", "bytes", "stream"):
-            raise AirlockError("INVALID_ARGUMENT", 'format must be "text", "bytes" or "stream"', "format")
+            raise error_for("INVALID_ARGUMENT", 'format must be "text", "bytes" or "stream"', field="format")
         resp = self._t.open("GET", self._url(), query={"path": path})
         if format == "stream":
             return resp.chunks()
@@ -77,9 +77,13 @@ class Files:
         """Make the dir (and its parents)."""
         return FileEntry.from_json(self._t.json("POST", self._url("/mkdir"), query={"path": path}))
 
-    def watch(self, path: str) -> "WatchHandle":
-        """Changes under ``path`` as they happen: iterate the handle; close() (or ``with``) ends it."""
-        return WatchHandle(self._t.open("GET", self._url("/watch"), query={"path": path}))
+    def watch(self, path: str, timeout: Optional[float] = None) -> "WatchHandle":
+        """Changes under ``path`` as they happen: iterate the handle; close() (or ``with``) ends it.
+
+        Changes made after watch() returns are reported. ``timeout`` (seconds): how long one wait
+        for the next event may take before ApiConnectionError (None: no limit)."""
+        resp = self._t.open("GET", self._url("/watch"), query={"path": path}, timeout=timeout)
+        return WatchHandle(resp)
 
 
 class WatchHandle:
@@ -88,20 +92,33 @@ class WatchHandle:
     def __init__(self, resp: Response) -> None:
         self._resp = resp
         self._lines = resp.lines()
+        self._closed = False
 
     def __iter__(self) -> Iterator[FsEvent]:
         return self
 
     def __next__(self) -> FsEvent:
-        ev = next(self._lines)
+        if self._closed:
+            raise StopIteration
+        try:
+            ev = next(self._lines)
+        except ApiConnectionError:
+            if self._closed:  # close() from another thread cut the stream: a normal end
+                raise StopIteration from None
+            raise
         path = ev.get("path")
         if not isinstance(path, str):
             raise AirlockError(INVALID_RESPONSE, "watch: an event has no path")
         return FsEvent(type=ev["type"], path=path)
 
     def close(self) -> None:
-        self._lines.close()
-        self._resp.close()
+        """End the watch (from any thread; an iteration in progress ends)."""
+        self._closed = True
+        self._resp.abort()
+        try:
+            self._lines.close()
+        except ValueError:
+            pass  # another thread is inside next(): it sees the cut stream and ends
 
     def __enter__(self) -> "WatchHandle":
         return self
