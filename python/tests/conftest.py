@@ -42,7 +42,6 @@ def _start_launcher() -> "tuple[subprocess.Popen[bytes], Dict[str, str], Path]":
         pytest.fail(f"{tsx} is missing: run scripts/setup.sh (npm ci) first")
     log = Path(tempfile.mkstemp(prefix="airlock-test-server-", suffix=".log")[1])
     env = dict(os.environ)
-    env.setdefault("AIRLOCK_TEST_STATE_DIR", "/var/tmp/airlock-test-py")
     proc = subprocess.Popen(
         [str(tsx), str(REPO / "scripts" / "test-server.ts")],
         cwd=str(REPO),
