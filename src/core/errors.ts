@@ -11,6 +11,10 @@ export const ERROR_CODES = {
   PERMISSION_DENIED: { exit: 4, http: 403 },
   FILE_NOT_FOUND: { exit: 1, http: 404 },
   FILE_TOO_LARGE: { exit: 1, http: 413 },
+  /** No background process with that pid in the sandbox (the server's process table). */
+  PROCESS_NOT_FOUND: { exit: 3, http: 404 },
+  /** A request body or upload over the server's size cap: send less (or raise the cap). */
+  REQUEST_TOO_LARGE: { exit: 1, http: 413 },
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
   DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },

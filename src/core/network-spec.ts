@@ -202,7 +202,13 @@ const envName = z
   );
 const noNul = (s: string): boolean => !s.includes('\0');
 
-export type SecretValue = { fromEnv: string } | { fromFile: string } | { command: string[] };
+/**
+ * Where a secret's real value comes from. `literal`: the value itself, as a remote client of the
+ * server sends it (the server must never resolve a client's fromEnv/fromFile/command: those read its
+ * own environment and files or run its programs). A literal is never written to a snapshot record.
+ */
+export type SecretValue =
+  { fromEnv: string } | { fromFile: string } | { command: string[] } | { literal: string };
 
 const SecretValueSchema = z
   .object({
@@ -217,14 +223,15 @@ const SecretValueSchema = z
       .min(1, 'command must be a non-empty array, e.g. ["vault", "kv", "get", "-field=token", "secret/gh"]')
       .refine((c) => c[0] !== '', 'command[0] (the program) must not be empty')
       .optional(),
+    literal: z.string().min(1, 'literal must not be empty').optional(),
   })
   .strict()
   .superRefine((v, ctx) => {
-    const given = [v.fromEnv, v.fromFile, v.command].filter((x) => x !== undefined).length;
+    const given = [v.fromEnv, v.fromFile, v.command, v.literal].filter((x) => x !== undefined).length;
     if (given !== 1) {
       ctx.addIssue({
         code: 'custom',
-        message: `value needs exactly one of fromEnv, fromFile or command (got ${given})`,
+        message: `value needs exactly one of fromEnv, fromFile, command or literal (got ${given})`,
       });
     }
   })
@@ -233,7 +240,9 @@ const SecretValueSchema = z
       ? { fromEnv: v.fromEnv }
       : v.fromFile !== undefined
         ? { fromFile: v.fromFile }
-        : { command: v.command ?? [] },
+        : v.literal !== undefined
+          ? { literal: v.literal }
+          : { command: v.command ?? [] },
   );
 
 const secretHost = z.string().transform((s, ctx) => {

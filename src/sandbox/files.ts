@@ -91,7 +91,8 @@ export class SandboxFiles {
   }
 }
 
-function fileError(op: string, path: string, stderr: string): AirlockError {
+/** The typed error for a failed in-sandbox file command, from its stderr. */
+export function fileError(op: string, path: string, stderr: string): AirlockError {
   const msg = stderr.trim().split('\n').pop() ?? '';
   if (/No such file or directory|Not a directory/.test(msg)) {
     return new AirlockError('FILE_NOT_FOUND', `${op} ${path}: no such file or directory`, { field: 'path' });

@@ -59,6 +59,9 @@ export async function resolveSecretValue(v: SecretValue, opts: ResolveSecretOpti
 
   if ('fromFile' in v) return readSecretFile(v.fromFile, fail);
 
+  // A value the (remote) caller sent as is; checked for control characters like every value.
+  if ('literal' in v) return v.literal;
+
   return runSecretCommand(v.command, opts, fail);
 }
 

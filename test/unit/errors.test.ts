@@ -18,6 +18,8 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   PERMISSION_DENIED: { exit: 4, http: 403 },
   FILE_NOT_FOUND: { exit: 1, http: 404 },
   FILE_TOO_LARGE: { exit: 1, http: 413 },
+  PROCESS_NOT_FOUND: { exit: 3, http: 404 },
+  REQUEST_TOO_LARGE: { exit: 1, http: 413 },
   CAPACITY_EXHAUSTED: { exit: 5, http: 503 },
   DISK_FULL: { exit: 1, http: 507 },
   ABORTED: { exit: 130, http: 499 },

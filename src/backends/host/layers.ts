@@ -166,7 +166,10 @@ export class LayerStore {
         return existing;
       }
       if (req.memory?.dir) renameSync(req.memory.dir, join(tmp, 'memory'));
-      const { layers: _layers, ...spec } = req.spec;
+      const { layers: _layers, ...full } = req.spec;
+      // A literal secret value is never written to disk: a fork of this snapshot that needs it passes
+      // it again (the other sources are references, kept so that a fork resolves them anew).
+      const spec = { ...full, secrets: full.secrets.filter((s) => !('literal' in s.value)) };
       const record: SnapshotRecord = {
         version: SNAPSHOT_RECORD_VERSION,
         digest: res.digest,

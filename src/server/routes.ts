@@ -1,0 +1,282 @@
+// nativeRoutes(api): any SandboxApi served as the native REST API (route-table.ts lists the routes).
+// Every input is validated with zod (400 naming the field); every error goes through errorResponse
+// (AirlockError → httpStatusFor, anything else a bare 500 INTERNAL); bodies and uploads are counted as
+// they stream and cut at their caps (413); a stream stops, and what feeds it is killed or closed, when
+// the client goes away.
+import { Hono, type Context } from 'hono';
+import { AirlockError } from '../core/errors.js';
+import { silentLogger, type Logger } from '../core/backend.js';
+import { parseOrThrow } from '../core/validate.js';
+import {
+  CreateRequestSchema,
+  ExecRequestSchema,
+  type Caller,
+  type CreateRequest,
+  type SandboxApi,
+} from './contract.js';
+import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
+import { errorResponse, tooLarge } from './http-errors.js';
+import { cappedStream, ndjsonResponse, readCapped } from './streams.js';
+
+export interface NativeRoutesOptions {
+  /** Who is asking (default: tenant "default"; the front server derives it from the API key). */
+  readonly caller?: (c: Context) => Caller;
+  /** Cap of a JSON body or a stdin write (default 1 MiB). */
+  readonly maxBodyBytes?: number;
+  /** Cap of one file upload (default 1 GiB). */
+  readonly maxUploadBytes?: number;
+  /** Whether a create may carry network.allowPrivate (the operator's choice; default false). */
+  readonly allowPrivateNetwork?: boolean;
+  /** Where unexpected (non-Airlock) errors are logged; their details never reach the client. */
+  readonly logger?: Logger;
+}
+
+const MiB = 1024 * 1024;
+
+/** What the operator allows beyond the request schema. */
+function checkCreatePolicy(req: CreateRequest, allowPrivate: boolean): void {
+  const ap = req.network?.allowPrivate;
+  if (!allowPrivate && ap !== undefined && !(Array.isArray(ap) && ap.length === 0)) {
+    throw new AirlockError(
+      'PERMISSION_DENIED',
+      'network.allowPrivate is not allowed on this server (the operator has not enabled it); remove it',
+      { field: 'network.allowPrivate' },
+    );
+  }
+}
+
+/** metadata.KEY=VALUE query parameters → a filter. */
+function metadataFilter(c: Context): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URL(c.req.url).searchParams) {
+    if (k.startsWith('metadata.') && k.length > 'metadata.'.length) out[k.slice('metadata.'.length)] = v;
+  }
+  return out;
+}
+
+export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): Hono {
+  const app = new Hono();
+  const callerOf = opts.caller ?? ((): Caller => ({ tenant: 'default' }));
+  const maxBody = opts.maxBodyBytes ?? MiB;
+  const maxUpload = opts.maxUploadBytes ?? 1024 * MiB;
+  const logger = opts.logger ?? silentLogger;
+
+  /** The request's JSON body, capped, parsed, validated. */
+  const body = async <T>(
+    c: Context,
+    schema: { safeParse(v: unknown): unknown } & Parameters<typeof parseOrThrow>[0],
+    code: 'INVALID_SPEC' | 'INVALID_ARGUMENT',
+  ): Promise<T> => {
+    const bytes = await readCapped(c.req.raw, maxBody, 'request body');
+    let json: unknown;
+    try {
+      json = bytes.length === 0 ? {} : JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    } catch {
+      throw new AirlockError('INVALID_ARGUMENT', 'the request body is not valid JSON; send one JSON object', {
+        field: 'body',
+      });
+    }
+    return parseOrThrow(schema, json, 'request body', code) as T;
+  };
+  const pathOf = (c: Context): string =>
+    parseOrThrow(PathQuerySchema, { path: c.req.query('path') ?? '' }, 'query', 'INVALID_ARGUMENT').path;
+
+  /** A handler with the caller, the client-gone signal and the one error mapping. */
+  type Handler = (c: Context, caller: Caller, signal: AbortSignal) => Promise<Response>;
+  const h =
+    (fn: Handler) =>
+    async (c: Context): Promise<Response> => {
+      try {
+        return await fn(c, callerOf(c), c.req.raw.signal);
+      } catch (e) {
+        return errorResponse(e, logger);
+      }
+    };
+  const ok = (c: Context, v: unknown, status: 200 | 201 = 200): Response => c.json(v as object, status);
+  const none = (): Response => new Response(null, { status: 204 });
+
+  app.post(
+    '/v1/sandboxes',
+    h(async (c, caller) => {
+      const req = await body<CreateRequest>(c, CreateRequestSchema, 'INVALID_SPEC');
+      checkCreatePolicy(req, opts.allowPrivateNetwork === true);
+      return ok(c, await api.create(req, caller), 201);
+    }),
+  );
+  app.get(
+    '/v1/sandboxes',
+    h(async (c, caller) => ok(c, await api.list({ metadata: metadataFilter(c) }, caller))),
+  );
+  app.get(
+    '/v1/sandboxes/:id',
+    h(async (c, caller) => ok(c, await api.get(c.req.param('id')!, caller))),
+  );
+  app.delete(
+    '/v1/sandboxes/:id',
+    h(async (c, caller) => {
+      await api.kill(c.req.param('id')!, caller);
+      return none();
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/timeout',
+    h(async (c, caller) => {
+      const { ttlMs } = await body<{ ttlMs: number }>(c, TimeoutRequestSchema, 'INVALID_ARGUMENT');
+      return ok(c, await api.setTimeout(c.req.param('id')!, ttlMs, caller));
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/pause',
+    h(async (c, caller) => ok(c, await api.pause(c.req.param('id')!, caller))),
+  );
+  app.post(
+    '/v1/sandboxes/:id/resume',
+    h(async (c, caller) => ok(c, await api.resume(c.req.param('id')!, caller))),
+  );
+
+  // ---- processes ----
+  app.post(
+    '/v1/sandboxes/:id/exec',
+    h(async (c, caller, signal) => {
+      const req = await body<Parameters<SandboxApi['exec']>[1]>(c, ExecRequestSchema, 'INVALID_ARGUMENT');
+      const ctl = linked(signal);
+      return ndjsonResponse(api.exec(c.req.param('id')!, req, caller, ctl.signal), ctl, 'exec', {
+        firstBeforeHeaders: true,
+      });
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/processes',
+    h(async (c, caller) => {
+      const req = await body<Parameters<SandboxApi['exec']>[1]>(c, ExecRequestSchema, 'INVALID_ARGUMENT');
+      return ok(c, await api.startProcess(c.req.param('id')!, req, caller), 201);
+    }),
+  );
+  app.get(
+    '/v1/sandboxes/:id/processes',
+    h(async (c, caller) => ok(c, await api.listProcesses(c.req.param('id')!, caller))),
+  );
+  app.get(
+    '/v1/sandboxes/:id/processes/:pid/stream',
+    h(async (c, caller, signal) => {
+      const ctl = linked(signal);
+      const events = api.connectProcess(c.req.param('id')!, c.req.param('pid')!, caller, ctl.signal);
+      return ndjsonResponse(events, ctl, 'exec', { firstBeforeHeaders: true });
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/processes/:pid/stdin',
+    h(async (c, caller) => {
+      const data = await readCapped(c.req.raw, maxBody, 'stdin data');
+      await api.sendStdin(c.req.param('id')!, c.req.param('pid')!, data, caller);
+      return none();
+    }),
+  );
+  app.delete(
+    '/v1/sandboxes/:id/processes/:pid/stdin',
+    h(async (c, caller) => {
+      await api.closeStdin(c.req.param('id')!, c.req.param('pid')!, caller);
+      return none();
+    }),
+  );
+  app.delete(
+    '/v1/sandboxes/:id/processes/:pid',
+    h(async (c, caller) => {
+      await api.killProcess(c.req.param('id')!, c.req.param('pid')!, caller);
+      return none();
+    }),
+  );
+
+  // ---- files ----
+  app.get(
+    '/v1/sandboxes/:id/files',
+    h(async (c, caller) => {
+      const stream = await api.readFile(c.req.param('id')!, pathOf(c), caller);
+      return new Response(stream, { headers: { 'content-type': 'application/octet-stream' } });
+    }),
+  );
+  app.put(
+    '/v1/sandboxes/:id/files',
+    h(async (c, caller) => {
+      const path = pathOf(c);
+      const declared = Number(c.req.header('content-length') ?? NaN);
+      if (declared > maxUpload) throw tooLarge('upload', maxUpload);
+      const src = c.req.raw.body ?? new ReadableStream<Uint8Array>({ start: (ctl) => ctl.close() });
+      return ok(
+        c,
+        await api.writeFile(c.req.param('id')!, path, cappedStream(src, maxUpload, 'upload'), caller),
+      );
+    }),
+  );
+  app.delete(
+    '/v1/sandboxes/:id/files',
+    h(async (c, caller) => {
+      await api.remove(c.req.param('id')!, pathOf(c), caller);
+      return none();
+    }),
+  );
+  app.get(
+    '/v1/sandboxes/:id/files/list',
+    h(async (c, caller) => ok(c, await api.listDir(c.req.param('id')!, pathOf(c), caller))),
+  );
+  app.get(
+    '/v1/sandboxes/:id/files/stat',
+    h(async (c, caller) => ok(c, await api.stat(c.req.param('id')!, pathOf(c), caller))),
+  );
+  app.post(
+    '/v1/sandboxes/:id/files/mkdir',
+    h(async (c, caller) => ok(c, await api.makeDir(c.req.param('id')!, pathOf(c), caller))),
+  );
+  app.get(
+    '/v1/sandboxes/:id/files/watch',
+    h(async (c, caller, signal) => {
+      const path = pathOf(c);
+      const ctl = linked(signal);
+      const events = api.watch(c.req.param('id')!, path, caller, ctl.signal);
+      // Headers go once the watch is established (a change after that is reported), or its error does.
+      const ready = (events as { ready?: Promise<void> }).ready;
+      try {
+        if (ready) await ready;
+        else await api.get(c.req.param('id')!, caller);
+      } catch (e) {
+        ctl.abort();
+        throw e;
+      }
+      return ndjsonResponse(events, ctl, 'plain');
+    }),
+  );
+
+  // ---- snapshots, egress ----
+  app.post(
+    '/v1/sandboxes/:id/snapshot',
+    h(async (c, caller) => ok(c, await api.snapshot(c.req.param('id')!, caller), 201)),
+  );
+  app.get(
+    '/v1/snapshots',
+    h(async (c, caller) => ok(c, await api.listSnapshots(caller))),
+  );
+  app.delete(
+    '/v1/snapshots/:id',
+    h(async (c, caller) => {
+      await api.removeSnapshot(c.req.param('id')!, caller);
+      return none();
+    }),
+  );
+  app.get(
+    '/v1/sandboxes/:id/egress',
+    h(async (c, caller, signal) => {
+      await api.get(c.req.param('id')!, caller); // an unknown id is a 404, not an empty stream
+      const ctl = linked(signal);
+      return ndjsonResponse(api.egressEvents(c.req.param('id')!, caller, ctl.signal), ctl, 'plain');
+    }),
+  );
+  return app;
+}
+
+/** An AbortController that also aborts with `parent` (the client's connection). */
+function linked(parent: AbortSignal): AbortController {
+  const ctl = new AbortController();
+  if (parent.aborted) ctl.abort();
+  else parent.addEventListener('abort', () => ctl.abort(), { once: true });
+  return ctl;
+}

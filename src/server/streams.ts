@@ -1,0 +1,99 @@
+// Byte and NDJSON streams of the REST API: request bodies counted as they arrive and cut at a cap
+// (never buffered whole first), and NDJSON responses that stop feeding, and abort their source, when
+// the client goes away.
+import { errorBody, tooLarge } from './http-errors.js';
+
+/** The whole body, at most `max` bytes (REQUEST_TOO_LARGE past that, checked as it streams). */
+export async function readCapped(req: Request, max: number, what: string): Promise<Uint8Array> {
+  const declared = Number(req.headers.get('content-length') ?? NaN);
+  if (declared > max) throw tooLarge(what, max);
+  if (!req.body) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  const reader = req.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.length;
+    if (n > max) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(what, max);
+    }
+    parts.push(value);
+  }
+  return Buffer.concat(parts);
+}
+
+/** `src` passed through, erroring with REQUEST_TOO_LARGE once more than `max` bytes went by. */
+export function cappedStream(
+  src: ReadableStream<Uint8Array>,
+  max: number,
+  what: string,
+): ReadableStream<Uint8Array> {
+  let n = 0;
+  return src.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        n += chunk.length;
+        if (n > max) controller.error(tooLarge(what, max));
+        else controller.enqueue(chunk);
+      },
+    }),
+  );
+}
+
+const enc = new TextEncoder();
+const line = (v: unknown): Uint8Array => enc.encode(`${JSON.stringify(v)}\n`);
+
+/**
+ * An NDJSON response from an async iterable. `exec` streams end an error with an ExecEvent line
+ * {type:"error",code,message}; `plain` streams with {error:{code,message}}. With firstBeforeHeaders
+ * the first item is awaited before the response starts, so an error before any output (an unknown
+ * sandbox, a failed spawn) is an ordinary error response with its status. Cancelling (the client
+ * went away) aborts `ctl`, which the source was given, and returns the iterator.
+ */
+export async function ndjsonResponse<T>(
+  source: AsyncIterable<T>,
+  ctl: AbortController,
+  kind: 'exec' | 'plain',
+  o: { firstBeforeHeaders?: boolean } = {},
+): Promise<Response> {
+  const it = source[Symbol.asyncIterator]();
+  let first: IteratorResult<T> | undefined;
+  if (o.firstBeforeHeaders) {
+    try {
+      first = await it.next();
+    } catch (e) {
+      ctl.abort();
+      throw e;
+    }
+  }
+  const errorLine = (e: unknown): Uint8Array => {
+    const body = errorBody(e).error;
+    return line(
+      kind === 'exec' ? { type: 'error', code: body.code, message: body.message } : { error: body },
+    );
+  };
+  const stream = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const r = first ?? (await it.next());
+        first = undefined;
+        if (r.done) controller.close();
+        else controller.enqueue(line(r.value));
+      } catch (e) {
+        // The client's own abort ends the stream quietly (there is no one to tell).
+        if (!ctl.signal.aborted) controller.enqueue(errorLine(e));
+        controller.close();
+        ctl.abort();
+      }
+    },
+    async cancel() {
+      ctl.abort();
+      await it.return?.();
+    },
+  });
+  return new Response(stream, {
+    headers: { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' },
+  });
+}
