@@ -18,6 +18,7 @@ from airlock_sandbox import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    PayloadTooLargeError,
     PermissionDeniedError,
     RateLimitError,
     Sandbox,
@@ -29,7 +30,7 @@ UNKNOWN = "sbx-0000000000000000"
 
 
 def test_an_unknown_sandbox_is_not_found_for_every_call(api):
-    ghost = Sandbox(Transport(**api), Sandbox.__new__(Sandbox).__class__ and _info(UNKNOWN))
+    ghost = Sandbox(Transport(**api), _info(UNKNOWN))
     calls = [
         lambda: Sandbox.connect(UNKNOWN, **api),
         ghost.get_info,
@@ -99,6 +100,22 @@ def test_ttl_given_as_something_else_than_seconds_is_refused_in_the_sdk(api):
         with pytest.raises(InvalidArgumentError) as e:
             Sandbox.create(ttl_seconds=bad, **api)  # type: ignore[arg-type]
         assert e.value.field == "ttl_seconds"
+
+
+def test_a_json_body_over_the_cap_is_refused(api):
+    # scripts/test-server.ts caps JSON bodies at 256 KiB.
+    with pytest.raises(PayloadTooLargeError) as e:
+        Sandbox.create(env={"BIG": "x" * (300 * 1024)}, **api)
+    assert (e.value.code, e.value.status) == ("REQUEST_TOO_LARGE", 413)
+
+
+def test_an_unknown_process_is_not_found(shared):
+    with pytest.raises(NotFoundError) as e:
+        shared.processes.kill("999999")
+    assert e.value.code == "PROCESS_NOT_FOUND"
+    with pytest.raises(NotFoundError) as e:
+        shared.processes.connect("999999")
+    assert e.value.code == "PROCESS_NOT_FOUND"
 
 
 def test_private_network_needs_the_operator(api):

@@ -86,7 +86,7 @@ def test_list_stat_exists_remove_and_make_dir(shared):
 def test_an_upload_over_the_cap_is_refused_and_leaves_no_file(shared):
     with pytest.raises(PayloadTooLargeError) as e:
         shared.files.write("/workspace/too-big.bin", io.BytesIO(b"x" * (MAX_UPLOAD_BYTES + 1)))
-    assert e.value.status == 413
+    assert (e.value.code, e.value.status) == ("REQUEST_TOO_LARGE", 413)
     assert not shared.files.exists("/workspace/too-big.bin")
     # The sandbox still works after the refused upload.
     assert shared.exec("echo fine").stdout == "fine\n"
