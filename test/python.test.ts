@@ -18,7 +18,8 @@ function findPython(): string | undefined {
 }
 
 const python = findPython();
-const PYTEST_SKIP = 'needs python3 with pytest (Debian: apt-get install python3-pytest; scripts/setup.sh does)';
+const PYTEST_SKIP =
+  'needs python3 with pytest (Debian: apt-get install python3-pytest; scripts/setup.sh does)';
 
 describe.skipIf(python === undefined || !canRunNamespaces)(
   `Python SDK: pytest python/tests (${python === undefined ? PYTEST_SKIP : SKIP_REASON})`,
