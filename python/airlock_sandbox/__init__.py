@@ -22,10 +22,10 @@ from .errors import (
     SandboxGoneError,
     UnavailableError,
 )
-from .files import Files, WatchHandle
+from .files import Files
 from .models import CommandResult, FileEntry, FsEvent, ProcessInfo, SandboxInfo, SnapshotInfo
 from .sandbox import Sandbox
-from ._transport import __version__
+from ._transport import Stream, __version__
 
 __all__ = [
     "AirlockError",
@@ -49,7 +49,7 @@ __all__ = [
     "SandboxGoneError",
     "SandboxInfo",
     "SnapshotInfo",
+    "Stream",
     "UnavailableError",
-    "WatchHandle",
     "__version__",
 ]

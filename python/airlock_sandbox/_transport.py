@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import ssl
-from typing import Any, BinaryIO, Dict, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, BinaryIO, Dict, Generic, Iterable, Iterator, Mapping, Optional, TypeVar, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import CONNECTION_FAILED, INVALID_RESPONSE, AirlockError, error_for
@@ -294,3 +294,45 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
     except ValueError:
         return None
     return seconds if seconds >= 0 else None
+
+
+T = TypeVar("T")
+
+
+class Stream(Generic[T]):
+    """A live stream from the server (file chunks, watch events, egress events): iterate it;
+    ``close()`` (or leaving a ``with`` block) ends it from any thread, and an iteration in progress
+    then ends as the stream does. The server sees the client leave and stops what feeds it."""
+
+    def __init__(self, resp: Response, items: Iterator[T]) -> None:
+        self._resp = resp
+        self._items = items
+        self._closed = False
+
+    def __iter__(self) -> "Stream[T]":
+        return self
+
+    def __next__(self) -> T:
+        if self._closed:
+            raise StopIteration
+        try:
+            return next(self._items)
+        except AirlockError as e:
+            if self._closed and e.code == CONNECTION_FAILED:
+                raise StopIteration from None  # close() cut the stream: a normal end
+            raise
+
+    def close(self) -> None:
+        self._closed = True
+        self._resp.abort()
+        try:
+            self._items.close()  # type: ignore[attr-defined]
+        except ValueError:
+            return  # another thread is inside next(): it sees the cut stream and closes it
+        self._resp.close()
+
+    def __enter__(self) -> "Stream[T]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -4,11 +4,11 @@ unless you ask for the content as one value)."""
 from __future__ import annotations
 
 import json
-from typing import Any, BinaryIO, Iterable, Iterator, List, Optional, Union
+from typing import Any, BinaryIO, Iterable, List, Optional, Union
 
-from .errors import INVALID_RESPONSE, AirlockError, ApiConnectionError, NotFoundError, error_for
+from .errors import INVALID_RESPONSE, AirlockError, NotFoundError, error_for
 from .models import FileEntry, FsEvent
-from ._transport import Response, Transport, segment
+from ._transport import Response, Stream, Transport, segment
 
 #: What ``files.write`` takes: text (written as UTF-8), bytes, a binary file object, or an
 #: iterable of byte chunks (the last two are streamed).
@@ -24,13 +24,13 @@ class Files:
         return f"/v1/sandboxes/{segment(self._id, 'sandbox_id')}/files{tail}"
 
     def read(self, path: str, format: str = "text") -> Any:
-        """The file's content: ``format`` "text" (str, UTF-8), "bytes", or "stream" (an iterator
-        of byte chunks; read it to the end or close() it)."""
+        """The file's content: ``format`` "text" (str, UTF-8), "bytes", or "stream" (a Stream of
+        byte chunks: read it to the end or close() it)."""
         if format not in ("text", "bytes", "stream"):
             raise error_for("INVALID_ARGUMENT", 'format must be "text", "bytes" or "stream"', field="format")
         resp = self._t.open("GET", self._url(), query={"path": path})
         if format == "stream":
-            return resp.chunks()
+            return Stream(resp, resp.chunks())
         with resp:
             data = resp.read()
         return data.decode("utf-8") if format == "text" else data
@@ -77,54 +77,13 @@ class Files:
         """Make the dir (and its parents)."""
         return FileEntry.from_json(self._t.json("POST", self._url("/mkdir"), query={"path": path}))
 
-    def watch(self, path: str, timeout: Optional[float] = None) -> "WatchHandle":
+    def watch(self, path: str, timeout: Optional[float] = None) -> "Stream[FsEvent]":
         """Changes under ``path`` as they happen: iterate the handle; close() (or ``with``) ends it.
 
         Changes made after watch() returns are reported. ``timeout`` (seconds): how long one wait
         for the next event may take before ApiConnectionError (None: no limit)."""
         resp = self._t.open("GET", self._url("/watch"), query={"path": path}, timeout=timeout)
-        return WatchHandle(resp)
-
-
-class WatchHandle:
-    """An open watch: an iterator of FsEvent until close()."""
-
-    def __init__(self, resp: Response) -> None:
-        self._resp = resp
-        self._lines = resp.lines()
-        self._closed = False
-
-    def __iter__(self) -> Iterator[FsEvent]:
-        return self
-
-    def __next__(self) -> FsEvent:
-        if self._closed:
-            raise StopIteration
-        try:
-            ev = next(self._lines)
-        except ApiConnectionError:
-            if self._closed:  # close() from another thread cut the stream: a normal end
-                raise StopIteration from None
-            raise
-        path = ev.get("path")
-        if not isinstance(path, str):
-            raise AirlockError(INVALID_RESPONSE, "watch: an event has no path")
-        return FsEvent(type=ev["type"], path=path)
-
-    def close(self) -> None:
-        """End the watch (from any thread; an iteration in progress ends)."""
-        self._closed = True
-        self._resp.abort()
-        try:
-            self._lines.close()
-        except ValueError:
-            pass  # another thread is inside next(): it sees the cut stream and ends
-
-    def __enter__(self) -> "WatchHandle":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return Stream(resp, (_fs_event(ev) for ev in resp.lines()))
 
 
 def _json(resp: Response) -> Any:
@@ -134,3 +93,10 @@ def _json(resp: Response) -> Any:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise AirlockError(INVALID_RESPONSE, f"{resp.what}: response is not JSON") from e
+
+
+def _fs_event(ev: Any) -> FsEvent:
+    path = ev.get("path")
+    if not isinstance(path, str):
+        raise AirlockError(INVALID_RESPONSE, "watch: an event has no path")
+    return FsEvent(type=ev["type"], path=path)

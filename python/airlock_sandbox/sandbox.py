@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Type, Union, overload
+from typing import Any, Dict, List, Literal, Optional, Sequence, Type, Union, overload
 
 from .commands import (
     Cmd,
@@ -19,7 +19,7 @@ from .commands import (
 from .errors import INVALID_RESPONSE, AirlockError, NotFoundError
 from .files import Files
 from .models import CommandResult, ProcessInfo, SandboxInfo, SnapshotInfo
-from ._transport import Transport, segment
+from ._transport import Stream, Transport, segment
 
 class Sandbox:
     """A sandbox on an Airlock server.
@@ -110,7 +110,8 @@ class Sandbox:
     ) -> "Sandbox":
         """A handle on an existing sandbox (NotFoundError if there is none, or it is not yours)."""
         t = Transport(api_url, api_key, request_timeout)
-        return cls(t, SandboxInfo.from_json(t.json("GET", f"/v1/sandboxes/{segment(sandbox_id, 'sandbox_id')}")))
+        path = f"/v1/sandboxes/{segment(sandbox_id, 'sandbox_id')}"
+        return cls(t, SandboxInfo.from_json(t.json("GET", path)))
 
     @classmethod
     def list(
@@ -193,9 +194,10 @@ class Sandbox:
         """Snapshot the sandbox's filesystem; fork it with ``Sandbox.create(snapshot=...)``."""
         return SnapshotInfo.from_json(self._t.json("POST", self._path("/snapshot")))
 
-    def egress_events(self) -> Iterator[Dict[str, Any]]:
+    def egress_events(self) -> Stream[Dict[str, Any]]:
         """The sandbox's egress events (each a dict, as the server sends it), live, until closed."""
-        return self._t.open("GET", self._path("/egress"), timeout=None).lines()
+        resp = self._t.open("GET", self._path("/egress"), timeout=None)
+        return Stream(resp, resp.lines())
 
     # ---- commands ---------------------------------------------------------------------------
 
@@ -253,9 +255,13 @@ class Sandbox:
         if background:
             info = ProcessInfo.from_json(self._t.json("POST", self._path("/processes"), body))
             return Process(self._t, self.sandbox_id, info, on_stdout, on_stderr)
-        resp = self._t.open("POST", self._path("/exec"), _json_bytes(body),
-                            headers={"Content-Type": "application/json"},
-                            timeout=stream_timeout(timeout_seconds))
+        resp = self._t.open(
+            "POST",
+            self._path("/exec"),
+            json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+            timeout=stream_timeout(timeout_seconds),
+        )
         return consume(resp.lines(), on_stdout, on_stderr, f"exec in {self.sandbox_id}")
 
     # ---- context manager --------------------------------------------------------------------
@@ -282,7 +288,3 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_id={self.sandbox_id!r}, api_url={self._t.api_url!r})"
-
-
-def _json_bytes(body: Any) -> bytes:
-    return json.dumps(body).encode("utf-8")

@@ -83,7 +83,10 @@ def test_an_id_with_a_slash_stays_one_segment(api, shared):
         ({"memory_bytes": -1}, "limits.memoryBytes"),
         ({"secrets": [{"name": "BAD NAME", "value": "v", "hosts": ["api.example.com"]}]}, "secrets.0.name"),
         # A secret from the server's own environment is not something a client may ask for.
-        ({"secrets": [{"name": "S", "value": {"env": "HOME"}, "hosts": ["api.example.com"]}]}, "secrets.0.value"),
+        (
+            {"secrets": [{"name": "S", "value": {"env": "HOME"}, "hosts": ["api.example.com"]}]},
+            "secrets.0.value",
+        ),
         ({"queue_timeout_seconds": 3600}, "queueTimeoutMs"),
     ],
 )
@@ -116,6 +119,12 @@ def test_an_unknown_process_is_not_found(shared):
     with pytest.raises(NotFoundError) as e:
         shared.processes.connect("999999")
     assert e.value.code == "PROCESS_NOT_FOUND"
+
+
+def test_an_unknown_template_is_not_found(api):
+    with pytest.raises(NotFoundError) as e:
+        Sandbox.create(template="no-such-template", **api)
+    assert e.value.code == "TEMPLATE_NOT_FOUND"
 
 
 def test_private_network_needs_the_operator(api):

@@ -65,7 +65,9 @@ def test_streaming_delivers_output_in_order_and_before_the_command_ends(shared):
 def test_stderr_streams_to_its_own_callback(shared):
     out: List[str] = []
     err: List[str] = []
-    r = shared.exec("for i in 1 2 3; do echo o$i; echo e$i >&2; done", on_stdout=out.append, on_stderr=err.append)
+    r = shared.exec(
+        "for i in 1 2 3; do echo o$i; echo e$i >&2; done", on_stdout=out.append, on_stderr=err.append
+    )
     assert "".join(out) == "o1\no2\no3\n" == r.stdout
     assert "".join(err) == "e1\ne2\ne3\n" == r.stderr
 
@@ -110,7 +112,8 @@ def test_a_callback_that_raises_leaves_and_the_server_kills_the_command(shared):
 
     with pytest.raises(Stop):
         shared.exec(
-            "exec flock /tmp/looper.lock sh -c 'touch /tmp/looper.started; while true; do echo tick; sleep 0.2; done'",
+            "exec flock /tmp/looper.lock sh -c "
+            "'touch /tmp/looper.started; while true; do echo tick; sleep 0.2; done'",
             on_stdout=on_stdout,
         )
     assert shared.files.exists("/tmp/looper.started")

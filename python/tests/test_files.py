@@ -41,6 +41,19 @@ def test_a_large_file_streams_both_ways(shared):
     assert len(chunks) > 1
 
 
+def test_a_download_stream_closed_early_or_never_read_lets_go(shared):
+    shared.files.write("/workspace/some.bin", os.urandom(1024 * 1024))
+    with shared.files.read("/workspace/some.bin", format="stream") as s:
+        first = next(s)
+        assert first
+    assert list(s) == []
+    unread = shared.files.read("/workspace/some.bin", format="stream")
+    unread.close()
+    assert list(unread) == []
+    # The server is none the worse for the abandoned downloads.
+    assert shared.exec("echo fine").stdout == "fine\n"
+
+
 def test_write_takes_an_iterable_of_chunks(shared):
     shared.files.write("/workspace/parts.txt", (p.encode() for p in ["a", "b", "", "c" * 1000]))
     assert shared.files.read("/workspace/parts.txt") == "ab" + "c" * 1000

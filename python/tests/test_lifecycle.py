@@ -158,6 +158,16 @@ def test_snapshot_then_create_from_it_forks_the_files(api, sbx):
     assert e.value.code == "SNAPSHOT_NOT_FOUND"
 
 
+def test_the_egress_event_stream_opens_and_closes(api, sbx):
+    with sbx.egress_events() as events:
+        assert events is not None
+    assert list(events) == []
+    ghost = Sandbox.connect(sbx.sandbox_id, **api)
+    sbx.kill()
+    with pytest.raises(NotFoundError):
+        ghost.egress_events()
+
+
 def test_create_with_env_sets_it_for_commands(api):
     with Sandbox.create(env={"GREETING": "hello $USER; `id`"}, **api) as sbx:
         assert sbx.exec(["printenv", "GREETING"]).stdout == "hello $USER; `id`\n"
