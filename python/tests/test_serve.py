@@ -10,12 +10,15 @@ import os
 import pytest
 
 from airlock_sandbox import NotFoundError, RateLimitError, Sandbox
+from airlock_sandbox._transport import Transport
 
 OTHER = os.environ.get("AIRLOCK_TEST_SERVER_OTHER_KEY")
 ONE = os.environ.get("AIRLOCK_TEST_SERVER_ONE_KEY")
 
 
-@pytest.mark.skipif(not OTHER, reason="needs AIRLOCK_TEST_SERVER_OTHER_KEY (a second tenant of airlock serve)")
+@pytest.mark.skipif(
+    not OTHER, reason="needs AIRLOCK_TEST_SERVER_OTHER_KEY (a second tenant of airlock serve)"
+)
 def test_another_tenants_sandbox_answers_exactly_like_an_unknown_one(api, shared):
     other = {"api_url": api["api_url"], "api_key": OTHER}
     unknown = "sbx-0123456789abcdef"
@@ -28,9 +31,11 @@ def test_another_tenants_sandbox_answers_exactly_like_an_unknown_one(api, shared
     with pytest.raises(NotFoundError) as none:
         Sandbox.connect(unknown, **other)
     # The message names the id asked for and nothing else about it (no oracle).
-    assert mine.value.message.replace(shared.sandbox_id, "ID") == none.value.message.replace(unknown, "ID")
+    assert mine.value.message.replace(shared.sandbox_id, "ID") == none.value.message.replace(
+        unknown, "ID"
+    )
     assert shared.sandbox_id not in {s.sandbox_id for s in Sandbox.list(**other)}
-    ghost = Sandbox(shared._t.__class__(**other), shared.info)
+    ghost = Sandbox(Transport(**other), shared.info)
     for call in (lambda: ghost.exec("true"), lambda: ghost.files.read("/workspace/x"), ghost.kill):
         with pytest.raises(NotFoundError):
             call()
