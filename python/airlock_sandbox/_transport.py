@@ -88,11 +88,13 @@ class Transport:
         path: str,
         body: Any = None,
         query: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
     ) -> Any:
-        """A JSON call: the decoded response, or None for 204."""
+        """A JSON call: the decoded response, or None for 204. ``timeout``: seconds a socket read
+        may wait (default: this transport's)."""
         payload = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"} if payload is not None else {}
-        resp = self.open(method, path, payload, query, headers, self.timeout)
+        resp = self.open(method, path, payload, query, headers, timeout or self.timeout)
         try:
             if resp.status == 204:
                 resp.read()

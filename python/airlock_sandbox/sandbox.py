@@ -97,7 +97,9 @@ class Sandbox:
             body["secrets"] = [dict(s) for s in secrets]
         if queue_timeout_seconds is not None:
             body["queueTimeoutMs"] = _ms(queue_timeout_seconds, "queue_timeout_seconds")
-        return cls(t, SandboxInfo.from_json(t.json("POST", "/v1/sandboxes", body)))
+        # A create may first wait in the server's queue (default 5 s) before it starts.
+        timeout = t.timeout + (5.0 if queue_timeout_seconds is None else queue_timeout_seconds)
+        return cls(t, SandboxInfo.from_json(t.json("POST", "/v1/sandboxes", body, timeout=timeout)))
 
     @classmethod
     def connect(

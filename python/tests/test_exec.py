@@ -87,6 +87,12 @@ def test_output_that_is_not_utf8_is_kept_exactly(shared):
     assert r.stdout == "\ufffd\ufffd\x00\ufffd"
 
 
+def test_max_output_bytes_caps_what_is_kept(shared):
+    r = shared.exec("yes | head -c 100000", max_output_bytes=1000)
+    assert 0 < len(r.stdout_bytes) <= 1000
+    assert set(r.stdout_bytes) <= set(b"y\n")
+
+
 def test_python_in_the_sandbox(shared):
     r = shared.exec(["python3", "-c", "import sys; print(sys.argv[1:])", "a", "b c"])
     assert r.stdout == "['a', 'b c']\n"

@@ -182,6 +182,22 @@ def test_the_egress_event_stream_opens_and_closes(api, sbx):
         ghost.egress_events()
 
 
+def test_limits_and_a_literal_secret_reach_the_sandbox_as_a_sentinel(api):
+    """The secret's value never enters the sandbox: it sees a sentinel, swapped for the value only
+    in traffic to the secret's hosts (no traffic is sent here)."""
+    with Sandbox.create(
+        memory_bytes=256 * 1024 * 1024,
+        cpus=1,
+        pids=64,
+        network={"allow": ["api.example.com"]},
+        secrets=[{"name": "TOKEN", "value": "s3cr3t-value", "hosts": ["api.example.com"]}],
+        **api,
+    ) as sbx:
+        seen = sbx.exec(["printenv", "TOKEN"]).stdout.strip()
+        assert seen and "s3cr3t-value" not in seen
+        assert sbx.exec("grep -rs s3cr3t-value /proc/self/environ /workspace /tmp").exit_code == 1
+
+
 def test_create_with_env_sets_it_for_commands(api):
     with Sandbox.create(env={"GREETING": "hello $USER; `id`"}, **api) as sbx:
         assert sbx.exec(["printenv", "GREETING"]).stdout == "hello $USER; `id`\n"
