@@ -168,6 +168,29 @@ def test_stdin_of_a_background_process_takes_text_and_bytes_then_eof(shared):
     assert r.stdout_bytes == b"line\n\x00\xff\n"
 
 
+def test_stdin_of_a_finished_process_is_refused_with_its_field(shared):
+    p = shared.exec("true", background=True)
+    assert p.wait().ok
+    with pytest.raises(InvalidArgumentError) as e:
+        p.send_stdin("too late")
+    assert e.value.field == "pid"
+
+
+def test_a_background_callback_that_raises_surfaces_in_wait(shared):
+    class Bad(Exception):
+        pass
+
+    def on_stdout(text: str) -> None:
+        raise Bad()
+
+    p = shared.exec("echo x; sleep 300", background=True, on_stdout=on_stdout)
+    try:
+        with pytest.raises(Bad):
+            p.wait()
+    finally:
+        p.kill()
+
+
 def test_another_handle_connects_to_a_running_process(api, shared):
     p = shared.exec("read x; echo got:$x", background=True)
     other = Sandbox.connect(shared.sandbox_id, **api).processes.connect(p.pid)

@@ -96,6 +96,18 @@ def test_list_stat_exists_remove_and_make_dir(shared):
     assert not shared.files.exists("/workspace/tree/sub")
 
 
+def test_a_missing_path_is_file_not_found_for_every_call(shared):
+    for call in (
+        lambda: shared.files.read("/workspace/missing"),
+        lambda: shared.files.stat("/workspace/missing"),
+        lambda: shared.files.list("/workspace/missing"),
+        lambda: shared.files.watch("/workspace/missing"),
+    ):
+        with pytest.raises(NotFoundError) as e:
+            call()
+        assert (e.value.code, e.value.field) == ("FILE_NOT_FOUND", "path")
+
+
 def test_an_upload_over_the_cap_is_refused_and_leaves_no_file(shared):
     with pytest.raises(PayloadTooLargeError) as e:
         shared.files.write("/workspace/too-big.bin", io.BytesIO(b"x" * (MAX_UPLOAD_BYTES + 1)))
