@@ -1,0 +1,55 @@
+"""Python SDK for an Airlock sandbox server (standard library only).
+
+    from airlock_sandbox import Sandbox
+
+    with Sandbox.create(ttl_seconds=300) as sbx:      # AIRLOCK_API_URL / AIRLOCK_API_KEY
+        r = sbx.exec("echo hi")
+        print(r.exit_code, r.stdout)
+"""
+
+from .commands import Process, Processes
+from .errors import (
+    AirlockError,
+    ApiConnectionError,
+    AuthenticationError,
+    ConflictError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    SandboxGoneError,
+    UnavailableError,
+)
+from .files import Files
+from .models import CommandResult, FileEntry, FsEvent, ProcessInfo, SandboxInfo, SnapshotInfo
+from .sandbox import Sandbox
+from ._transport import Stream, __version__
+
+__all__ = [
+    "AirlockError",
+    "ApiConnectionError",
+    "AuthenticationError",
+    "CommandResult",
+    "ConflictError",
+    "FileEntry",
+    "Files",
+    "FsEvent",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "Process",
+    "ProcessInfo",
+    "Processes",
+    "RateLimitError",
+    "Sandbox",
+    "SandboxGoneError",
+    "SandboxInfo",
+    "SnapshotInfo",
+    "Stream",
+    "UnavailableError",
+    "__version__",
+]
