@@ -33,6 +33,7 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   MCP_SERVER_FAILED: { exit: 1, http: 502 },
   UNAUTHORIZED: { exit: 4, http: 401 },
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
+  PORT_UNREACHABLE: { exit: 1, http: 502 },
   INTERNAL: { exit: 70, http: 500 },
 };
 const CODES = Object.keys(EXPECTED) as AirlockErrorCode[];
