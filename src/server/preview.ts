@@ -40,6 +40,30 @@ export function newPreviewAccess(publicPorts = false): PreviewAccess {
     : { publicPorts: false, trafficToken: randomBytes(32).toString('base64url') };
 }
 
+/**
+ * Preview access of each live sandbox, kept by the SandboxApi that creates them (LocalSandboxApi in
+ * the supervisor: a token lives exactly as long as its sandbox, and a front server restart loses
+ * nothing). Keyed by the Sandbox object itself, so nothing outlives it.
+ */
+export class PreviewAccessTable {
+  private readonly access = new WeakMap<object, PreviewAccess>();
+
+  /** Give a new sandbox its access (once; a second call returns the first). */
+  issue(sandbox: object, publicPorts?: boolean): PreviewAccess {
+    let a = this.access.get(sandbox);
+    if (!a) this.access.set(sandbox, (a = newPreviewAccess(publicPorts === true)));
+    return a;
+  }
+
+  /**
+   * The fields its views carry (spread into a SandboxView). A sandbox never issued access (e.g. made
+   * through the library directly) gets a private token now: never public by default.
+   */
+  of(sandbox: object): PreviewAccess {
+    return this.issue(sandbox);
+  }
+}
+
 /** Whether `presented` is `expected`, in time that depends on neither (both are hashed first). */
 export function tokenMatches(presented: string | undefined, expected: string | undefined): boolean {
   if (presented === undefined || expected === undefined || expected === '') return false;
