@@ -10,61 +10,15 @@ import { createServer, request, type IncomingHttpHeaders, type Server } from 'no
 import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Duplex } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { AirlockError } from '../../src/core/errors.js';
 import type { Airlock } from '../../src/sandbox/airlock.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
-import type { Caller, SandboxApi, SandboxView } from '../../src/server/contract.js';
 import { connectPortVia } from '../../src/server/port-client.js';
 import { attachPortRoute } from '../../src/server/port-route.js';
-import { attachPreview, newPreviewAccess, type PreviewAccess } from '../../src/server/preview.js';
+import { attachPreview, newPreviewAccess } from '../../src/server/preview.js';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
-import { startHttpServer, startWsEcho } from './preview-support.js';
-
-type PortApi = Pick<Required<SandboxApi>, 'get' | 'connectPort'>;
-
-/** get + connectPort over the real library, counting connections made and still open. */
-class LibraryPorts implements PortApi {
-  readonly access = new Map<string, PreviewAccess>();
-  connects = 0;
-  readonly open = new Set<Duplex>();
-  constructor(private readonly airlock: Airlock) {}
-  private sbx(id: string): Sandbox {
-    try {
-      return this.airlock.get(id);
-    } catch {
-      throw new AirlockError('SANDBOX_NOT_FOUND', `no sandbox ${id}`);
-    }
-  }
-  async get(id: string, _c?: Caller): Promise<SandboxView> {
-    const s = this.sbx(id);
-    const a = this.access.get(id);
-    return {
-      id,
-      state: s.paused ? 'paused' : 'running',
-      backend: s.info.backend,
-      createdAt: s.info.createdAt.toISOString(),
-      expiresAt: s.info.expiresAt?.toISOString() ?? null,
-      metadata: {},
-      ...a,
-    };
-  }
-  async connectPort(id: string, port: number, _c: Caller, signal?: AbortSignal): Promise<Duplex> {
-    this.connects++;
-    const s = await this.sbx(id).connectPort(port, signal ? { signal } : {});
-    this.open.add(s);
-    s.once('close', () => this.open.delete(s));
-    return s;
-  }
-  /** Resolves once every connection into a sandbox has closed. */
-  async allClosed(): Promise<void> {
-    await Promise.all(
-      [...this.open].map((s) => new Promise((r) => (s.destroyed ? r(0) : s.once('close', r)))),
-    );
-  }
-}
+import { LibraryPorts, startHttpServer, startWsEcho, type PortApi } from './preview-support.js';
 
 interface Reply {
   status: number;
