@@ -11,10 +11,14 @@ import { AirlockError, ERROR_CODES, type AirlockErrorCode } from '../core/errors
 import { ErrorBodySchema } from './contract.js';
 import { PORT_UPGRADE } from './port-route.js';
 
-/** Where the server is: its unix socket, or its base URL (http: or https:). */
-export type PortTransport =
-  | { readonly socketPath: string; readonly headers?: Record<string, string> }
-  | { readonly url: string; readonly headers?: Record<string, string> };
+/** Where the server is: its unix socket (used when given), else its base URL (http: or https:). */
+export interface PortTransport {
+  readonly socketPath?: string | undefined;
+  readonly url?: string | undefined;
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  readonly apiKey?: string | undefined;
+  readonly headers?: Record<string, string>;
+}
 
 /** The most of an error body read (a server's error is small; anything larger is cut off). */
 const MAX_ERROR_BODY = 64 * 1024;
@@ -29,10 +33,15 @@ export function connectPortVia(
   if (signal?.aborted)
     return Promise.reject(new AirlockError('ABORTED', 'connect aborted before it started'));
   const path = `/v1/sandboxes/${encodeURIComponent(id)}/ports/${encodeURIComponent(String(port))}`;
-  const headers = { ...t.headers, connection: 'Upgrade', upgrade: PORT_UPGRADE };
+  const headers: Record<string, string> = { ...t.headers, connection: 'Upgrade', upgrade: PORT_UPGRADE };
+  if (t.apiKey !== undefined) headers.authorization = `Bearer ${t.apiKey}`;
   let req: ClientRequest;
-  if ('socketPath' in t) {
+  if (t.socketPath !== undefined) {
     req = httpRequest({ socketPath: t.socketPath, path, method: 'GET', headers });
+  } else if (t.url === undefined) {
+    return Promise.reject(
+      new AirlockError('INVALID_ARGUMENT', 'give the server as socketPath or url', { field: 'url' }),
+    );
   } else {
     const base = new URL(t.url);
     const o = { method: 'GET', headers, path: base.pathname.replace(/\/$/, '') + path };

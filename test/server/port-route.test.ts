@@ -105,7 +105,7 @@ describe.skipIf(!canRunNamespaces)('the port route', () => {
 
   it('over TCP with the API key; without it UNAUTHORIZED and no connection made', async () => {
     const url = `http://127.0.0.1:${tcpPort}`;
-    const s = await connectPortVia({ url, headers: { authorization: `Bearer ${KEY}` } }, sbx.id, 8000);
+    const s = await connectPortVia({ url, apiKey: KEY }, sbx.id, 8000);
     expect(await http10(s, '/hello')).toContain('hello from the sandbox');
     const before = lib.connects;
     expect((await failure(connectPortVia({ url }, sbx.id, 8000))).code).toBe('UNAUTHORIZED');
