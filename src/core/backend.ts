@@ -1,7 +1,7 @@
 // The Backend contract, versioned (STYLE.md habit 1). Each isolation tier implements it in its own
 // folder under src/backends/<tier>/. The Sandbox facade (src/sandbox/) is the only caller; it owns
 // output shaping, timeouts, TTL and result classification, so a backend only runs processes.
-import type { Readable, Writable } from 'node:stream';
+import type { Duplex, Readable, Writable } from 'node:stream';
 import type { SnapshotRecord } from './snapshot.js';
 import type { BackendName, SandboxSpec } from './spec.js';
 
@@ -86,6 +86,12 @@ export interface BackendSandbox {
   pause?(): Promise<void>;
   /** Thaw what pause() froze. Idempotent. */
   resume?(): Promise<void>;
+  /**
+   * A TCP connection to 127.0.0.1:`port` on the sandbox's own loopback (preview URLs), never to
+   * anything outside its network namespace. Closed by destroy(). Optional: a backend without it
+   * cannot reach its sandboxes' ports.
+   */
+  connectPort?(port: number, signal?: AbortSignal): Promise<Duplex>;
   /** Kill everything, release every host resource (mounts, cgroups, uid, dirs). Idempotent. */
   destroy(): Promise<void>;
 }

@@ -50,6 +50,8 @@ export const ERROR_CODES = {
    * UTF-8): remove or rename it in the sandbox first.
    */
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
+  /** Nothing listens on that port inside the sandbox (or it did not accept): start its server first. */
+  PORT_UNREACHABLE: { exit: 1, http: 502 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 

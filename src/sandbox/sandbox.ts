@@ -2,7 +2,7 @@
 // "run this argv": output shaping, timeouts, the TTL, cancellation, result classification, files.
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { Readable, type Writable } from 'node:stream';
+import { Readable, type Duplex, type Writable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
@@ -14,6 +14,7 @@ import {
   type SandboxSpec,
 } from '../core/spec.js';
 import { defaultEnv } from '../core/env.js';
+import { PROXY_PORT } from '../core/sandbox-sockets.js';
 import type { EgressEvent } from '../egress/events.js';
 import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
@@ -545,6 +546,40 @@ export class SandboxBase {
     }
     await this.backend.resume();
     this.pausedState = false;
+  }
+
+  /**
+   * A TCP connection to `port` on the sandbox's own loopback (127.0.0.1 inside its network
+   * namespace; a server listening on 0.0.0.0 there is reached too), e.g. to proxy a preview URL.
+   * Nothing outside the sandbox can be reached this way. PORT_UNREACHABLE when nothing listens;
+   * the connection closes when the sandbox dies. With a network policy, port 3128 is Airlock's own
+   * egress proxy and is refused.
+   */
+  async connectPort(port: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
+    this.assertRunnable();
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `port must be an integer from 1 to 65535, not ${String(port)}`,
+        {
+          field: 'port',
+        },
+      );
+    }
+    if (this.spec.network && port === PROXY_PORT) {
+      throw new AirlockError(
+        'PERMISSION_DENIED',
+        `port ${PROXY_PORT} of sandbox ${this.id} is Airlock's egress proxy, not the sandbox's: serve on another port`,
+        { field: 'port' },
+      );
+    }
+    if (!this.backend.connectPort) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `backend "${this.spec.backend}" cannot connect to sandbox ports`,
+      );
+    }
+    return this.backend.connectPort(port, opts.signal);
   }
 
   /** Kill every process and release every host resource. Idempotent. */

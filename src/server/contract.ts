@@ -8,6 +8,7 @@
 //     to reach the supervisor (HTTP over its unix socket), and the remote SDK to reach a server;
 //   - the E2B routes (server/e2b/) and the front server's tenant scoping wrap a SandboxApi.
 // Byte streams are Web streams (ReadableStream<Uint8Array>), so Hono and fetch pass them through.
+import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import type { EgressEvent } from '../egress/events.js';
 
@@ -90,6 +91,13 @@ export const SandboxViewSchema = z.object({
   metadata: z.record(z.string(), z.string()),
   /** Why a sandbox is `lost` (its supervisor died: it was killed and reaped). */
   reason: z.string().optional(),
+  /** Its preview URLs need no traffic token (created with publicPorts: true). */
+  publicPorts: z.boolean().optional(),
+  /**
+   * The token its preview URLs need (header X-Airlock-Traffic-Token or e2b-traffic-access-token),
+   * shown to its creator when its ports are not public (server/preview.ts).
+   */
+  trafficToken: z.string().optional(),
 });
 export type SandboxView = z.infer<typeof SandboxViewSchema>;
 
@@ -202,4 +210,12 @@ export interface SandboxApi {
   removeSnapshot(snapshotId: string, caller: Caller): Promise<void>;
 
   egressEvents(id: string, caller: Caller, signal?: AbortSignal): AsyncIterable<EgressEvent>;
+
+  /**
+   * A raw TCP connection to `port` on the sandbox's own loopback (preview URLs; sbx.connectPort).
+   * Route: GET /v1/sandboxes/:id/ports/:port with `Upgrade: airlock-tcp`, the raw duplex after 101
+   * (server/port-route.ts, server/port-client.ts). Optional so that an implementation without it
+   * still type-checks; callers answer BACKEND_UNAVAILABLE when it is absent.
+   */
+  connectPort?(id: string, port: number, caller: Caller, signal?: AbortSignal): Promise<Duplex>;
 }

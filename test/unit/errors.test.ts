@@ -36,6 +36,7 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   UNAUTHORIZED: { exit: 4, http: 401 },
   QUOTA_EXCEEDED: { exit: 5, http: 429 },
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
+  PORT_UNREACHABLE: { exit: 1, http: 502 },
   INTERNAL: { exit: 70, http: 500 },
 };
 const CODES = Object.keys(EXPECTED) as AirlockErrorCode[];

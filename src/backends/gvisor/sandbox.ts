@@ -8,6 +8,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { createReadStream, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { promisify } from 'node:util';
 import { z } from 'zod';
 import type {
@@ -321,6 +322,22 @@ export class GvisorSandbox implements BackendSandbox {
 
   resume(): Promise<void> {
     return this.host.resume();
+  }
+
+  /**
+   * Only with a network policy: the sentry then uses the host kernel's stack of the sandbox's netns,
+   * where a server's port is on that netns's loopback. Without one, each exec runs on gVisor's own
+   * network stack (--network=none), which nothing outside that exec can reach.
+   */
+  async connectPort(port: number, signal?: AbortSignal): Promise<Duplex> {
+    if (this.network !== 'host') {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `a gVisor sandbox without a network policy runs on gVisor's own network stack, which Airlock cannot reach: ` +
+          'create it with a network policy (e.g. network: { allow: [] }) or on the namespaces backend to reach its ports',
+      );
+    }
+    return this.host.connectPort(port, signal);
   }
 
   destroy(): Promise<void> {

@@ -19,7 +19,8 @@ export type Request =
   | { op: 'sandbox'; fd: number; dir: string }
   | { op: 'add'; fd: number; mntns: number; path: string }
   | { op: 'spawn'; call: SpawnCall; mntns: number; netns: number | undefined }
-  | { op: 'netns' };
+  | { op: 'netns' }
+  | { op: 'tcpSocket'; netns: number };
 /** Every request carries an id its reply repeats: synchronous and asynchronous calls share the port. */
 export type Reply = ({ ok: number } | { error: string; errno?: number }) & { id: number };
 
@@ -30,6 +31,10 @@ export interface LauncherInit {
 
 const CLONE_NEWNS = 0x20000;
 const CLONE_NEWNET = 0x40000000;
+const AF_INET = 2;
+const SOCK_STREAM = 1;
+const SOCK_NONBLOCK = 0o4000;
+const SOCK_CLOEXEC = 0o2000000;
 const MS_NOSUID = 0x2;
 const MS_NODEV = 0x4;
 const MS_NOEXEC = 0x8;
@@ -174,6 +179,21 @@ function handle(r: Request): number {
         return check(c.open('/proc/thread-self/ns/net', O_RDONLY_CLOEXEC), 'open netns');
       } finally {
         restoreNet();
+      }
+    }
+    case 'tcpSocket': {
+      // An unconnected TCP socket that belongs to the sandbox's netns (`netns`: a dup this thread
+      // closes). A socket keeps the namespace it was made in for life, wherever it is used: the main
+      // thread connects it (to the sandbox's loopback only; see port-dial.privileged.ts).
+      try {
+        check(c.setns(r.netns, CLONE_NEWNET), 'setns(net)');
+        try {
+          return check(c.socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), 'socket');
+        } finally {
+          restoreNet();
+        }
+      } finally {
+        c.close(r.netns);
       }
     }
     case 'spawn': {

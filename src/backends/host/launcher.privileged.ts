@@ -37,6 +37,7 @@ import type { SpawnCall } from './spawn.privileged.js';
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = 0o2000000;
 const AT_RECURSIVE = 0x8000;
+const F_DUPFD_CLOEXEC = 1030;
 /** How long the first use waits for the worker to set up its base namespace. */
 const START_TIMEOUT_MS = 10_000;
 
@@ -185,6 +186,18 @@ export class Launcher {
   /** A new network namespace with only `lo` (up), made on the worker: an fd held by the caller. */
   netns(): Promise<number> {
     return this.callAsync({ op: 'netns' });
+  }
+
+  /**
+   * An unconnected TCP socket made inside the network namespace `netns` (an fd the caller owns),
+   * made on the worker so that no thread the rest of the process uses ever enters the namespace.
+   * `netns` is dup'd here (the worker closes the dup), so it stays valid whatever the caller closes.
+   */
+  async tcpSocketIn(netns: number): Promise<number> {
+    const c = libc();
+    const dup = c.fcntl(netns, F_DUPFD_CLOEXEC, 3);
+    if (dup < 0) throw new AirlockError('INTERNAL', `launcher: dup netns: errno ${c.errno()}`);
+    return this.callAsync({ op: 'tcpSocket', netns: dup });
   }
 
   /** Add the mount at host path `path` (under the sandbox's dir) to its launch namespace `mntns`. */

@@ -20,7 +20,9 @@ import {
   socketInNetns,
   type NetnsHandle,
 } from './netns.privileged.js';
+import { dialInNetns } from './port-dial.privileged.js';
 import type { HostResources } from './resources.js';
+import type { Socket } from 'node:net';
 
 /** A sandbox's host state, as SandboxHost.create hands it to the tier. */
 export interface HostSandboxParts {
@@ -67,6 +69,8 @@ export class HostSandbox {
   /** Cgroup enrolments in flight: processes about to start (or, if destroyed meanwhile, not to). */
   private readonly enrolling = new Set<Promise<void>>();
   private readonly captures = new Set<Promise<unknown>>();
+  /** Open connections into the sandbox's ports (connectPort): destroyed with it. */
+  private readonly portSockets = new Set<Socket>();
   /** Set once destroy() has begun. */
   destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
@@ -122,6 +126,23 @@ export class HostSandbox {
     originalDestination: (fd) => originalDestination(fd),
     waiting: (fds) => anyReadable(fds),
   };
+
+  /** A connection to 127.0.0.1:`port` inside the sandbox's netns (see port-dial.privileged.ts). */
+  async connectPort(port: number, signal?: AbortSignal): Promise<Socket> {
+    this.assertAlive();
+    const s = await dialInNetns(this.p.netns, port, {
+      id: this.id,
+      ...(this.p.launcher ? { launcher: this.p.launcher } : {}),
+      ...(signal ? { signal } : {}),
+    });
+    if (this.destroyed) {
+      s.destroy();
+      throw gone(this.id);
+    }
+    this.portSockets.add(s);
+    s.once('close', () => this.portSockets.delete(s));
+    return s;
+  }
 
   async counters(): Promise<LimitCounters> {
     return this.p.res.cgroup?.counters() ?? { oomKills: 0, pidsLimitHits: 0 };
@@ -253,6 +274,7 @@ export class HostSandbox {
       // A process whose enrolment is in flight either starts inside the cgroup before the sweep
       // below or sees `destroyed` and never starts (process.ts): wait until it has done either.
       await Promise.allSettled([...this.enrolling]);
+      for (const s of this.portSockets) s.destroy();
       for (const p of this.procs) p.kill();
       // Frozen (paused) processes do not act on SIGKILL until thawed (cgroup v1): kill everything in
       // the cgroup while it is frozen, then thaw it, so they die without running another instruction.

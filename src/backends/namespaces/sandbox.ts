@@ -8,6 +8,7 @@ import type {
   LimitCounters,
   SpawnRequest,
 } from '../../core/backend.js';
+import type { Duplex } from 'node:stream';
 import type { SnapshotRecord } from '../../core/snapshot.js';
 import { closeLaunchNamespace } from '../host/launcher.privileged.js';
 import { withNetns } from '../host/netns.privileged.js';
@@ -97,6 +98,10 @@ export class NamespacesSandbox implements BackendSandbox {
 
   resume(): Promise<void> {
     return this.host.resume();
+  }
+
+  connectPort(port: number, signal?: AbortSignal): Promise<Duplex> {
+    return this.host.connectPort(port, signal);
   }
 
   destroy(): Promise<void> {
