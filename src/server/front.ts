@@ -257,7 +257,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   app.get('/metrics', async (c) =>
     c.body(await metrics.registry.metrics(), 200, { 'content-type': metrics.registry.contentType }),
   );
-  // /openapi.json: served once f36-core's openapi.ts (the document generated from the route table) lands.
+  // /openapi.json: served by nativeRoutes (no key needed: it is mounted outside /v1).
   app.use('/v1/*', bearerAuth(store));
   app.use('/v1/*', async (c, next) => {
     const scope: { retryAfter?: number } = {};

@@ -207,7 +207,7 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
     expect(half.stderr).toMatch(/both --tls-cert and --tls-key/);
   });
 
-  it('/metrics counts creates and exec latency', async () => {
+  it('/metrics counts creates and exec latency; /openapi.json needs no key', async () => {
     const sb = await create(s.url, keyA);
     await exec(s.url, keyA, sb.id, 'true');
     const text = await (await call(s.url, undefined, 'GET', '/metrics')).text();
@@ -216,5 +216,11 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
     expect(text).toMatch(/^airlock_exec_seconds_count [1-9]\d*$/m);
     expect(text).toMatch(/^airlock_supervisor_up 1$/m);
     await kill(s.url, keyA, sb.id);
+    const doc = (await (await call(s.url, undefined, 'GET', '/openapi.json')).json()) as {
+      openapi: string;
+      paths: object;
+    };
+    expect(doc.openapi).toMatch(/^3\.1/);
+    expect(Object.keys(doc.paths)).toContain('/v1/sandboxes');
   });
 });
