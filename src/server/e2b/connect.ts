@@ -238,10 +238,11 @@ export function serverStream<S extends z.ZodType>(
     c.req.raw.signal.addEventListener('abort', onAbort, { once: true });
     let iterator: AsyncIterator<unknown> | undefined;
     let timer: NodeJS.Timeout | undefined;
-    const cleanup = (): void => {
+    /** `abort`: the client left or the stream failed, so stop the source (a clean end needs no abort). */
+    const cleanup = (abort: boolean): void => {
       clearInterval(timer);
       c.req.raw.signal.removeEventListener('abort', onAbort);
-      ac.abort();
+      if (abort) ac.abort();
       void iterator?.return?.().catch(() => undefined);
     };
     let first: IteratorResult<unknown> | undefined;
@@ -270,14 +271,14 @@ export function serverStream<S extends z.ZodType>(
         if (early !== undefined) {
           ctl.enqueue(frame(2, { error: { code: early.code, message: early.message } }));
           ctl.close();
-          cleanup();
+          cleanup(false);
           return;
         }
         if (first && !first.done) ctl.enqueue(frame(0, first.value));
         if (first?.done) {
           ctl.enqueue(frame(2, {}));
           ctl.close();
-          cleanup();
+          cleanup(false);
           return;
         }
         timer = setInterval(() => {
@@ -306,11 +307,11 @@ export function serverStream<S extends z.ZodType>(
           } catch {
             // the client cancelled the response meanwhile
           }
-          cleanup();
+          cleanup(false);
         })();
       },
       cancel() {
-        cleanup();
+        cleanup(true);
       },
     });
     return new Response(stream, { status: 200, headers: { 'content-type': 'application/connect+json' } });
