@@ -75,6 +75,7 @@ export class LocalSandboxApi implements SandboxApi {
   private readonly tables = new Map<string, ProcessTable>();
   private readonly processOutputBytes: number;
   private readonly watchIntervalMs: number;
+  private watching = 0;
 
   constructor(
     readonly airlock: Airlock,
@@ -265,7 +266,18 @@ export class LocalSandboxApi implements SandboxApi {
         },
       };
     }
-    return pollWatch(sbx, path, { intervalMs: this.watchIntervalMs, signal });
+    const stream = pollWatch(sbx, path, {
+      intervalMs: this.watchIntervalMs,
+      signal,
+      onEnd: () => this.watching--,
+    });
+    this.watching++; // after pollWatch: a bad path throws before any polling starts
+    return stream;
+  }
+
+  /** Watches still polling (a watch ends when its signal aborts or its sandbox dies). */
+  get activeWatches(): number {
+    return this.watching;
   }
 
   async snapshot(id: string, _caller: Caller): Promise<SnapshotView> {
