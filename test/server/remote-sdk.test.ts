@@ -3,6 +3,9 @@
 // and a client that gives up mid-exec leaving nothing running. Real server (nativeRoutes over the
 // library) on loopback.
 import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -250,6 +253,29 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
     const found = await remote.query({ metadata: { run: tag } });
     expect(found.map((v) => v.id)).toEqual([a.id]);
     expect(found[0]).toMatchObject({ state: 'running', metadata: { run: tag, n: '1' } });
+  });
+
+  it('spills truncated output only into a private dir of this user', async () => {
+    const shared = mkdtempSync(join(tmpdir(), 'airlock-spill-shared-'));
+    try {
+      chmodSync(shared, 0o777); // e.g. made first by another user under /tmp
+      const r = new RemoteAirlock({ apiUrl: server.url, spillDir: shared });
+      const sbx = await r.create();
+      // Refused before the command runs (whether or not it would spill): no output lands there.
+      await expectError(sbx.exec('echo small > /tmp/ran'), 'PERMISSION_DENIED', 'spillDir');
+      expect(await sbx.files.exists('/tmp/ran')).toBe(false);
+      await expectError(sbx.exec('seq 1 100000', { maxOutputBytes: 1000 }), 'PERMISSION_DENIED', 'spillDir');
+      expect(readdirSync(shared)).toEqual([]);
+      await r.killAll();
+      // The default dir is private and gets the whole stream.
+      const own = await remote.create();
+      const big = await own.exec('seq 1 100000', { maxOutputBytes: 1000 });
+      expect(big.truncated.stdout).toBe(true);
+      expect((statSync(join(big.spillPath!, '..')).mode & 0o777).toString(8)).toBe('700');
+      rmSync(big.spillPath!, { force: true });
+    } finally {
+      rmSync(shared, { recursive: true, force: true });
+    }
   });
 
   it('leaves no residue on the host', async () => {

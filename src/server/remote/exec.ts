@@ -2,7 +2,7 @@
 // library's ExecResult. Output is shaped on the client exactly as the library shapes it (head + tail
 // kept, the full stream spilled to a file), so onStdout/onStderr see every byte and a truncated
 // result still has its full output in a file: here the client's file, since the client received it.
-import { mkdirSync } from 'node:fs';
+import { lstatSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -29,6 +29,23 @@ export function defaultSpillDir(): string {
   return join(tmpdir(), `airlock-remote-spill-${uid}`);
 }
 
+/**
+ * The spill dir must be this user's own private directory: under a shared tmp dir another user could
+ * have made it first (or a symlink by its name) to read or plant spilled output.
+ */
+export function checkSpillDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = lstatSync(dir);
+  const uid = typeof process.getuid === 'function' ? process.getuid() : st.uid;
+  if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o077) !== 0) {
+    throw new AirlockError(
+      'PERMISSION_DENIED',
+      `spill dir ${dir} is not a private directory of this user (mode 0700, owned by uid ${uid}); remove it or pass spillDir`,
+      { field: 'spillDir' },
+    );
+  }
+}
+
 /** An AirlockError from an `error` event or error body (an unknown code becomes INTERNAL). */
 export function remoteError(code: string, message: string, field?: string): AirlockError {
   const known = Object.hasOwn(ERROR_CODES, code) ? (code as AirlockErrorCode) : 'INTERNAL';
@@ -49,7 +66,6 @@ export async function shapeExec(
 ): Promise<ExecResult> {
   const started = performance.now();
   const execId = randomBytes(6).toString('hex');
-  mkdirSync(o.spillDir, { recursive: true, mode: 0o700 });
   const pipes = { stdout: new PassThrough(), stderr: new PassThrough() };
   const capture = (name: 'stdout' | 'stderr', onText?: (t: string) => void): OutputCapture =>
     new OutputCapture(pipes[name], {

@@ -19,7 +19,7 @@ import type {
   SpawnOptions,
 } from '../../sandbox/sandbox.js';
 import type { Caller, ExecEvent, ExecRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
-import { shapeExec } from './exec.js';
+import { checkSpillDir, shapeExec } from './exec.js';
 import { RemoteFiles } from './files.js';
 import { remoteSpawn } from './spawn.js';
 
@@ -33,7 +33,8 @@ export interface RemoteSandboxInfo {
   readonly persistent: boolean;
   readonly paused: boolean;
   readonly metadata: Readonly<Record<string, string>>;
-  readonly template?: { readonly name?: string; readonly digest: string };
+  /** The template it started from, as the server names it (its name, or its digest). */
+  readonly template?: string;
 }
 
 /** What a RemoteSandbox needs from the RemoteAirlock that made it. */
@@ -132,7 +133,7 @@ export class RemoteSandbox {
       persistent: !Number.isFinite(this.expiresAtMs),
       paused: this.pausedState,
       metadata: this.view.metadata,
-      ...(t ? { template: t.startsWith('sha256:') ? { digest: t } : { name: t, digest: t } } : {}),
+      ...(t !== undefined ? { template: t } : {}),
     };
   }
 
@@ -179,6 +180,7 @@ export class RemoteSandbox {
     const argv = parseCommand(cmd);
     const o = parseOrThrow(ExecOptionsSchema, opts, 'exec options', 'INVALID_ARGUMENT');
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'exec aborted before it started');
+    checkSpillDir(this.ctx.spillDir); // before the command runs, not once its output overflows
     const req: ExecRequest = {
       cmd: typeof cmd === 'string' ? cmd : argv,
       cwd: o.cwd,
