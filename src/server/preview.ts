@@ -208,7 +208,6 @@ function forwardHeaders(raw: readonly string[], keepUpgrade: boolean): Array<[st
     const k = raw[i]!.toLowerCase();
     const upgradePart = keepUpgrade && (k === 'upgrade' || k === 'connection');
     if (!upgradePart && (DROP.has(k) || named.has(k))) continue;
-    if (TRAFFIC_TOKEN_HEADERS.includes(k as (typeof TRAFFIC_TOKEN_HEADERS)[number])) continue;
     out.push([raw[i]!, raw[i + 1]!]);
   }
   return out;

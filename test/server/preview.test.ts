@@ -221,6 +221,25 @@ describe.skipIf(!canRunNamespaces)('preview URLs', () => {
     }
   }, 60_000);
 
+  it('concurrent visitors with good and bad tokens each get their own answer', async () => {
+    const before = lib.connects;
+    const tries = Array.from({ length: 30 }, (_, i) => i % 3 !== 0);
+    const replies = await Promise.all(
+      tries.map((good, i) =>
+        hit(host(8000, priv.id), i % 2 ? '/hello' : '/echo', {
+          method: i % 2 ? 'GET' : 'POST',
+          body: i % 2 ? undefined : `body ${i}`,
+          headers: { 'x-airlock-traffic-token': good ? token(priv) : newPreviewAccess().trafficToken! },
+        }),
+      ),
+    );
+    replies.forEach((r, i) => {
+      expect([i, r.status]).toEqual([i, tries[i] ? 200 : 403]);
+      if (tries[i]) expect(r.body).toBe(i % 2 ? 'hello from the sandbox' : `body ${i}`);
+    });
+    expect(lib.connects - before).toBe(tries.filter(Boolean).length);
+  });
+
   it('public ports need no token', async () => {
     const r = await hit(host(8000, pub.id), '/hello');
     expect(r.status).toBe(200);
