@@ -6,6 +6,7 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_PORT_CONNECTIONS } from '../../src/backends/host/port-dial.privileged.js';
 import { AirlockError } from '../../src/core/errors.js';
 import type { Airlock } from '../../src/sandbox/airlock.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
@@ -104,6 +105,21 @@ describe.skipIf(!canRunNamespaces)('sbx.connectPort (namespaces)', () => {
     );
     for (const a of answers) expect(a).toContain('hello from the sandbox');
   });
+
+  it(`at most ${MAX_PORT_CONNECTIONS} open connections per sandbox (CAPACITY_EXHAUSTED), then room again`, async () => {
+    const held: Duplex[] = [];
+    try {
+      for (let i = 0; i < MAX_PORT_CONNECTIONS; i++) held.push(await sbx.connectPort(8000));
+      expect(await code(sbx.connectPort(8000))).toBe('CAPACITY_EXHAUSTED');
+      const first = held.shift()!;
+      const closed = new Promise((r) => first.once('close', r));
+      first.destroy();
+      await closed;
+      held.push(await sbx.connectPort(8000));
+    } finally {
+      await Promise.all(held.map((s) => new Promise((r) => (s.once('close', r), s.destroy()))));
+    }
+  }, 60_000);
 
   it('an aborted connect is ABORTED', async () => {
     const ac = new AbortController();

@@ -15,6 +15,12 @@ import { AirlockError } from '../../core/errors.js';
 import { Launcher } from './launcher.privileged.js';
 import type { NetnsHandle } from './netns.privileged.js';
 
+/**
+ * Connections one sandbox's ports may have open at once (each holds an fd of this process: a visitor
+ * of a public port must not be able to use up the server's file descriptors).
+ */
+export const MAX_PORT_CONNECTIONS = 256;
+
 /** How long a connect may take (a listener whose backlog is full drops the SYN and never answers). */
 export const PORT_CONNECT_TIMEOUT_MS = 10_000;
 

@@ -20,7 +20,7 @@ import {
   socketInNetns,
   type NetnsHandle,
 } from './netns.privileged.js';
-import { dialInNetns } from './port-dial.privileged.js';
+import { MAX_PORT_CONNECTIONS, dialInNetns } from './port-dial.privileged.js';
 import type { HostResources } from './resources.js';
 import type { Socket } from 'node:net';
 
@@ -71,6 +71,8 @@ export class HostSandbox {
   private readonly captures = new Set<Promise<unknown>>();
   /** Open connections into the sandbox's ports (connectPort): destroyed with it. */
   private readonly portSockets = new Set<Socket>();
+  /** Connects to its ports in flight (counted against MAX_PORT_CONNECTIONS with the open ones). */
+  private dialing = 0;
   /** Set once destroy() has begun. */
   destroyed: Promise<void> | undefined;
   /** Freeze holders: pause() and each running snapshot. Frozen while > 0. */
@@ -130,11 +132,27 @@ export class HostSandbox {
   /** A connection to 127.0.0.1:`port` inside the sandbox's netns (see port-dial.privileged.ts). */
   async connectPort(port: number, signal?: AbortSignal): Promise<Socket> {
     this.assertAlive();
-    const s = await dialInNetns(this.p.netns, port, {
-      id: this.id,
-      ...(this.p.launcher ? { launcher: this.p.launcher } : {}),
-      ...(signal ? { signal } : {}),
-    });
+    if (this.portSockets.size + this.dialing >= MAX_PORT_CONNECTIONS) {
+      throw new AirlockError(
+        'CAPACITY_EXHAUSTED',
+        `sandbox ${this.id} already has ${MAX_PORT_CONNECTIONS} open connections to its ports; close some first`,
+      );
+    }
+    let s: Socket;
+    this.dialing++;
+    try {
+      s = await dialInNetns(this.p.netns, port, {
+        id: this.id,
+        ...(this.p.launcher ? { launcher: this.p.launcher } : {}),
+        ...(signal ? { signal } : {}),
+      });
+    } catch (e) {
+      // Killed meanwhile (its netns may be released already): say so, not how the dial failed.
+      if (this.destroyed) throw gone(this.id);
+      throw e;
+    } finally {
+      this.dialing--;
+    }
     if (this.destroyed) {
       s.destroy();
       throw gone(this.id);
