@@ -104,6 +104,8 @@ export const ExecEventSchema = z.discriminatedUnion('type', [
     signal: z.string().nullable(),
     killedBy: z.string().optional(),
     durationMs: z.number(),
+    /** Processes of the sandbox the OOM killer killed while the command ran (ExecResult.oomKills). */
+    oomKills: z.number().int().min(0).optional(),
   }),
   z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
 ]);
