@@ -9,13 +9,22 @@ import { supervisorInfo, supervisorPaths } from '../../src/server/supervisor-cli
 import {
   canRunNamespaces,
   NO_RESIDUE,
+  residue,
   runCli,
   settledResidue,
   SKIP_REASON,
   TEST_STATE_DIR,
 } from '../helpers.js';
 import { create, errorOf, exec, kill, writeFile } from './serve-api.js';
-import { call, newKey, startServe, stopServe, stopSupervisor, type Served } from './serve-helpers.js';
+import {
+  call,
+  newKey,
+  startServe,
+  stopServe,
+  stopSupervisor,
+  waitFor,
+  type Served,
+} from './serve-helpers.js';
 
 const run = promisify(execFile);
 
@@ -133,6 +142,27 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
     // Killed: A now gets a clear "ended", not a sandbox.
     const after = await call(s.url, keyA, 'POST', `/v1/sandboxes/${aid}/exec`, { cmd: 'true' });
     expect(after.status).toBe(410);
+  });
+
+  it('a client that disconnects mid-exec through the front server leaves no process in the sandbox', async () => {
+    const sb = await create(s.url, keyA);
+    const ac = new AbortController();
+    const r = await fetch(`${s.url}/v1/sandboxes/${sb.id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${keyA}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ cmd: ['sh', '-c', 'echo started; exec sleep 1000'] }),
+      signal: ac.signal,
+    });
+    const reader = r.body!.getReader();
+    // Read until the command has printed: it is running in the sandbox now.
+    let seen = '';
+    while (!seen.includes('"stdout"')) seen += new TextDecoder().decode((await reader.read()).value);
+    expect(residue().processes.length).toBeGreaterThan(0);
+    ac.abort(); // front server → supervisor → the exec is killed
+    await waitFor(() => residue().processes.length === 0 || undefined, 'the exec to be killed');
+    // The sandbox itself is fine.
+    expect((await exec(s.url, keyA, sb.id, 'echo still here')).stdout).toBe('still here\n');
+    await kill(s.url, keyA, sb.id);
   });
 
   it('bodies and uploads over the caps are 413; a malformed create is 400 naming the field', async () => {
