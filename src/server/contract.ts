@@ -104,6 +104,8 @@ export const ExecEventSchema = z.discriminatedUnion('type', [
     signal: z.string().nullable(),
     killedBy: z.string().optional(),
     durationMs: z.number(),
+    /** Processes of the sandbox the OOM killer killed while the command ran (ExecResult.oomKills). */
+    oomKills: z.number().int().min(0).optional(),
   }),
   z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
 ]);
@@ -182,7 +184,13 @@ export interface SandboxApi {
   closeStdin(id: string, pid: string, caller: Caller): Promise<void>;
   killProcess(id: string, pid: string, caller: Caller): Promise<void>;
 
-  readFile(id: string, path: string, caller: Caller): Promise<ReadableStream<Uint8Array>>;
+  /** The file's bytes; aborting `signal` (before or while they stream) stops the reader. */
+  readFile(
+    id: string,
+    path: string,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): Promise<ReadableStream<Uint8Array>>;
   writeFile(
     id: string,
     path: string,
