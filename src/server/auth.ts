@@ -48,7 +48,7 @@ export interface ListenAddress {
 
 /** "HOST:PORT", "[V6]:PORT" or ":PORT"/"PORT" (loopback). */
 export function parseListen(s: string): ListenAddress {
-  const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(s) ?? /^()()(\d{1,5})$/.exec(s);
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]*)):(\d{1,5})$/.exec(s) ?? /^()()(\d{1,5})$/.exec(s);
   const port = m ? Number(m[3]) : NaN;
   if (!m || !(port >= 0 && port <= 65535)) {
     throw new AirlockError('INVALID_ARGUMENT', `--listen "${s}" is not HOST:PORT (e.g. 127.0.0.1:7070)`, {

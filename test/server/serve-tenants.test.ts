@@ -2,20 +2,32 @@
 // scoping (another tenant's id answers exactly like an unknown one), body limits, the listen rule,
 // health/metrics, and a non-root user using sandboxes through the server with a key.
 import { execFile } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { supervisorInfo, supervisorPaths } from '../../src/server/supervisor-client.js';
 import {
   canRunNamespaces,
   NO_RESIDUE,
+  residue,
   runCli,
   settledResidue,
   SKIP_REASON,
   TEST_STATE_DIR,
 } from '../helpers.js';
 import { create, errorOf, exec, kill, writeFile } from './serve-api.js';
-import { call, newKey, startServe, stopServe, stopSupervisor, type Served } from './serve-helpers.js';
+import {
+  call,
+  newKey,
+  startServe,
+  stopServe,
+  stopSupervisor,
+  waitFor,
+  type Served,
+} from './serve-helpers.js';
 
 const run = promisify(execFile);
 
@@ -135,6 +147,27 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
     expect(after.status).toBe(410);
   });
 
+  it('a client that disconnects mid-exec through the front server leaves no process in the sandbox', async () => {
+    const sb = await create(s.url, keyA);
+    const ac = new AbortController();
+    const r = await fetch(`${s.url}/v1/sandboxes/${sb.id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${keyA}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ cmd: ['sh', '-c', 'echo started; exec sleep 1000'] }),
+      signal: ac.signal,
+    });
+    const reader = r.body!.getReader();
+    // Read until the command has printed: it is running in the sandbox now.
+    let seen = '';
+    while (!seen.includes('"stdout"')) seen += new TextDecoder().decode((await reader.read()).value);
+    expect(residue().processes.length).toBeGreaterThan(0);
+    ac.abort(); // front server → supervisor → the exec is killed
+    await waitFor(() => residue().processes.length === 0 || undefined, 'the exec to be killed');
+    // The sandbox itself is fine.
+    expect((await exec(s.url, keyA, sb.id, 'echo still here')).stdout).toBe('still here\n');
+    await kill(s.url, keyA, sb.id);
+  });
+
   it('bodies and uploads over the caps are 413; a malformed create is 400 naming the field', async () => {
     const big = await call(s.url, keyA, 'POST', '/v1/sandboxes', { metadata: { pad: 'x'.repeat(8192) } });
     expect(big.status).toBe(413);
@@ -205,6 +238,63 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
     );
     expect(half.code).toBe(2);
     expect(half.stderr).toMatch(/both --tls-cert and --tls-key/);
+  });
+
+  it('with --tls-cert/--tls-key it serves HTTPS (the API key never crosses the wire in clear)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'airlock-tls-'));
+    try {
+      await run('openssl', [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:P-256',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ]);
+      // A second server on the same state dir and supervisor: it shares the store, so keyA works.
+      const tls = await startServe({}, [
+        '--tls-cert',
+        join(dir, 'cert.pem'),
+        '--tls-key',
+        join(dir, 'key.pem'),
+      ]);
+      try {
+        expect(tls.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+        const ca = readFileSync(join(dir, 'cert.pem'), 'utf8');
+        const get = (path: string): Promise<{ status: number; body: string }> =>
+          new Promise((resolve, reject) => {
+            const req = httpsRequest(
+              `${tls.url}${path}`,
+              { ca, headers: { authorization: `Bearer ${keyA}` } },
+              (res) => {
+                let body = '';
+                res.setEncoding('utf8').on('data', (t: string) => (body += t));
+                res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+              },
+            );
+            req.on('error', reject);
+            req.end();
+          });
+        expect(await get('/v1/sandboxes')).toEqual({ status: 200, body: '[]' });
+        // Plain HTTP on the TLS port is not served.
+        await expect(fetch(tls.url.replace('https:', 'http:') + '/healthz')).rejects.toThrow();
+      } finally {
+        expect(await stopServe(tls)).toBe(0);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('/metrics counts creates and exec latency; /openapi.json needs no key', async () => {
