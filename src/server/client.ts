@@ -129,12 +129,31 @@ export class RemoteSandboxApi implements SandboxApi {
     this.agent.destroy();
   }
 
-  /** One request; resolves with a 2xx response, or throws the server's error. */
-  private request(
+  /**
+   * One request; resolves with a 2xx response, or throws the server's error. A request whose pooled
+   * keep-alive connection turned out closed by the server (reset before any answer) is sent once
+   * more on a new one, as Node's documentation advises; a streamed body cannot be replayed.
+   */
+  private async request(
     method: string,
     path: string,
     body?: Body,
     signal?: AbortSignal,
+  ): Promise<http.IncomingMessage> {
+    try {
+      return await this.attempt(method, path, body, signal);
+    } catch (e) {
+      const stale = AirlockError.isInstance(e) && (e as { staleSocket?: boolean }).staleSocket === true;
+      if (!stale || (body && 'stream' in body)) throw e;
+      return this.attempt(method, path, body, signal);
+    }
+  }
+
+  private attempt(
+    method: string,
+    path: string,
+    body: Body,
+    signal: AbortSignal | undefined,
   ): Promise<http.IncomingMessage> {
     if (signal?.aborted) return Promise.reject(new AirlockError('ABORTED', `${method} ${path} aborted`));
     const url = new URL(path, this.base);
@@ -167,15 +186,20 @@ export class RemoteSandboxApi implements SandboxApi {
       req.on('error', (e) => {
         signal?.removeEventListener('abort', onAbort);
         if (answered) return; // e.g. the server refused the rest of an upload after answering 413
-        reject(
-          AirlockError.isInstance(e)
-            ? e
-            : new AirlockError(
-                'BACKEND_UNAVAILABLE',
-                `cannot reach the Airlock server at ${this.socketPath ?? this.base.origin}: ${(e as NodeJS.ErrnoException).code ?? e.message}`,
-                { cause: e },
-              ),
+        if (AirlockError.isInstance(e)) {
+          reject(e);
+          return;
+        }
+        const code = (e as NodeJS.ErrnoException).code;
+        const err = new AirlockError(
+          'BACKEND_UNAVAILABLE',
+          `cannot reach the Airlock server at ${this.socketPath ?? this.base.origin}: ${code ?? e.message}`,
+          { cause: e },
         );
+        if (req.reusedSocket && (code === 'ECONNRESET' || code === 'EPIPE')) {
+          Object.assign(err, { staleSocket: true });
+        }
+        reject(err);
       });
       req.on('response', (res) => {
         answered = true;
@@ -185,13 +209,23 @@ export class RemoteSandboxApi implements SandboxApi {
           resolve(res);
           return;
         }
-        readAll(res, 1024 * 1024).then(
-          (b) => reject(errorFrom(status, b.toString('utf8'))),
-          (e: unknown) => reject(e),
-        );
+        readAll(res, 1024 * 1024)
+          .then(
+            (b) => reject(errorFrom(status, b.toString('utf8'))),
+            (e: unknown) => reject(e),
+          )
+          .finally(() => {
+            // Refused before the whole body went (e.g. 413): stop sending, and never pool this
+            // connection (the server closes it once it stops draining).
+            if (body && !req.writableFinished) {
+              src?.destroy();
+              req.destroy();
+            }
+          });
       });
+      let src: Readable | undefined;
       if (body && 'stream' in body) {
-        const src = Readable.fromWeb(body.stream as import('node:stream/web').ReadableStream<Uint8Array>);
+        src = Readable.fromWeb(body.stream as import('node:stream/web').ReadableStream<Uint8Array>);
         src.on('error', (e) => req.destroy(e));
         src.pipe(req);
       } else req.end(payload);
@@ -346,8 +380,13 @@ export class RemoteSandboxApi implements SandboxApi {
     return this.empty('DELETE', this.sbx(id, `/processes/${enc(pid)}`));
   }
 
-  async readFile(id: string, path: string, _caller?: Caller): Promise<ReadableStream<Uint8Array>> {
-    const res = await this.request('GET', this.file(id, '', path));
+  async readFile(
+    id: string,
+    path: string,
+    _caller?: Caller,
+    signal?: AbortSignal,
+  ): Promise<ReadableStream<Uint8Array>> {
+    const res = await this.request('GET', this.file(id, '', path), undefined, signal);
     return Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>;
   }
 

@@ -49,7 +49,7 @@ export type WatchStream = AsyncIterable<FsEvent> & { readonly ready: Promise<voi
 export function pollWatch(
   sbx: Sandbox,
   path: string,
-  o: { intervalMs: number; signal?: AbortSignal | undefined },
+  o: { intervalMs: number; signal?: AbortSignal | undefined; onEnd?: () => void },
 ): WatchStream {
   const dir = sandboxPath(path);
   const stop = new AbortController();
@@ -87,10 +87,12 @@ export function pollWatch(
       last = now;
     }
   };
-  loop().then(
-    () => q.end(),
-    (e: unknown) => q.end(e),
-  );
+  loop()
+    .then(
+      () => q.end(),
+      (e: unknown) => q.end(e),
+    )
+    .finally(() => o.onEnd?.());
   return {
     ready: ready.then(() => {}),
     async *[Symbol.asyncIterator]() {

@@ -14,6 +14,7 @@ import {
   type CreateRequest,
   type SandboxApi,
 } from './contract.js';
+import { openApiDocument } from './openapi.js';
 import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
 import { errorResponse, tooLarge } from './http-errors.js';
 import { cappedStream, ndjsonResponse, readCapped } from './streams.js';
@@ -29,6 +30,8 @@ export interface NativeRoutesOptions {
   readonly allowPrivateNetwork?: boolean;
   /** Where unexpected (non-Airlock) errors are logged; their details never reach the client. */
   readonly logger?: Logger;
+  /** Serve GET /openapi.json (default true; a server that documents more routes serves its own). */
+  readonly openapi?: boolean;
 }
 
 const MiB = 1024 * 1024;
@@ -73,6 +76,11 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       json = bytes.length === 0 ? {} : JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
     } catch {
       throw new AirlockError('INVALID_ARGUMENT', 'the request body is not valid JSON; send one JSON object', {
+        field: 'body',
+      });
+    }
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+      throw new AirlockError('INVALID_ARGUMENT', 'the request body must be one JSON object', {
         field: 'body',
       });
     }
@@ -190,8 +198,8 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
   // ---- files ----
   app.get(
     '/v1/sandboxes/:id/files',
-    h(async (c, caller) => {
-      const stream = await api.readFile(c.req.param('id')!, pathOf(c), caller);
+    h(async (c, caller, signal) => {
+      const stream = await api.readFile(c.req.param('id')!, pathOf(c), caller, signal);
       return new Response(stream, { headers: { 'content-type': 'application/octet-stream' } });
     }),
   );
@@ -270,6 +278,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       return ndjsonResponse(api.egressEvents(c.req.param('id')!, caller, ctl.signal), ctl, 'plain');
     }),
   );
+  if (opts.openapi !== false) app.get('/openapi.json', (c) => c.json(openApiDocument()));
   return app;
 }
 
