@@ -9,6 +9,7 @@ import {
   AuthenticationError,
   CommandExitError,
   FileNotFoundError,
+  RateLimitError,
   Sandbox,
   SandboxError,
   SandboxNotFoundError,
@@ -220,6 +221,26 @@ for (const [variant, prefix] of [
         expect(await sbx.commands.kill(999_999)).toBe(false);
         await expect(sbx.commands.connect(999_999)).rejects.toThrow(/999999/);
       });
+
+      it('concurrent commands up to the cap run; one more is refused as a rate limit, not a dead sandbox', async () => {
+        const running = (await sbx.commands.list()).length;
+        const hs = await Promise.all(
+          Array.from({ length: 32 - running }, () =>
+            sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 }),
+          ),
+        );
+        try {
+          expect(new Set(hs.map((h) => h.pid)).size).toBe(hs.length);
+          await expect(sbx.commands.run('true')).rejects.toBeInstanceOf(RateLimitError);
+          expect(await sbx.isRunning()).toBe(true);
+        } finally {
+          await Promise.all(hs.map((h) => h.kill()));
+        }
+        await vi.waitFor(async () => expect((await sbx.commands.run('echo ok')).stdout).toBe('ok\n'), {
+          timeout: 10_000,
+          interval: 100,
+        });
+      }, 60_000);
 
       it('a command past its timeoutMs is killed: TimeoutError, and it is gone', async () => {
         const e = await sbx.commands
