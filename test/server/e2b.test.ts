@@ -147,10 +147,24 @@ for (const [variant, prefix] of [
         expect(info.state).toBe('running');
         const found = await Sandbox.list({ query: { metadata: { suite: 'e2b', run: 'one' } } }).nextItems();
         expect(found.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
-        const odd = await Sandbox.create({ timeoutMs: 60_000, metadata: { 'k&=%': 'v=&%ü +' } });
+        const odd = await Sandbox.create({
+          timeoutMs: 60_000,
+          metadata: { 'k&=%': 'v=&%ü +', suite: 'e2b' },
+        });
         try {
           const hit = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü +' } } }).nextItems();
-          expect(hit.map((s) => [s.sandboxId, s.metadata])).toEqual([[odd.sandboxId, { 'k&=%': 'v=&%ü +' }]]);
+          expect(hit.map((s) => [s.sandboxId, s.metadata])).toEqual([
+            [odd.sandboxId, { 'k&=%': 'v=&%ü +', suite: 'e2b' }],
+          ]);
+          // Pages of one: two pages, then no more.
+          const pages = Sandbox.list({ query: { metadata: { suite: 'e2b' } }, limit: 1 });
+          const p1 = await pages.nextItems();
+          expect(pages.hasNext).toBe(true);
+          const p2 = await pages.nextItems();
+          expect(pages.hasNext).toBe(false);
+          expect([...p1, ...p2].map((x) => x.sandboxId).sort()).toEqual(
+            [sbx.sandboxId, odd.sandboxId].sort(),
+          );
           const miss = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü' } } }).nextItems();
           expect(miss).toEqual([]);
         } finally {
@@ -286,6 +300,18 @@ for (const [variant, prefix] of [
         const empty = await sbx.files.write('empty.txt', '');
         expect(empty.name).toBe('empty.txt');
         expect(await sbx.files.read('empty.txt')).toBe('');
+      });
+
+      it('commands take a cwd (relative to the home) and envs', async () => {
+        await sbx.files.makeDir('wd');
+        const r = await sbx.commands.run('pwd; echo "$X"', { cwd: 'wd', envs: { X: 'y z' } });
+        expect(r.stdout).toBe('/home/user/wd\ny z\n');
+      });
+
+      it('an unknown template is a clear error', async () => {
+        await expect(Sandbox.create('no-such-template', { timeoutMs: 10_000 })).rejects.toThrow(
+          /no-such-template/,
+        );
       });
 
       it('files: list, exists, getInfo, makeDir, rename, remove, not found', async () => {
