@@ -27,8 +27,11 @@ import { nativeRoutes } from '../../src/server/routes.js';
 import { canRunNamespaces, NO_RESIDUE, settledResidue, SKIP_REASON, testAirlock } from '../helpers.js';
 
 const KEY = 'e2b-test-key-1';
+const KEY2 = 'e2b-test-key-2';
 const SECRET = new Uint8Array(32).fill(7);
 const streamSignals: AbortSignal[] = [];
+/** `method:tenant` of every SandboxApi call the E2B routes made. */
+const callers: string[] = [];
 const DOMAIN = 'airlock-e2b.invalid';
 
 let airlock: Airlock;
@@ -57,6 +60,10 @@ beforeAll(async () => {
         const v = Reflect.get(t, p, r) as unknown;
         if (typeof v !== 'function') return v;
         return (...args: unknown[]) => {
+          for (const a of args) {
+            if (typeof a === 'object' && a !== null && 'tenant' in a)
+              callers.push(`${String(p)}:${String(a.tenant)}`);
+          }
           if (p === 'watch' || p === 'connectProcess') {
             const sig = args.at(-1);
             if (sig instanceof AbortSignal) streamSignals.push(sig);
@@ -73,7 +80,10 @@ beforeAll(async () => {
     new RemoteSandboxApi({ baseUrl: `http://127.0.0.1:${(native.address() as AddressInfo).port}` }),
   );
   const opts = {
-    caller: (c: Context) => (c.req.header('x-api-key') === KEY ? { tenant: 't1' } : undefined),
+    caller: (c: Context) => {
+      const key = c.req.header('x-api-key');
+      return key === KEY ? { tenant: 't1' } : key === KEY2 ? { tenant: 't2' } : undefined;
+    },
     domain: DOMAIN,
     tokenSecret: SECRET,
   };
@@ -415,6 +425,23 @@ for (const [variant, prefix] of [
           await other.kill();
         }
       }, 60_000);
+
+      it("the control API acts as the key's tenant, the envd API as the token's", async () => {
+        callers.length = 0;
+        await Sandbox.list({ apiKey: KEY2 }).nextItems();
+        expect(callers).toEqual(['list:t2']);
+        callers.length = 0;
+        // Another tenant's client gets a token of its own tenant: its envd calls run as t2 (whose
+        // scoping, in the front server, then finds no such sandbox), never as the sandbox's creator.
+        const viaOtherKey = await Sandbox.connect(sbx.sandboxId, { apiKey: KEY2 });
+        expect(callers).toContain('get:t2');
+        callers.length = 0;
+        await viaOtherKey.files.exists('nothing-here');
+        expect(callers).toEqual(['stat:t2']);
+        callers.length = 0;
+        await sbx.files.exists('nothing-here');
+        expect(callers).toEqual(['stat:t1']);
+      });
 
       it('the Connect endpoints refuse malformed calls with Connect errors', async () => {
         const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
