@@ -104,6 +104,8 @@ export const ExecEventSchema = z.discriminatedUnion('type', [
     signal: z.string().nullable(),
     killedBy: z.string().optional(),
     durationMs: z.number(),
+    /** Processes of the sandbox the OOM killer killed while the command ran (ExecResult.oomKills). */
+    oomKills: z.number().int().min(0).optional(),
   }),
   z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
 ]);
@@ -199,7 +201,16 @@ export interface SandboxApi {
   stat(id: string, path: string, caller: Caller): Promise<FileEntryView>;
   remove(id: string, path: string, caller: Caller): Promise<void>;
   makeDir(id: string, path: string, caller: Caller): Promise<FileEntryView>;
-  watch(id: string, path: string, caller: Caller, signal?: AbortSignal): AsyncIterable<FsEvent>;
+  /**
+   * Changes in a directory. `ready`, when present, settles once the watch is established (changes
+   * after it are reported) or failed; the route sends its response headers only then.
+   */
+  watch(
+    id: string,
+    path: string,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<FsEvent> & { readonly ready?: Promise<void> };
 
   snapshot(id: string, caller: Caller): Promise<SnapshotView>;
   listSnapshots(caller: Caller): Promise<SnapshotView[]>;

@@ -54,6 +54,7 @@ function pump(
       signal: x.signal,
       ...(killedBy ? { killedBy } : {}),
       durationMs: Math.round(performance.now() - o.started),
+      oomKills: x.oomKills ?? 0,
     };
   })();
   const pause = (paused: boolean): void => {

@@ -5,12 +5,11 @@ import { AirlockError } from '../../src/index.js';
 import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { CALLER, bytesOf, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
-const airlock = testAirlock();
-
-describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
+describe.skipIf(!canRunNamespaces).each(['tcp', 'unix'] as const)('native REST API over %s', (transport) => {
+  const airlock = testAirlock();
   let srv: TestServer;
   beforeAll(async () => {
-    srv = await startServer(airlock);
+    srv = await startServer(airlock, { unix: transport === 'unix' });
   });
   afterAll(async () => {
     await srv.close();
@@ -70,6 +69,23 @@ describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
     }
   });
 
+  it('reports OOM kills in the exit event (killedBy oom; oomKills also when the parent lives on)', async () => {
+    const { id } = await srv.api.create({ limits: { memoryBytes: 64 * 1024 * 1024 } }, CALLER);
+    try {
+      const dd = 'dd if=/dev/zero of=/dev/null bs=200M count=1';
+      const killed = await collectExec(srv.api.exec(id, { cmd: dd.split(' '), timeoutMs: 30_000 }, CALLER));
+      expect(killed.exit).toMatchObject({ killedBy: 'oom' });
+      expect(killed.exit!.oomKills).toBeGreaterThanOrEqual(1);
+      const child = await collectExec(
+        srv.api.exec(id, { cmd: `${dd} 2>/dev/null; echo "child $?"`, timeoutMs: 30_000 }, CALLER),
+      );
+      expect([child.exit?.exitCode, child.exit?.killedBy, child.exit?.oomKills]).toEqual([0, undefined, 1]);
+      expect((await collectExec(srv.api.exec(id, { cmd: 'true' }, CALLER))).exit?.oomKills).toBe(0);
+    } finally {
+      await srv.api.kill(id, CALLER);
+    }
+  });
+
   it('round-trips binary files (NUL, non-UTF-8) and streams them both ways', async () => {
     const { id } = await srv.api.create({}, CALLER);
     try {
@@ -115,30 +131,6 @@ describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
     for (const p of checks) {
       const e = await p.catch((x: unknown) => x);
       expect(AirlockError.is(e, 'SANDBOX_NOT_FOUND')).toBe(true);
-    }
-  });
-});
-
-describe.skipIf(!canRunNamespaces)('native REST API over a unix socket', () => {
-  let srv: TestServer;
-  const airlock2 = testAirlock();
-  beforeAll(async () => {
-    srv = await startServer(airlock2, { unix: true });
-  });
-  afterAll(async () => {
-    await srv.close();
-    await airlock2.close();
-  });
-
-  it('creates, execs, writes and reads a file, kills', async () => {
-    const { id } = await srv.api.create({}, CALLER);
-    try {
-      const r = await collectExec(srv.api.exec(id, { cmd: 'echo hi' }, CALLER));
-      expect(r.stdout.toString()).toBe('hi\n');
-      await srv.api.writeFile(id, 'f', streamOf(Buffer.from([0, 255])), CALLER);
-      expect(await bytesOf(await srv.api.readFile(id, 'f', CALLER))).toEqual(Buffer.from([0, 255]));
-    } finally {
-      await srv.api.kill(id, CALLER);
     }
   });
 });
