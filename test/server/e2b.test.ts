@@ -1,121 +1,32 @@
-// The official `e2b` SDK, unchanged, against e2bRoutes over LocalSandboxApi with real sandboxes, on a
-// real Hono server on 127.0.0.1. Network safety: both SDK URLs point at that server and its domain is
-// an unresolvable `.invalid` name; every HTTP request the process makes is observed (undici's
-// diagnostics channel, used by both global fetch and the undici package) and must go to 127.0.0.1.
-import diagnostics from 'node:diagnostics_channel';
-import type { AddressInfo } from 'node:net';
-import { serve, type ServerType } from '@hono/node-server';
+// The official `e2b` SDK, unchanged, against e2bRoutes with real sandboxes (test/server/e2b-harness.ts):
+// every feature of docs/e2b.md, twice: over LocalSandboxApi and over RemoteSandboxApi + the native REST
+// API. The wire-level attacks (malformed calls, disconnects, caps, credentials) are in e2b-wire.test.ts.
 import {
-  AuthenticationError,
   CommandExitError,
   FileNotFoundError,
+  RateLimitError,
   Sandbox,
   SandboxError,
   SandboxNotFoundError,
   TimeoutError,
   type CommandHandle,
 } from 'e2b';
-import { Hono, type Context } from 'hono';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { Airlock } from '../../src/index.js';
-import { e2bRoutes } from '../../src/server/e2b/index.js';
-import { callerFromToken, envdToken } from '../../src/server/e2b/token.js';
-import { RemoteSandboxApi } from '../../src/server/client.js';
-import { LocalSandboxApi } from '../../src/server/local.js';
-import { nativeRoutes } from '../../src/server/routes.js';
-import { canRunNamespaces, NO_RESIDUE, settledResidue, SKIP_REASON, testAirlock } from '../helpers.js';
+import { canRunNamespaces, NO_RESIDUE, settledResidue, SKIP_REASON } from '../helpers.js';
+import { collector, DOMAIN, startE2bHarness, type E2bHarness } from './e2b-harness.js';
 
-const KEY = 'e2b-test-key-1';
-const SECRET = new Uint8Array(32).fill(7);
-const streamSignals: AbortSignal[] = [];
-const DOMAIN = 'airlock-e2b.invalid';
-
-let airlock: Airlock;
-let server: ServerType;
-let native: ServerType;
+let h: E2bHarness;
 let base = '';
-const seen: { origins: Set<string>; served: number } = { origins: new Set(), served: 0 };
-const onRequest = (m: unknown): void => {
-  const r = (m as { request: { origin: string | URL } }).request;
-  seen.origins.add(String(r.origin));
-};
 
 beforeAll(async () => {
   if (!canRunNamespaces) return;
-  airlock = testAirlock();
-  const app = new Hono();
-  app.use('*', async (_c, next) => {
-    seen.served++;
-    await next();
-  });
-  const local = new LocalSandboxApi(airlock, { watchIntervalMs: 100 });
-  // The real API, observed: the abort signal of every stream it serves is recorded.
-  const observed = <T extends object>(inner: T): T =>
-    new Proxy(inner, {
-      get(t, p, r) {
-        const v = Reflect.get(t, p, r) as unknown;
-        if (typeof v !== 'function') return v;
-        return (...args: unknown[]) => {
-          if (p === 'watch' || p === 'connectProcess') {
-            const sig = args.at(-1);
-            if (sig instanceof AbortSignal) streamSignals.push(sig);
-          }
-          return (v as (...a: unknown[]) => unknown).apply(t, args);
-        };
-      },
-    });
-  const api = observed(local);
-  // The production shape: the E2B routes over a RemoteSandboxApi that reaches nativeRoutes over HTTP.
-  native = serve({ fetch: nativeRoutes(local).fetch, hostname: '127.0.0.1', port: 0 });
-  await new Promise<void>((r) => native.once('listening', () => r()));
-  const remote = observed(
-    new RemoteSandboxApi({ baseUrl: `http://127.0.0.1:${(native.address() as AddressInfo).port}` }),
-  );
-  const opts = {
-    caller: (c: Context) => (c.req.header('x-api-key') === KEY ? { tenant: 't1' } : undefined),
-    domain: DOMAIN,
-    tokenSecret: SECRET,
-  };
-  app.route('/e2b', e2bRoutes(api, opts));
-  app.route('/e2b-remote', e2bRoutes(remote, opts));
-  app.route('/small', e2bRoutes(api, { ...opts, maxUploadBytes: 4096, maxMultipartBytes: 4096 }));
-  server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 });
-  await new Promise<void>((r) => server.once('listening', () => r()));
-  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  process.env.E2B_API_KEY = KEY;
-  process.env.E2B_DOMAIN = DOMAIN;
-  diagnostics.subscribe('undici:request:create', onRequest);
+  h = await startE2bHarness();
+  base = h.base;
 });
 
 afterAll(async () => {
-  diagnostics.unsubscribe('undici:request:create', onRequest);
-  if (!canRunNamespaces) return;
-  await airlock.close();
-  await new Promise<void>((r) => server.close(() => r()));
-  await new Promise<void>((r) => native.close(() => r()));
+  if (canRunNamespaces) await h.close();
 });
-
-/** Resolves when `pred` holds for the text received so far. */
-function collector(): {
-  text: () => string;
-  push: (s: string) => void;
-  until: (p: (t: string) => boolean) => Promise<void>;
-} {
-  let acc = '';
-  const waiters: { p: (t: string) => boolean; r: () => void }[] = [];
-  return {
-    text: () => acc,
-    push: (s) => {
-      acc += s;
-      for (const w of [...waiters]) {
-        if (!w.p(acc)) continue;
-        waiters.splice(waiters.indexOf(w), 1);
-        w.r();
-      }
-    },
-    until: (p) => (p(acc) ? Promise.resolve() : new Promise((r) => waiters.push({ p, r }))),
-  };
-}
 
 for (const [variant, prefix] of [
   ['over LocalSandboxApi', 'e2b'],
@@ -146,10 +57,24 @@ for (const [variant, prefix] of [
         expect(info.state).toBe('running');
         const found = await Sandbox.list({ query: { metadata: { suite: 'e2b', run: 'one' } } }).nextItems();
         expect(found.map((s) => s.sandboxId)).toEqual([sbx.sandboxId]);
-        const odd = await Sandbox.create({ timeoutMs: 60_000, metadata: { 'k&=%': 'v=&%ü +' } });
+        const odd = await Sandbox.create({
+          timeoutMs: 60_000,
+          metadata: { 'k&=%': 'v=&%ü +', suite: 'e2b' },
+        });
         try {
           const hit = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü +' } } }).nextItems();
-          expect(hit.map((s) => [s.sandboxId, s.metadata])).toEqual([[odd.sandboxId, { 'k&=%': 'v=&%ü +' }]]);
+          expect(hit.map((s) => [s.sandboxId, s.metadata])).toEqual([
+            [odd.sandboxId, { 'k&=%': 'v=&%ü +', suite: 'e2b' }],
+          ]);
+          // Pages of one: two pages, then no more.
+          const pages = Sandbox.list({ query: { metadata: { suite: 'e2b' } }, limit: 1 });
+          const p1 = await pages.nextItems();
+          expect(pages.hasNext).toBe(true);
+          const p2 = await pages.nextItems();
+          expect(pages.hasNext).toBe(false);
+          expect([...p1, ...p2].map((x) => x.sandboxId).sort()).toEqual(
+            [sbx.sandboxId, odd.sandboxId].sort(),
+          );
           const miss = await Sandbox.list({ query: { metadata: { 'k&=%': 'v=&%ü' } } }).nextItems();
           expect(miss).toEqual([]);
         } finally {
@@ -221,6 +146,26 @@ for (const [variant, prefix] of [
         await expect(sbx.commands.connect(999_999)).rejects.toThrow(/999999/);
       });
 
+      it('concurrent commands up to the cap run; one more is refused as a rate limit, not a dead sandbox', async () => {
+        const running = (await sbx.commands.list()).length;
+        const hs = await Promise.all(
+          Array.from({ length: 32 - running }, () =>
+            sbx.commands.run('sleep 600', { background: true, timeoutMs: 0 }),
+          ),
+        );
+        try {
+          expect(new Set(hs.map((h) => h.pid)).size).toBe(hs.length);
+          await expect(sbx.commands.run('true')).rejects.toBeInstanceOf(RateLimitError);
+          expect(await sbx.isRunning()).toBe(true);
+        } finally {
+          await Promise.all(hs.map((h) => h.kill()));
+        }
+        await vi.waitFor(async () => expect((await sbx.commands.run('echo ok')).stdout).toBe('ok\n'), {
+          timeout: 10_000,
+          interval: 100,
+        });
+      }, 60_000);
+
       it('a command past its timeoutMs is killed: TimeoutError, and it is gone', async () => {
         const e = await sbx.commands
           .run('echo started; sleep 300', { timeoutMs: 1500 })
@@ -267,6 +212,18 @@ for (const [variant, prefix] of [
         expect(await sbx.files.read('empty.txt')).toBe('');
       });
 
+      it('commands take a cwd (relative to the home) and envs', async () => {
+        await sbx.files.makeDir('wd');
+        const r = await sbx.commands.run('pwd; echo "$X"', { cwd: 'wd', envs: { X: 'y z' } });
+        expect(r.stdout).toBe('/home/user/wd\ny z\n');
+      });
+
+      it('an unknown template is a clear error', async () => {
+        await expect(Sandbox.create('no-such-template', { timeoutMs: 10_000 })).rejects.toThrow(
+          /no-such-template/,
+        );
+      });
+
       it('files: list, exists, getInfo, makeDir, rename, remove, not found', async () => {
         expect(await sbx.files.makeDir('d1/d2')).toBe(true);
         expect(await sbx.files.makeDir('d1/d2')).toBe(false);
@@ -311,7 +268,7 @@ for (const [variant, prefix] of [
         // A poller may also see a write or attribute change in between; the story is create … remove.
         expect(events[0]).toBe('create:a.txt');
         expect(events.at(-1)).toBe('remove:a.txt');
-        expect(events.every((e) => e.endsWith(':a.txt'))).toBe(true);
+        expect(events.filter((e) => !e.endsWith(':a.txt'))).toEqual([]);
       });
 
       it('setTimeout moves the deadline', async () => {
@@ -339,164 +296,6 @@ for (const [variant, prefix] of [
         await expect(Sandbox.create({ mcp: { exa: { apiKey: 'x' } } as never })).rejects.toThrow(/mcp/);
         await expect(Sandbox.create({ allowInternetAccess: true })).rejects.toThrow(/allowInternetAccess/);
         await expect(sbx.fork()).rejects.toThrow(/fork/);
-      });
-
-      it('bad credentials: wrong API key, and an envd token for another sandbox', async () => {
-        await expect(Sandbox.list({ apiKey: 'wrong' }).nextItems()).rejects.toBeInstanceOf(
-          AuthenticationError,
-        );
-        await expect(Sandbox.create({ apiKey: 'wrong' })).rejects.toBeInstanceOf(AuthenticationError);
-        const other = await Sandbox.create({ timeoutMs: 60_000 });
-        try {
-          const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
-          const r = await fetch(`${base}/${prefix}/envd/files?path=/etc/hostname`, {
-            headers: { 'E2b-Sandbox-Id': other.sandboxId, 'X-Access-Token': token },
-          });
-          expect(r.status).toBe(401);
-          const none = await fetch(`${base}/${prefix}/envd/files?path=/etc/hostname`, {
-            headers: { 'E2b-Sandbox-Id': other.sandboxId },
-          });
-          expect(none.status).toBe(401);
-          // The right token works (the check above is not failing for some other reason).
-          const own = (other as unknown as { envdAccessToken: string }).envdAccessToken;
-          const ok = await fetch(`${base}/${prefix}/envd/files?path=/etc/hostname`, {
-            headers: { 'E2b-Sandbox-Id': other.sandboxId, 'X-Access-Token': own },
-          });
-          expect(ok.status).toBe(200);
-        } finally {
-          await other.kill();
-        }
-      }, 60_000);
-
-      it('the Connect endpoints refuse malformed calls with Connect errors', async () => {
-        const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
-        const h = {
-          'E2b-Sandbox-Id': sbx.sandboxId,
-          'X-Access-Token': token,
-          'Connect-Protocol-Version': '1',
-        };
-        const post = (path: string, body: string | Uint8Array, type: string): Promise<Response> =>
-          fetch(`${base}/${prefix}/envd/${path}`, {
-            method: 'POST',
-            headers: { ...h, 'content-type': type },
-            body,
-          });
-        const bad = await post('filesystem.Filesystem/Stat', '{"path":', 'application/json');
-        expect(bad.status).toBe(400);
-        expect(await bad.json()).toMatchObject({ code: 'invalid_argument' });
-        const wrongType = await post(
-          'filesystem.Filesystem/Stat',
-          JSON.stringify({ path: 7 }),
-          'application/json',
-        );
-        expect(await wrongType.json()).toMatchObject({
-          code: 'invalid_argument',
-          message: expect.stringMatching(/^path/),
-        });
-        const proto = await post('filesystem.Filesystem/Stat', new Uint8Array([1, 2]), 'application/proto');
-        expect(proto.status).toBe(501);
-        // A stream call whose envelope lies about its length ends with an error frame, HTTP 200.
-        const lie = new Uint8Array([0, 0, 0, 0, 99, 0x7b, 0x7d]);
-        const s = await post('filesystem.Filesystem/WatchDir', lie, 'application/connect+json');
-        expect(s.status).toBe(200);
-        const buf = new Uint8Array(await s.arrayBuffer());
-        expect(buf[0]).toBe(2);
-        expect(JSON.parse(new TextDecoder().decode(buf.subarray(5)))).toMatchObject({
-          error: { code: 'invalid_argument' },
-        });
-        const unknown = await post('filesystem.Filesystem/Nope', '{}', 'application/json');
-        expect(unknown.status).toBe(501);
-      });
-
-      it('a client that disconnects from a command stream leaves it bounded by its timeout', async () => {
-        const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
-        const msg = Buffer.from(
-          JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'echo up; sleep 300'] } }),
-        );
-        const env = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
-        env.writeUInt32BE(msg.length, 1);
-        const ac = new AbortController();
-        const r = await fetch(`${base}/${prefix}/envd/process.Process/Start`, {
-          method: 'POST',
-          headers: {
-            'E2b-Sandbox-Id': sbx.sandboxId,
-            'X-Access-Token': token,
-            'content-type': 'application/connect+json',
-            'Connect-Timeout-Ms': '3000',
-          },
-          body: env,
-          signal: ac.signal,
-        });
-        const reader = r.body!.getReader();
-        const first = await reader.read();
-        const pid = (
-          JSON.parse(Buffer.from(first.value!.subarray(5)).toString()) as {
-            event: { start: { pid: number } };
-          }
-        ).event.start.pid;
-        const followed = streamSignals.at(-1)!;
-        expect(followed.aborted).toBe(false);
-        ac.abort();
-        // The server stops following the command for the departed client...
-        await vi.waitFor(() => expect(followed.aborted).toBe(true), { timeout: 10_000, interval: 50 });
-        // ...and, E2B semantics, the command outlives its client until its deadline kills it.
-        await vi.waitFor(
-          async () => expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(pid),
-          {
-            timeout: 30_000,
-            interval: 250,
-          },
-        );
-      }, 40_000);
-
-      it('a client that leaves a watchDir stream closes the watcher', async () => {
-        const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
-        const msg = Buffer.from(JSON.stringify({ path: '/home/user' }));
-        const env = Buffer.concat([Buffer.from([0, 0, 0, 0, msg.length]), msg]);
-        const ac = new AbortController();
-        const r = await fetch(`${base}/${prefix}/envd/filesystem.Filesystem/WatchDir`, {
-          method: 'POST',
-          headers: {
-            'E2b-Sandbox-Id': sbx.sandboxId,
-            'X-Access-Token': token,
-            'content-type': 'application/connect+json',
-          },
-          body: env,
-          signal: ac.signal,
-        });
-        const first = await r.body!.getReader().read();
-        expect(JSON.parse(Buffer.from(first.value!.subarray(5)).toString())).toEqual({ start: {} });
-        const watching = streamSignals.at(-1)!;
-        expect(watching.aborted).toBe(false);
-        ac.abort();
-        await vi.waitFor(() => expect(watching.aborted).toBe(true), { timeout: 10_000, interval: 50 });
-      });
-
-      it('uploads and bodies over the caps answer 413', async () => {
-        const small = await Sandbox.connect(sbx.sandboxId, {
-          apiUrl: `${base}/small`,
-          sandboxUrl: `${base}/small/envd`,
-        });
-        await small.files.write('fits.txt', 'x'.repeat(1000));
-        await expect(small.files.write('big.txt', 'x'.repeat(10_000))).rejects.toThrow(/413|over 4096 bytes/);
-        const big = new ReadableStream<Uint8Array>({
-          start(c) {
-            for (let i = 0; i < 10; i++) c.enqueue(new Uint8Array(1000));
-            c.close();
-          },
-        });
-        await expect(small.files.write('big.bin', big)).rejects.toThrow(/413|over 4096 bytes/);
-        // gzip is capped after decompression: 1 MB of zeros compresses to about 1 KB.
-        await expect(
-          small.files.write('bomb.bin', new Uint8Array(1_000_000).buffer, { gzip: true }),
-        ).rejects.toThrow(/413|over 4096 bytes/);
-        const r = await fetch(`${base}/${prefix}/v2/sandboxes`, {
-          method: 'POST',
-          headers: { 'X-API-Key': KEY, 'content-type': 'application/json' },
-          body: JSON.stringify({ templateID: 'base', metadata: { pad: 'p'.repeat(300 * 1024) } }),
-        });
-        expect(r.status).toBe(413);
-        expect(await r.json()).toMatchObject({ code: 413 });
       });
 
       it('pause, then connect resumes', async () => {
@@ -542,24 +341,9 @@ for (const [variant, prefix] of [
 
 describe.skipIf(!canRunNamespaces)('after both variants', () => {
   it('every request went to the test server on 127.0.0.1, and nothing leaked', async () => {
-    expect([...seen.origins]).toEqual([base]);
-    expect(seen.served).toBeGreaterThan(100);
-    await airlock.close();
+    expect([...h.origins]).toEqual([base]);
+    expect(h.served()).toBeGreaterThan(100);
+    await h.airlock.close();
     expect(await settledResidue(5000)).toEqual(NO_RESIDUE);
   }, 60_000);
-});
-
-describe('envd access tokens', () => {
-  it('are bound to the sandbox, the tenant and the secret', () => {
-    const tok = envdToken(SECRET, { tenant: 'alice' }, 'sbx1');
-    expect(callerFromToken(SECRET, tok, 'sbx1')).toEqual({ tenant: 'alice' });
-    expect(callerFromToken(SECRET, tok, 'sbx2')).toBeUndefined();
-    expect(callerFromToken(new Uint8Array(32).fill(8), tok, 'sbx1')).toBeUndefined();
-    // Another tenant's name with alice's MAC does not pass.
-    const forged = `${Buffer.from('bob').toString('base64url')}.${tok.split('.')[1]!}`;
-    expect(callerFromToken(SECRET, forged, 'sbx1')).toBeUndefined();
-    for (const bad of ['', '.', 'x', `${tok}x`, tok.slice(0, -2), 'a'.repeat(5000)]) {
-      expect(callerFromToken(SECRET, bad, 'sbx1')).toBeUndefined();
-    }
-  });
 });

@@ -92,9 +92,11 @@ export function envdErrorFrom(e: unknown, sandboxId: string): EnvdError {
       return new EnvdError('unauthenticated', msg);
     case 'ABORTED':
       return new EnvdError('canceled', msg);
+    // Not `unavailable`: the SDK reads that as "the sandbox is gone" (a sandbox-timeout error).
     case 'CAPACITY_EXHAUSTED':
+      return new EnvdError('resource_exhausted', msg, 429);
     case 'BACKEND_UNAVAILABLE':
-      return new EnvdError('unavailable', msg, 503);
+      return new EnvdError('internal', msg, 503);
     default:
       return new EnvdError('internal', msg);
   }

@@ -55,7 +55,8 @@ export function mountFiles(app: Hono, deps: EnvdDeps, limits: FileLimits): void 
       if (c.req.query('signature') !== undefined) {
         throw new EnvdError('unimplemented', 'signed file URLs are not supported by Airlock');
       }
-      const body = await deps.api.readFile(t.id, e2bPath(c.req.query('path')), t.caller);
+      // The client's leaving aborts the request's signal, which stops the reader in the sandbox.
+      const body = await deps.api.readFile(t.id, e2bPath(c.req.query('path')), t.caller, c.req.raw.signal);
       return new Response(body, { status: 200, headers: { 'content-type': 'application/octet-stream' } });
     } catch (e) {
       return httpError(c, e);

@@ -54,6 +54,8 @@ export function entryInfo(e: FileEntryView): Record<string, unknown> {
   };
 }
 
+const UPLOAD_TMP_PREFIX = '.airlock-upload-';
+
 /** At most this many entries in one ListDir answer (depth > 1 walks the tree). */
 const MAX_LIST_ENTRIES = 10_000;
 
@@ -209,6 +211,9 @@ export function mountFilesystem(app: Hono, deps: EnvdDeps): void {
           const rel = posix.relative(root, ev.path);
           if (rel === '' || rel.startsWith('..')) continue;
           if (rel.includes('/')) continue; // only the directory's own children
+          // The temporary file an upload is written to before its rename (server/local-files.ts) is
+          // an artefact of how Airlock writes, not a change the client made: E2B would not show it.
+          if (rel.startsWith(UPLOAD_TMP_PREFIX)) continue;
           let entry: Record<string, unknown> | undefined;
           if (req.includeEntry && ev.type !== 'remove' && ev.type !== 'rename') {
             entry = await deps.api.stat(t.id, ev.path, t.caller).then(entryInfo, () => undefined);
