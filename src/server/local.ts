@@ -32,6 +32,8 @@ export interface LocalSandboxApiOptions {
 const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
 const MAX_EXEC_TIMEOUT_MS = 86_400_000;
 const SANDBOX_ID_RE = /^[A-Za-z0-9_-]{1,128}$/;
+/** Watches polling one sandbox at once (each lists its directory in the sandbox every interval). */
+export const MAX_WATCHES_PER_SANDBOX = 16;
 
 function checkExec(req: ExecRequest): void {
   if (req.timeoutMs !== undefined && req.timeoutMs > MAX_EXEC_TIMEOUT_MS) {
@@ -86,6 +88,7 @@ export class LocalSandboxApi implements SandboxApi {
   private readonly processOutputBytes: number;
   private readonly watchIntervalMs: number;
   private watching = 0;
+  private readonly watchesOf = new Map<string, number>();
 
   constructor(
     readonly airlock: Airlock,
@@ -273,11 +276,20 @@ export class LocalSandboxApi implements SandboxApi {
     return makeDir(this.sbx(id), path);
   }
 
-  /** Polls inside the sandbox (see local-watch.ts); `ready` resolves once the first listing is taken. */
+  /**
+   * Polls inside the sandbox (see local-watch.ts); `ready` resolves once the first listing is taken.
+   * At most MAX_WATCHES_PER_SANDBOX at once: each one runs a listing in the sandbox every interval.
+   */
   watch(id: string, path: string, _caller: Caller, signal?: AbortSignal): WatchStream {
     let sbx: Sandbox;
     try {
       sbx = this.sbx(id);
+      if ((this.watchesOf.get(id) ?? 0) >= MAX_WATCHES_PER_SANDBOX) {
+        throw new AirlockError(
+          'CAPACITY_EXHAUSTED',
+          `sandbox ${id} already has ${MAX_WATCHES_PER_SANDBOX} watches (the most); close one first`,
+        );
+      }
     } catch (e) {
       const failed = Promise.reject(e);
       failed.catch(() => {});
@@ -292,9 +304,16 @@ export class LocalSandboxApi implements SandboxApi {
     const stream = pollWatch(sbx, path, {
       intervalMs: this.watchIntervalMs,
       signal,
-      onEnd: () => this.watching--,
+      onEnd: () => {
+        this.watching--;
+        const n = (this.watchesOf.get(id) ?? 1) - 1;
+        if (n > 0) this.watchesOf.set(id, n);
+        else this.watchesOf.delete(id);
+      },
     });
-    this.watching++; // after pollWatch: a bad path throws before any polling starts
+    // Counted after pollWatch: a bad path throws before any polling starts.
+    this.watching++;
+    this.watchesOf.set(id, (this.watchesOf.get(id) ?? 0) + 1);
     return stream;
   }
 

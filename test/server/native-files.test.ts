@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import type { FsEvent } from '../../src/server/contract.js';
 import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+import { MAX_WATCHES_PER_SANDBOX } from '../../src/server/local.js';
 import { CALLER, bytesOf, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
 const airlock = testAirlock();
@@ -160,6 +161,22 @@ describe.skipIf(!canRunNamespaces)('native REST API: files, lifecycle, snapshots
       () => hostPids(['/bin/cat', '--', '/tmp/zeros']).length === 0,
       'the second reader to be killed',
     );
+  });
+
+  it('refuses more than the most watches on one sandbox (CAPACITY_EXHAUSTED), and frees the room', async () => {
+    const ctl = new AbortController();
+    const open = Array.from({ length: MAX_WATCHES_PER_SANDBOX }, () =>
+      srv.api.watch(id, '/tmp', CALLER, ctl.signal),
+    );
+    await Promise.all(open.map((w) => w.ready));
+    const over = srv.api.watch(id, '/tmp', CALLER);
+    expect(AirlockError.is(await errOf(over.ready), 'CAPACITY_EXHAUSTED')).toBe(true);
+    ctl.abort();
+    await until(() => srv.local.activeWatches === 0, 'the watches to stop');
+    const again = new AbortController();
+    await srv.api.watch(id, '/tmp', CALLER, again.signal).ready;
+    again.abort();
+    await until(() => srv.local.activeWatches === 0, 'the last watch to stop');
   });
 
   it('ends a watch when its sandbox dies', async () => {
