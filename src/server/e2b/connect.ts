@@ -217,6 +217,9 @@ export interface StreamCall<T> {
   readonly c: Context;
 }
 
+/** Messages a stream queues for a client that has not read them yet. */
+const STREAM_QUEUE = 16;
+
 /** Seconds between keepalive messages: the client's Keepalive-Ping-Interval, bounded. */
 function keepaliveMs(c: Context): number {
   const n = Number(c.req.header('keepalive-ping-interval') ?? '50');
@@ -268,36 +271,41 @@ export function serverStream<S extends z.ZodType>(
       early = onError(e, c);
     }
     const it = iterator;
-    const stream = new ReadableStream<Uint8Array>({
-      start(ctl) {
-        if (early !== undefined) {
-          ctl.enqueue(frame(2, { error: { code: early.code, message: early.message } }));
-          ctl.close();
-          cleanup(false);
-          return;
-        }
-        if (first && !first.done) ctl.enqueue(frame(0, first.value));
-        if (first?.done) {
-          ctl.enqueue(frame(2, {}));
-          ctl.close();
-          cleanup(false);
-          return;
-        }
-        timer = setInterval(() => {
-          try {
-            ctl.enqueue(frame(0, keepalive));
-          } catch {
-            clearInterval(timer);
+    // Pull-based: a message is taken from the source only when the client has read the ones before
+    // (at most STREAM_QUEUE queued), so a slow reader slows the source instead of filling memory.
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        start(ctl) {
+          if (early !== undefined) {
+            ctl.enqueue(frame(2, { error: { code: early.code, message: early.message } }));
+            ctl.close();
+            cleanup(false);
+            return;
           }
-        }, keepaliveMs(c));
-        void (async () => {
-          let end: unknown = {};
-          try {
-            for (;;) {
-              const r = await it!.next();
-              if (r.done) break;
-              ctl.enqueue(frame(0, r.value));
+          if (first?.done) {
+            ctl.enqueue(frame(2, {}));
+            ctl.close();
+            cleanup(false);
+            return;
+          }
+          if (first) ctl.enqueue(frame(0, first.value));
+          timer = setInterval(() => {
+            try {
+              if ((ctl.desiredSize ?? 0) > 0) ctl.enqueue(frame(0, keepalive));
+            } catch {
+              clearInterval(timer);
             }
+          }, keepaliveMs(c));
+        },
+        async pull(ctl) {
+          let end: unknown;
+          try {
+            const r = await it!.next();
+            if (!r.done) {
+              ctl.enqueue(frame(0, r.value));
+              return;
+            }
+            end = {};
           } catch (e) {
             if (ac.signal.aborted) return; // the client left: nobody to tell
             const err = onError(e, c);
@@ -310,12 +318,13 @@ export function serverStream<S extends z.ZodType>(
             // the client cancelled the response meanwhile
           }
           cleanup(false);
-        })();
+        },
+        cancel() {
+          cleanup(true);
+        },
       },
-      cancel() {
-        cleanup(true);
-      },
-    });
+      { highWaterMark: STREAM_QUEUE },
+    );
     return new Response(stream, { status: 200, headers: { 'content-type': 'application/connect+json' } });
   };
 }
