@@ -81,7 +81,16 @@ export interface SandboxProcess {
   readonly stdout: Readable;
   readonly stderr: Readable;
   /** Resolves once the process tree is gone (never rejects). */
-  readonly exited: Promise<{ exitCode: number | null; signal: NodeJS.Signals | null; killedBy?: KilledBy }>;
+  readonly exited: Promise<{
+    exitCode: number | null;
+    signal: NodeJS.Signals | null;
+    killedBy?: KilledBy;
+    /**
+     * Processes of the sandbox the OOM killer killed while it ran (as ExecResult.oomKills); the
+     * library always counts them.
+     */
+    oomKills?: number;
+  }>;
   /** SIGKILL the process tree; resolves once it is gone. */
   kill(): Promise<void>;
 }
@@ -289,15 +298,18 @@ export class SandboxBase {
     const exited = proc.exited.then(async (exit) => {
       this.running.delete(entry);
       opts.signal?.removeEventListener('abort', onAbort);
+      // Read after every exit, as exec does: a child can be OOM-killed under a parent that exits 0.
+      const after = await this.backend.counters().catch(() => before);
+      const oomKills = Math.max(0, after.oomKills - before.oomKills);
       if (killedBy === undefined && exit.exitCode !== 0) {
-        const after = await this.backend.counters().catch(() => before);
-        if (after.oomKills > before.oomKills) killedBy = 'oom';
+        if (oomKills > 0) killedBy = 'oom';
         else if (after.pidsLimitHits > before.pidsLimitHits) killedBy = 'pids';
       }
       return {
         exitCode: exit.exitCode,
         signal: exit.signal ?? (killedBy !== undefined ? ('SIGKILL' as const) : null),
         ...(killedBy ? { killedBy } : {}),
+        oomKills,
       };
     });
     return {

@@ -380,8 +380,13 @@ export class RemoteSandboxApi implements SandboxApi {
     return this.empty('DELETE', this.sbx(id, `/processes/${enc(pid)}`));
   }
 
-  async readFile(id: string, path: string, _caller?: Caller): Promise<ReadableStream<Uint8Array>> {
-    const res = await this.request('GET', this.file(id, '', path));
+  async readFile(
+    id: string,
+    path: string,
+    _caller?: Caller,
+    signal?: AbortSignal,
+  ): Promise<ReadableStream<Uint8Array>> {
+    const res = await this.request('GET', this.file(id, '', path), undefined, signal);
     return Readable.toWeb(res) as unknown as ReadableStream<Uint8Array>;
   }
 

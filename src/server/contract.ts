@@ -184,7 +184,13 @@ export interface SandboxApi {
   closeStdin(id: string, pid: string, caller: Caller): Promise<void>;
   killProcess(id: string, pid: string, caller: Caller): Promise<void>;
 
-  readFile(id: string, path: string, caller: Caller): Promise<ReadableStream<Uint8Array>>;
+  /** The file's bytes; aborting `signal` (before or while they stream) stops the reader. */
+  readFile(
+    id: string,
+    path: string,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): Promise<ReadableStream<Uint8Array>>;
   writeFile(
     id: string,
     path: string,

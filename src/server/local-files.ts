@@ -111,9 +111,14 @@ export async function makeDir(sbx: Sandbox, path: string): Promise<FileEntryView
  * The file's bytes as a stream. Waits for the first bytes (or the end) before returning, so that a
  * missing file is an error here rather than a broken stream. Cancelling the stream kills the reader.
  */
-export async function readStream(sbx: Sandbox, path: string): Promise<ReadableStream<Uint8Array>> {
+export async function readStream(
+  sbx: Sandbox,
+  path: string,
+  signal?: AbortSignal,
+): Promise<ReadableStream<Uint8Array>> {
   const p = sandboxPath(path);
-  const proc = await sbx.spawn(['/bin/cat', '--', p], { cwd: '/' });
+  // `signal` kills the reader, also while it waits for a first byte that never comes (a FIFO).
+  const proc = await sbx.spawn(['/bin/cat', '--', p], { cwd: '/', ...(signal ? { signal } : {}) });
   proc.stdin.end();
   const stderr = collect(proc.stderr, STDERR_MAX);
   const out = proc.stdout;

@@ -54,6 +54,7 @@ function pump(
       signal: x.signal,
       ...(killedBy ? { killedBy } : {}),
       durationMs: Math.round(performance.now() - o.started),
+      oomKills: x.oomKills ?? 0,
     };
   })();
   const pause = (paused: boolean): void => {
@@ -187,7 +188,12 @@ class BackgroundProcess {
 }
 
 /** Exited processes kept per sandbox (for list and a late connect), oldest dropped first. */
-const MAX_EXITED = 64;
+const MAX_EXITED = 16;
+/**
+ * Background processes running at once per sandbox: each holds an output ring in the server's
+ * memory, so their number is bounded here, not only by the sandbox's pids limit.
+ */
+export const MAX_RUNNING_PROCESSES = 32;
 
 /** The background processes of one sandbox. */
 export class ProcessTable {
@@ -214,6 +220,17 @@ export class ProcessTable {
       this.trim();
     });
     return bp.view();
+  }
+
+  /** CAPACITY_EXHAUSTED when the sandbox already runs MAX_RUNNING_PROCESSES background processes. */
+  checkRoom(): void {
+    const running = [...this.procs.values()].filter((p) => !p.exitEvent).length;
+    if (running >= MAX_RUNNING_PROCESSES) {
+      throw new AirlockError(
+        'CAPACITY_EXHAUSTED',
+        `sandbox ${this.sandboxId} already runs ${running} background processes (the most); kill one first`,
+      );
+    }
   }
 
   private trim(): void {

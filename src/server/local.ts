@@ -28,8 +28,18 @@ export interface LocalSandboxApiOptions {
   readonly watchIntervalMs?: number;
 }
 
-/** Default TTL of an exec through the API (as the library's exec). */
+/** Default timeout of an exec through the API (as the library's exec), and the longest allowed. */
 const DEFAULT_EXEC_TIMEOUT_MS = 60_000;
+const MAX_EXEC_TIMEOUT_MS = 86_400_000;
+const SANDBOX_ID_RE = /^[A-Za-z0-9_-]{1,128}$/;
+
+function checkExec(req: ExecRequest): void {
+  if (req.timeoutMs !== undefined && req.timeoutMs > MAX_EXEC_TIMEOUT_MS) {
+    throw new AirlockError('INVALID_ARGUMENT', `timeoutMs is at most ${MAX_EXEC_TIMEOUT_MS} (a day)`, {
+      field: 'timeoutMs',
+    });
+  }
+}
 
 /** CreateRequest → the library's spec (fork options when from a snapshot). */
 function specOf(req: CreateRequest): SandboxSpecInput {
@@ -88,6 +98,10 @@ export class LocalSandboxApi implements SandboxApi {
   /** A live sandbox by id; SANDBOX_NOT_FOUND for an unknown (or dead) one. */
   private sbx(id: string): Sandbox {
     this.prune();
+    // Not an id at all (the message would echo whatever was sent): the same answer as an unknown one.
+    if (!SANDBOX_ID_RE.test(id)) {
+      throw new AirlockError('SANDBOX_NOT_FOUND', 'no live sandbox with that id', { field: 'id' });
+    }
     return this.airlock.get(id);
   }
 
@@ -164,6 +178,7 @@ export class LocalSandboxApi implements SandboxApi {
 
   async *exec(id: string, req: ExecRequest, _caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {
     const sbx = this.sbx(id);
+    checkExec(req);
     const proc = await sbx.spawn(req.cmd, {
       ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
       ...(req.env !== undefined ? { env: req.env } : {}),
@@ -179,12 +194,15 @@ export class LocalSandboxApi implements SandboxApi {
 
   async startProcess(id: string, req: ExecRequest, _caller: Caller): Promise<ProcessView> {
     const sbx = this.sbx(id);
+    checkExec(req);
+    const table = this.table(id);
+    table.checkRoom();
     const proc = await sbx.spawn(req.cmd, {
       ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
       ...(req.env !== undefined ? { env: req.env } : {}),
     });
     const cmd = typeof req.cmd === 'string' ? ['/bin/sh', '-c', req.cmd] : [...req.cmd];
-    return this.table(id).add(proc, cmd, {
+    return table.add(proc, cmd, {
       stdin: req.stdin,
       timeoutMs: req.timeoutMs,
       maxOutputBytes: req.maxOutputBytes,
@@ -221,8 +239,13 @@ export class LocalSandboxApi implements SandboxApi {
     await this.table(id).kill(pid);
   }
 
-  async readFile(id: string, path: string, _caller: Caller): Promise<ReadableStream<Uint8Array>> {
-    return readStream(this.sbx(id), path);
+  async readFile(
+    id: string,
+    path: string,
+    _caller: Caller,
+    signal?: AbortSignal,
+  ): Promise<ReadableStream<Uint8Array>> {
+    return readStream(this.sbx(id), path, signal);
   }
 
   async writeFile(

@@ -198,8 +198,8 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
   // ---- files ----
   app.get(
     '/v1/sandboxes/:id/files',
-    h(async (c, caller) => {
-      const stream = await api.readFile(c.req.param('id')!, pathOf(c), caller);
+    h(async (c, caller, signal) => {
+      const stream = await api.readFile(c.req.param('id')!, pathOf(c), caller, signal);
       return new Response(stream, { headers: { 'content-type': 'application/octet-stream' } });
     }),
   );

@@ -924,7 +924,8 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
           check();
         });
         p.stdin.end('two\n');
-        expect(await p.exited).toEqual({ exitCode: 3, signal: null });
+        const exit = await p.exited;
+        expect([exit.exitCode, exit.signal, exit.killedBy]).toEqual([3, null, undefined]);
         expect(Buffer.concat(out).toString()).toBe('out:one\nout:two\n');
         expect(Buffer.concat(err).toString()).toBe('err:one\nerr:two\n');
       });

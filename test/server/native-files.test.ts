@@ -1,5 +1,6 @@
 // Files (list, stat, remove, mkdir, uploads over the cap, watch), lifecycle (timeout, pause/resume)
 // and snapshots with forks, through the real REST API and RemoteSandboxApi.
+import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import type { FsEvent } from '../../src/server/contract.js';
@@ -14,6 +15,21 @@ async function until(cond: () => boolean, what: string, maxMs = 15_000): Promise
     if (waited > maxMs) throw new Error(`gave up waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** Host pids whose command line is exactly argv (the host sees every sandbox process). */
+function hostPids(argv: string[]): number[] {
+  const want = argv.join('\0') + '\0';
+  return readdirSync('/proc')
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cmdline`, 'utf8') === want;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
 }
 
 const errOf = (p: Promise<unknown>): Promise<unknown> =>
@@ -123,6 +139,39 @@ describe.skipIf(!canRunNamespaces)('native REST API: files, lifecycle, snapshots
       true,
     );
     await until(() => srv.local.activeWatches === 0, 'failed watches to stop');
+  });
+
+  it('kills the reader of a download whose client went away (even one waiting on a FIFO)', async () => {
+    const api = srv.api;
+    await collectExec(api.exec(id, { cmd: 'mkfifo /tmp/fifo' }, CALLER));
+    const ctl = new AbortController();
+    const pending = api.readFile(id, '/tmp/fifo', CALLER, ctl.signal).catch((e: unknown) => e);
+    await until(() => hostPids(['/bin/cat', '--', '/tmp/fifo']).length === 1, 'the reader');
+    ctl.abort();
+    expect(AirlockError.is(await pending, 'ABORTED')).toBe(true);
+    await until(() => hostPids(['/bin/cat', '--', '/tmp/fifo']).length === 0, 'the reader to be killed');
+    // mid-stream: cancel after the first bytes
+    await collectExec(api.exec(id, { cmd: 'head -c 20000000 /dev/zero > /tmp/zeros' }, CALLER));
+    const stream = await api.readFile(id, '/tmp/zeros', CALLER);
+    const reader = stream.getReader();
+    expect((await reader.read()).done).toBe(false);
+    await reader.cancel();
+    await until(
+      () => hostPids(['/bin/cat', '--', '/tmp/zeros']).length === 0,
+      'the second reader to be killed',
+    );
+  });
+
+  it('ends a watch when its sandbox dies', async () => {
+    const other = await srv.api.create({}, CALLER);
+    const w = srv.api.watch(other.id, '/tmp', CALLER);
+    await w.ready;
+    const reading = (async () => {
+      for await (const _ of w) void _;
+    })();
+    await srv.api.kill(other.id, CALLER);
+    await reading;
+    await until(() => srv.local.activeWatches === 0, 'the watch to stop');
   });
 
   it('sets the TTL, pauses and resumes', async () => {

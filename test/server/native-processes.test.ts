@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import type { ExecEvent } from '../../src/server/contract.js';
 import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+import { MAX_RUNNING_PROCESSES } from '../../src/server/local-processes.js';
 import { CALLER, collectExec, startServer, type TestServer } from './native-support.js';
 
 const airlock = testAirlock();
@@ -164,6 +165,53 @@ describe.skipIf(!canRunNamespaces)('native REST API: processes', () => {
       if (e.type === 'stdout') break;
     }
     await until(() => hostPids(['sleep', '1003.5']).length === 0, 'the second exec to be killed');
+  });
+
+  it('runs concurrent execs on one sandbox, each with its own output', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        collectExec(srv.api.exec(id, { cmd: ['/bin/sh', '-c', `echo n$0; exit $0`, String(i)] }, CALLER)),
+      ),
+    );
+    results.forEach((r, i) => {
+      expect(r.stdout.toString()).toBe(`n${i}\n`);
+      expect(r.exit?.exitCode).toBe(i);
+    });
+  });
+
+  it('refuses more than the most background processes at once (CAPACITY_EXHAUSTED)', async () => {
+    const started: string[] = [];
+    const running = (await srv.api.listProcesses(id, CALLER)).filter((p) => p.running).length;
+    try {
+      let err: unknown;
+      for (let i = 0; i < 40 && !err; i++) {
+        const p = await srv.api.startProcess(id, { cmd: 'exec sleep 1005.5' }, CALLER).catch((e: unknown) => {
+          err = e;
+          return undefined;
+        });
+        if (p) started.push(p.pid);
+      }
+      expect(AirlockError.is(err, 'CAPACITY_EXHAUSTED')).toBe(true);
+      expect(started.length).toBe(MAX_RUNNING_PROCESSES - running);
+    } finally {
+      for (const pid of started) await srv.api.killProcess(id, pid, CALLER);
+    }
+    await until(() => hostPids(['sleep', '1005.5']).length === 0, 'the sleeps to go');
+  });
+
+  it('streams egress events of a sandbox until it dies; an unknown id is a 404', async () => {
+    const other = await srv.api.create({}, CALLER);
+    const seen: unknown[] = [];
+    const reading = (async () => {
+      for await (const e of srv.api.egressEvents(other.id, CALLER)) seen.push(e);
+    })();
+    await srv.api.kill(other.id, CALLER);
+    await reading; // ends (no error) when the sandbox is gone
+    expect(seen).toEqual([]); // no network, no attempts
+    const unknown = await (async () => {
+      for await (const _ of srv.api.egressEvents('nope', CALLER)) void _;
+    })().catch((e: unknown) => e);
+    expect(AirlockError.is(unknown, 'SANDBOX_NOT_FOUND')).toBe(true);
   });
 
   it('times an exec out (killedBy timeout) and cuts output at maxOutputBytes', async () => {

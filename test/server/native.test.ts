@@ -70,6 +70,23 @@ describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
     }
   });
 
+  it('reports OOM kills in the exit event (killedBy oom; oomKills also when the parent lives on)', async () => {
+    const { id } = await srv.api.create({ limits: { memoryBytes: 64 * 1024 * 1024 } }, CALLER);
+    try {
+      const dd = 'dd if=/dev/zero of=/dev/null bs=200M count=1';
+      const killed = await collectExec(srv.api.exec(id, { cmd: dd.split(' '), timeoutMs: 30_000 }, CALLER));
+      expect(killed.exit).toMatchObject({ killedBy: 'oom' });
+      expect(killed.exit!.oomKills).toBeGreaterThanOrEqual(1);
+      const child = await collectExec(
+        srv.api.exec(id, { cmd: `${dd} 2>/dev/null; echo "child $?"`, timeoutMs: 30_000 }, CALLER),
+      );
+      expect([child.exit?.exitCode, child.exit?.killedBy, child.exit?.oomKills]).toEqual([0, undefined, 1]);
+      expect((await collectExec(srv.api.exec(id, { cmd: 'true' }, CALLER))).exit?.oomKills).toBe(0);
+    } finally {
+      await srv.api.kill(id, CALLER);
+    }
+  });
+
   it('round-trips binary files (NUL, non-UTF-8) and streams them both ways', async () => {
     const { id } = await srv.api.create({}, CALLER);
     try {
