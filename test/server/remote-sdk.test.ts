@@ -49,8 +49,14 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
       );
       // Without AIRLOCK_API_URL the environment asks for the local library.
       expect(airlockFromEnv({})).toBeInstanceOf(Airlock);
+      // An Airlock never quietly runs here what was meant for a server.
+      await expectError(() => new Airlock({ apiUrl: server.url } as never), 'INVALID_ARGUMENT', 'apiUrl');
+      process.env.AIRLOCK_API_URL = server.url;
+      await expectError(() => Sandbox.create({}), 'INVALID_ARGUMENT', 'airlock');
+      expect(server.airlock.list()).toEqual([]);
     } finally {
-      if (saved !== undefined) process.env.AIRLOCK_API_URL = saved;
+      if (saved === undefined) delete process.env.AIRLOCK_API_URL;
+      else process.env.AIRLOCK_API_URL = saved;
     }
   });
 
