@@ -201,7 +201,16 @@ export interface SandboxApi {
   stat(id: string, path: string, caller: Caller): Promise<FileEntryView>;
   remove(id: string, path: string, caller: Caller): Promise<void>;
   makeDir(id: string, path: string, caller: Caller): Promise<FileEntryView>;
-  watch(id: string, path: string, caller: Caller, signal?: AbortSignal): AsyncIterable<FsEvent>;
+  /**
+   * Changes in a directory. `ready`, when present, settles once the watch is established (changes
+   * after it are reported) or failed; the route sends its response headers only then.
+   */
+  watch(
+    id: string,
+    path: string,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<FsEvent> & { readonly ready?: Promise<void> };
 
   snapshot(id: string, caller: Caller): Promise<SnapshotView>;
   listSnapshots(caller: Caller): Promise<SnapshotView[]>;

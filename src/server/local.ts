@@ -107,9 +107,9 @@ export class LocalSandboxApi implements SandboxApi {
 
   /** Forget process tables of sandboxes that are gone (killed, TTL). */
   private prune(): void {
-    for (const id of this.tables.keys()) {
-      if (!this.airlock.list().some((s) => s.id === id)) this.tables.delete(id);
-    }
+    if (this.tables.size === 0) return;
+    const live = new Set(this.airlock.list().map((s) => s.id));
+    for (const id of this.tables.keys()) if (!live.has(id)) this.tables.delete(id);
   }
 
   private table(id: string): ProcessTable {

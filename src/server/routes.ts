@@ -242,7 +242,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       const ctl = linked(signal);
       const events = api.watch(c.req.param('id')!, path, caller, ctl.signal);
       // Headers go once the watch is established (a change after that is reported), or its error does.
-      const ready = (events as { ready?: Promise<void> }).ready;
+      const ready = events.ready;
       try {
         if (ready) await ready;
         else await api.get(c.req.param('id')!, caller);

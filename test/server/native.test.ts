@@ -5,12 +5,11 @@ import { AirlockError } from '../../src/index.js';
 import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { CALLER, bytesOf, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
-const airlock = testAirlock();
-
-describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
+describe.skipIf(!canRunNamespaces).each(['tcp', 'unix'] as const)('native REST API over %s', (transport) => {
+  const airlock = testAirlock();
   let srv: TestServer;
   beforeAll(async () => {
-    srv = await startServer(airlock);
+    srv = await startServer(airlock, { unix: transport === 'unix' });
   });
   afterAll(async () => {
     await srv.close();
@@ -132,30 +131,6 @@ describe.skipIf(!canRunNamespaces)('native REST API over TCP', () => {
     for (const p of checks) {
       const e = await p.catch((x: unknown) => x);
       expect(AirlockError.is(e, 'SANDBOX_NOT_FOUND')).toBe(true);
-    }
-  });
-});
-
-describe.skipIf(!canRunNamespaces)('native REST API over a unix socket', () => {
-  let srv: TestServer;
-  const airlock2 = testAirlock();
-  beforeAll(async () => {
-    srv = await startServer(airlock2, { unix: true });
-  });
-  afterAll(async () => {
-    await srv.close();
-    await airlock2.close();
-  });
-
-  it('creates, execs, writes and reads a file, kills', async () => {
-    const { id } = await srv.api.create({}, CALLER);
-    try {
-      const r = await collectExec(srv.api.exec(id, { cmd: 'echo hi' }, CALLER));
-      expect(r.stdout.toString()).toBe('hi\n');
-      await srv.api.writeFile(id, 'f', streamOf(Buffer.from([0, 255])), CALLER);
-      expect(await bytesOf(await srv.api.readFile(id, 'f', CALLER))).toEqual(Buffer.from([0, 255]));
-    } finally {
-      await srv.api.kill(id, CALLER);
     }
   });
 });

@@ -122,6 +122,18 @@ describe('resolveSecretValue', () => {
     expect(silent.message).toContain('printed nothing');
   });
 
+  it('returns a literal value as is (the server API form) and never echoes it in an error', async () => {
+    expect(await resolveSecretValue({ literal: VALUE })).toBe(VALUE);
+    const bad = await rejection(
+      SecretLease.create(
+        [{ name: 'T', value: { literal: `${VALUE}\r\nX-Injected: 1` }, hosts: ['a.test'] }],
+        {},
+      ),
+    );
+    expect(bad.code).toBe('INVALID_SPEC');
+    expect(bad.message).not.toContain(VALUE);
+  });
+
   it('honours an abort signal', async () => {
     const ac = new AbortController();
     const p = resolveSecretValue({ command: ['/bin/sleep', '5'] }, { signal: ac.signal });

@@ -343,6 +343,26 @@ describe('egress in the sandbox spec', () => {
     expect(spec.secrets[0]?.name).toBe('GITHUB_TOKEN');
   });
 
+  it('takes a literal value, alone and non-empty', () => {
+    const network = { allow: ['api.example.com'] };
+    const spec = parseSandboxSpec({
+      network,
+      secrets: [{ name: 'T', value: { literal: 'v' }, hosts: ['api.example.com'] }],
+    });
+    expect(spec.secrets[0]?.value).toEqual({ literal: 'v' });
+    expectInvalid(
+      { network, secrets: [{ name: 'T', value: { literal: '' }, hosts: ['api.example.com'] }] },
+      'secrets.0.value.literal',
+    );
+    expectInvalid(
+      {
+        network,
+        secrets: [{ name: 'T', value: { literal: 'v', fromEnv: 'T' }, hosts: ['api.example.com'] }],
+      },
+      'secrets.0.value',
+    );
+  });
+
   it('refuses secrets without a network policy, and secrets for hosts the policy does not allow', () => {
     expectInvalid(
       { secrets: [{ name: 'T', value: { fromEnv: 'T' }, hosts: ['api.github.com'] }] },
