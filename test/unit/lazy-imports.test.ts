@@ -45,7 +45,9 @@ describe('lazy imports', () => {
       cwd: ROOT,
       encoding: 'utf8',
     });
-    expect(JSON.parse(out)).toEqual(expect.arrayContaining(['run', 'mcp', 'gateway', 'template', 'doctor', 'ps', 'exec', 'cp']));
+    expect(JSON.parse(out)).toEqual(
+      expect.arrayContaining(['run', 'mcp', 'gateway', 'template', 'doctor', 'ps', 'exec', 'cp']),
+    );
     expect(loadedAfter(`(await import(src + 'cli/main.ts')).buildProgram();`)).toEqual([]);
   }, 30_000);
 
