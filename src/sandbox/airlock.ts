@@ -44,8 +44,19 @@ import { Templates } from './templates.js';
 
 let defaultRuntime: Airlock | undefined;
 
-/** The runtime used when `Sandbox.create` is not given one (created lazily, with defaults). */
+/**
+ * The runtime used when `Sandbox.create` is not given one (created lazily, with defaults). With
+ * AIRLOCK_API_URL set the caller meant a server: it is refused rather than silently run locally.
+ */
 export function defaultAirlock(): Airlock {
+  if (defaultRuntime === undefined && process.env.AIRLOCK_API_URL) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      'AIRLOCK_API_URL is set but Sandbox.create was given no runtime: pass { airlock: airlockFromEnv() } ' +
+        '(or a RemoteAirlock) to use the server, or unset AIRLOCK_API_URL to run sandboxes here',
+      { field: 'airlock' },
+    );
+  }
   defaultRuntime ??= new Airlock();
   return defaultRuntime;
 }
@@ -171,6 +182,14 @@ export class Airlock {
   private readonly snapshotRuntime: SnapshotRuntime<Sandbox>;
 
   constructor(opts: AirlockOptions = {}) {
+    if ((opts as { apiUrl?: unknown }).apiUrl !== undefined) {
+      // A server is reached with RemoteAirlock; an Airlock always runs sandboxes on this host.
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        'apiUrl is an option of RemoteAirlock (the remote SDK), not of Airlock: use new RemoteAirlock({ apiUrl, apiKey })',
+        { field: 'apiUrl' },
+      );
+    }
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
     this.logger = opts.logger ?? silentLogger;
     this.maxSpillBytes = opts.maxSpillBytes ?? 2 * 1024 ** 3;

@@ -1,12 +1,39 @@
 // The CLI against a server, through the real `airlock` CLI (runCli) and a real native-API server on
 // loopback: ps, create, exec (streams, exit status), exec --background + logs, cp both ways, kill.
-import { randomBytes } from 'node:crypto';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, runCli, settledResidue } from '../helpers.js';
-import { startTestServer, type TestServer } from './remote-support.js';
+import { hostProcesses, startTestServer, until, type TestServer } from './remote-support.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** The CLI with piped stdin (runCli gives it none) and a handle to signal it. */
+function cli(args: string[]): { child: ChildProcess; stdout: () => string; exit: Promise<number | null> } {
+  const tsx = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+  const child = spawn(process.execPath, ['--import', tsx, join(ROOT, 'src', 'cli', 'main.ts'), ...args], {
+    env: process.env,
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout!.setEncoding('utf8').on('data', (t: string) => (out += t));
+  const exit = new Promise<number | null>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`airlock ${args.join(' ')} did not exit in time`));
+    }, 120_000);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve(code);
+    });
+  });
+  return { child, stdout: () => out, exit };
+}
 
 describe('CLI server commands without a server', () => {
   it('each says it needs one (exit 2) and how to name it', async () => {
@@ -119,9 +146,7 @@ describe.skipIf(!canRunNamespaces)(`CLI against a server (${SKIP_REASON})`, () =
       const up = await runCli(['cp', join(dir, 'up.bin'), `${id}:/workspace/sub/up.bin`]);
       expect([up.code, up.stderr]).toEqual([0, `/workspace/sub/up.bin: ${data.length} bytes\n`]);
       const sum = await runCli(['exec', id, '--', 'sha256sum', '/workspace/sub/up.bin']);
-      expect(sum.stdout.split(' ')[0]).toBe(
-        (await import('node:crypto')).createHash('sha256').update(data).digest('hex'),
-      );
+      expect(sum.stdout.split(' ')[0]).toBe(createHash('sha256').update(data).digest('hex'));
       const down = await runCli(['cp', `${id}:/workspace/sub/up.bin`, join(dir, 'down.bin')]);
       expect(down.code).toBe(0);
       expect(readFileSync(join(dir, 'down.bin')).equals(data)).toBe(true);
@@ -129,6 +154,28 @@ describe.skipIf(!canRunNamespaces)(`CLI against a server (${SKIP_REASON})`, () =
       expect(missing.code).toBe(1); // FILE_NOT_FOUND
       expect((await runCli(['cp', join(dir, 'up.bin'), join(dir, 'y')])).code).toBe(2);
       expect((await runCli(['cp', join(dir, 'nope.bin'), `${id}:/workspace/z`])).code).toBe(1);
+    } finally {
+      await runCli(['kill', id]);
+    }
+  });
+
+  it('exec -i forwards stdin byte for byte; Ctrl-C exits 130 and the command dies on the server', async () => {
+    const id = (await runCli(['create'])).stdout.trim();
+    try {
+      const data = randomBytes(200_000);
+      const fed = cli(['exec', '-i', id, '--', 'sha256sum']);
+      fed.child.stdin!.end(data);
+      expect(await fed.exit).toBe(0);
+      expect(fed.stdout().split(' ')[0]).toBe(createHash('sha256').update(data).digest('hex'));
+
+      const run = cli(['exec', id, '--', 'sh', '-c', 'echo started; exec sleep 34.5']);
+      run.child.stdin!.end();
+      for (let i = 0; i < 600 && !run.stdout().includes('started'); i++) await sleep(50);
+      expect(run.stdout()).toBe('started\n');
+      expect(hostProcesses('sleep 34.5').length).toBeGreaterThan(0); // the check can see it
+      run.child.kill('SIGINT');
+      expect(await run.exit).toBe(130);
+      expect(await until(() => hostProcesses('sleep 34.5').length === 0)).toBe(true);
     } finally {
       await runCli(['kill', id]);
     }

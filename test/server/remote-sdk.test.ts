@@ -18,7 +18,7 @@ import {
 } from '../../src/index.js';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue } from '../helpers.js';
 import { expectError } from '../contract/support.js';
-import { startTestServer, type TestServer } from './remote-support.js';
+import { hostProcesses, startTestServer, until, type TestServer } from './remote-support.js';
 
 describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
   let server: TestServer;
@@ -49,8 +49,14 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
       );
       // Without AIRLOCK_API_URL the environment asks for the local library.
       expect(airlockFromEnv({})).toBeInstanceOf(Airlock);
+      // An Airlock never quietly runs here what was meant for a server.
+      await expectError(() => new Airlock({ apiUrl: server.url } as never), 'INVALID_ARGUMENT', 'apiUrl');
+      process.env.AIRLOCK_API_URL = server.url;
+      await expectError(() => Sandbox.create({}), 'INVALID_ARGUMENT', 'airlock');
+      expect(server.airlock.list()).toEqual([]);
     } finally {
-      if (saved !== undefined) process.env.AIRLOCK_API_URL = saved;
+      if (saved === undefined) delete process.env.AIRLOCK_API_URL;
+      else process.env.AIRLOCK_API_URL = saved;
     }
   });
 
@@ -165,20 +171,15 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
     const sbx = await remote.create();
     const tag = randomBytes(4).toString('hex');
     const ac = new AbortController();
-    const r = await sbx.exec(`echo begun; exec sleep 33.${parseInt(tag, 16) % 1000}`, {
-      signal: ac.signal,
-      timeoutMs: 50_000,
-      onStdout: () => ac.abort(),
-    });
+    const marker = `sleep 33.${parseInt(tag, 16) % 1000}`;
+    const running = sbx.exec(`echo begun; exec ${marker}`, { signal: ac.signal, timeoutMs: 50_000 });
+    // Running on the host (so the check below can see it), then the client goes.
+    expect(await until(() => hostProcesses(marker).length > 0)).toBe(true);
+    ac.abort();
+    const r = await running;
     expect(r.killedBy).toBe('killed');
-    // The server killed the command when the stream went: no sleep left (bounded wait).
-    let left = '';
-    for (let i = 0; i < 100; i++) {
-      left = (await sbx.exec('ps -eo args= 2>/dev/null || cat /proc/[0-9]*/cmdline')).stdout;
-      if (!left.includes('sleep 33.')) break;
-      await sleep(50);
-    }
-    expect(left).not.toContain('sleep 33.');
+    // The server killed the command when the stream went (bounded wait).
+    expect(await until(() => hostProcesses(marker).length === 0)).toBe(true);
   });
 
   it('files: upload and download bytes, stat, makeDir, exists, a watch that sees a write', async () => {

@@ -1,5 +1,6 @@
 // A real native-API server for the remote SDK and CLI tests: nativeRoutes over a LocalSandboxApi (the
 // library, on the test state dir) served by @hono/node-server on 127.0.0.1:0 in the test process.
+import { readFileSync, readdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { Airlock } from '../../src/index.js';
@@ -31,4 +32,25 @@ export async function startTestServer(opts: { maxUploadBytes?: number } = {}): P
       await new Promise<void>((r) => server.close(() => r()));
     },
   };
+}
+
+/** Host processes whose command line contains `marker` (a sandbox's processes are host processes). */
+export function hostProcesses(marker: string): string[] {
+  const found: string[] = [];
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid) || pid === String(process.pid)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+      if (cmd.includes(marker)) found.push(`${pid} ${cmd}`);
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return found;
+}
+
+/** Waits (bounded) until `f()` is true; returns its last value. */
+export async function until(f: () => boolean, maxWaitMs = 10_000): Promise<boolean> {
+  for (let waited = 0; waited < maxWaitMs && !f(); waited += 50) await new Promise((r) => setTimeout(r, 50));
+  return f();
 }
