@@ -1,3 +1,5 @@
+import type { Duplex } from 'node:stream';
+import { connectPortVia } from './port-client.js';
 // RemoteSandboxApi: the SandboxApi over the native REST API, with node:http so that it reaches a
 // server by URL or by unix socket (the supervisor's). Streams both ways (uploads and downloads are
 // never buffered whole), an AbortSignal on every stream, and errors rebuilt as AirlockError with the
@@ -122,6 +124,10 @@ export class RemoteSandboxApi implements SandboxApi {
     this.agent =
       opts.agent ??
       new (this.base.protocol === 'https:' ? https.Agent : http.Agent)({ keepAlive: true, maxSockets: 64 });
+  }
+
+  connectPort(id: string, port: number, _caller: Caller, signal?: AbortSignal): Promise<Duplex> {
+    return connectPortVia({ socketPath: this.socketPath, url: this.base.href, apiKey: this.apiKey }, id, port, signal);
   }
 
   /** Close idle keep-alive connections (streams in flight are unaffected). */

@@ -7,6 +7,8 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -17,6 +19,8 @@ import { bearerAuth, checkListen, type FrontEnv, type ListenAddress } from './au
 import { RemoteSandboxApi } from './client.js';
 import { serverMetrics, type ServerMetrics } from './metrics.js';
 import { Quotas } from './quotas.js';
+import { e2bRoutes } from './e2b/index.js';
+import { attachPreview, checkPreviewDomain } from './preview.js';
 import { nativeRoutes } from './routes.js';
 import { LIVE_STATES, Store, type Quota } from './store.js';
 import {
@@ -62,6 +66,11 @@ export const ServerConfigSchema = z
       .default(256 * 1024 ** 2),
     defaultQuota: QuotaSchema.partial().default({}),
     tenants: z.record(z.string(), QuotaSchema.partial()).default({}),
+    /**
+     * Preview URLs are `<port>-<id>.<previewDomain>` (a wildcard DNS name pointing at this server;
+     * the default, localhost, needs none: *.localhost is loopback, and the server's port is added).
+     */
+    previewDomain: z.string().default('localhost'),
     /** How often the supervisor is checked (boot id, liveness). */
     supervisorCheckMs: z.number().int().min(100).max(60_000).default(2000),
   })
@@ -114,6 +123,7 @@ export interface RunningFront {
 export async function startFront(o: FrontOptions): Promise<RunningFront> {
   checkListen(o.listen, { tls: o.tls !== undefined, insecureListen: o.insecureListen === true });
   const cfg = o.config;
+  const previewDomain = checkPreviewDomain(cfg.previewDomain);
   const { socket } = supervisorPaths(o.stateDir);
   const store = new Store(join(o.stateDir, 'server.db'));
   let boot: SupervisorInfo | undefined;
@@ -236,14 +246,22 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   api.armStoredDeadlines();
 
   const app = new Hono<FrontEnv>();
-  o.mount?.(app, {
-    api,
-    callerForKey: (key) => {
-      const who = key === undefined ? undefined : store.verifyKey(key);
-      return who ? { tenant: who.tenant } : undefined;
-    },
-    metrics,
-  });
+  const callerForKey = (key: string | undefined): Caller | undefined => {
+    const who = key === undefined ? undefined : store.verifyKey(key);
+    return who ? { tenant: who.tenant } : undefined;
+  };
+  let listening = 0; // the port, once listening
+  o.mount?.(app, { api, callerForKey, metrics });
+  // The E2B-compatible API (docs/e2b.md): E2B_API_URL=<url>/e2b, E2B_SANDBOX_URL=<url>/e2b/envd; its
+  // X-API-Key is an Airlock API key. Every call goes through the tenant-scoped api.
+  app.route(
+    '/e2b',
+    e2bRoutes(api, {
+      caller: (c) => callerForKey(c.req.header('x-api-key')),
+      domain: () => (previewDomain === 'localhost' ? `localhost:${listening}` : previewDomain),
+      tokenSecret: e2bTokenSecret(o.stateDir),
+    }),
+  );
   app.get('/healthz', (c) => c.json({ ok: true }));
   app.get('/readyz', async (c) => {
     const info = await checkSupervisor();
@@ -305,9 +323,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
       },
     );
   }
+  // Preview hosts (`<port>-<id>.<domain>`): the traffic token decides, so the unscoped supervisor API.
+  attachPreview(server, { domain: previewDomain, api: inner, caller: supervisorCaller });
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;
+  listening = addr.port;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   let closing: Promise<void> | undefined;
   return {
@@ -328,4 +349,20 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
         store.close();
       })()),
   };
+}
+
+/**
+ * The key of the E2B envd access tokens, kept with the server's state (0600) so that SDK clients
+ * keep working across a restart of the front server.
+ */
+function e2bTokenSecret(stateDir: string): Uint8Array {
+  const path = join(stateDir, 'e2b-token.key');
+  try {
+    writeFileSync(path, randomBytes(32), { mode: 0o600, flag: 'wx' });
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  }
+  const key = readFileSync(path);
+  if (key.length !== 32) throw new AirlockError('INTERNAL', `${path} is not a 32-byte key: remove it`);
+  return key;
 }

@@ -1,3 +1,5 @@
+import type { Duplex } from 'node:stream';
+import { PreviewAccessTable } from './preview.js';
 // LocalSandboxApi: the SandboxApi over an Airlock in this process (the supervisor serves it). It maps
 // the server's wire shapes onto the library and keeps what the library does not: background process
 // tables. Tenants are not its business (the front server scopes them); it keeps the metadata it is given.
@@ -84,6 +86,10 @@ export function snapshotView(s: Snapshot): SnapshotView {
 }
 
 export class LocalSandboxApi implements SandboxApi {
+  private readonly access = new PreviewAccessTable();
+  private view(sbx: Sandbox): SandboxView {
+    return { ...sandboxView(sbx), ...this.access.of(sbx) };
+  }
   private readonly tables = new Map<string, ProcessTable>();
   private readonly processOutputBytes: number;
   private readonly watchIntervalMs: number;
@@ -139,11 +145,12 @@ export class LocalSandboxApi implements SandboxApi {
     } else {
       sbx = await this.airlock.create(spec);
     }
-    return sandboxView(sbx);
+    this.access.issue(sbx, req.publicPorts);
+    return this.view(sbx);
   }
 
   async get(id: string, _caller: Caller): Promise<SandboxView> {
-    return sandboxView(this.sbx(id));
+    return this.view(this.sbx(id));
   }
 
   async list(filter: { metadata?: Record<string, string> }, _caller: Caller): Promise<SandboxView[]> {
@@ -152,25 +159,29 @@ export class LocalSandboxApi implements SandboxApi {
     return this.airlock
       .list()
       .filter((s) => s.alive && want.every(([k, v]) => s.info.metadata[k] === v))
-      .map(sandboxView);
+      .map((s) => this.view(s));
   }
 
   async setTimeout(id: string, ttlMs: number, _caller: Caller): Promise<SandboxView> {
     const sbx = this.sbx(id);
     sbx.setTimeout(ttlMs);
-    return sandboxView(sbx);
+    return this.view(sbx);
   }
 
   async pause(id: string, _caller: Caller): Promise<SandboxView> {
     const sbx = this.sbx(id);
     await sbx.pause();
-    return sandboxView(sbx);
+    return this.view(sbx);
   }
 
   async resume(id: string, _caller: Caller): Promise<SandboxView> {
     const sbx = this.sbx(id);
     await sbx.resume();
-    return sandboxView(sbx);
+    return this.view(sbx);
+  }
+
+  connectPort(id: string, port: number, _caller: Caller, signal?: AbortSignal): Promise<Duplex> {
+    return this.sbx(id).connectPort(port, signal ? { signal } : {});
   }
 
   async kill(id: string, _caller: Caller): Promise<void> {

@@ -1,3 +1,4 @@
+import { PORT_ROUTE, portRouteFallback } from './port-route.js';
 // nativeRoutes(api): any SandboxApi served as the native REST API (route-table.ts lists the routes).
 // Every input is validated with zod (400 naming the field); every error goes through errorResponse
 // (AirlockError → httpStatusFor, anything else a bare 500 INTERNAL); bodies and uploads are counted as
@@ -111,6 +112,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       return ok(c, await api.create(req, caller), 201);
     }),
   );
+  app.get(PORT_ROUTE, portRouteFallback);
   app.get(
     '/v1/sandboxes',
     h(async (c, caller) => ok(c, await api.list({ metadata: metadataFilter(c) }, caller))),

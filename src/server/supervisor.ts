@@ -17,6 +17,8 @@ import { chmodSync, mkdirSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import type { Server as HttpServer } from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
+import { attachPortRoute } from './port-route.js';
+import type { Caller } from './contract.js';
 import { Hono } from 'hono';
 import type { Logger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
@@ -82,11 +84,13 @@ export async function startSupervisor(o: SupervisorOptions): Promise<RunningSupe
     };
     const app = new Hono();
     app.get('/v1/supervisor', (c) => c.json(info));
+    const local = new LocalSandboxApi(airlock);
+    // The socket's only client is the front server (root), which scopes tenants itself.
+    const trusted = (): Caller => ({ tenant: 'supervisor' });
     app.route(
       '/',
-      nativeRoutes(new LocalSandboxApi(airlock), {
-        // The socket's only client is the front server (root), which scopes tenants itself.
-        caller: () => ({ tenant: 'supervisor' }),
+      nativeRoutes(local, {
+        caller: trusted,
         maxBodyBytes: o.maxBodyBytes ?? 1024 ** 3,
         maxUploadBytes: o.maxBodyBytes ?? 1024 ** 3,
         // The front server applies the operator's policy before a request gets here.
@@ -96,6 +100,8 @@ export async function startSupervisor(o: SupervisorOptions): Promise<RunningSupe
     // We hold the lock, so a socket file here is a dead supervisor's.
     rmSync(socket, { force: true });
     const server = await listenPrivate(app, socket);
+    // Raw TCP into a sandbox's port (preview URLs): the front server asks after checking the token.
+    attachPortRoute(server, { api: local, caller: trusted });
     let closing: Promise<void> | undefined;
     const rt = airlock;
     return {

@@ -20,7 +20,7 @@ import { envdToken } from './token.js';
 export interface ControlOpts {
   readonly caller: (c: Context) => Caller | undefined;
   /** The preview domain handed to the SDK (getHost(port) → `<port>-<id>.<domain>`). */
-  readonly domain: string;
+  readonly domain: string | (() => string);
   readonly secret: Uint8Array;
   /** Sandbox timeout when the SDK gives none, in ms (E2B's is 300 s). */
   readonly defaultTimeoutMs: number;
@@ -124,7 +124,7 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
     envdVersion: ENVD_VERSION,
     envdAccessToken: envdToken(o.secret, caller, v.id),
     trafficAccessToken: (v as { trafficToken?: string }).trafficToken ?? null,
-    domain: o.domain,
+    domain: typeof o.domain === 'string' ? o.domain : o.domain(),
   });
   const listed = (v: SandboxView & { state: 'running' | 'paused' }): Record<string, unknown> => ({
     sandboxID: v.id,
@@ -209,7 +209,7 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
     '/sandboxes/:id',
     route(async (c, caller) => {
       const v = await visible(sid(c), caller);
-      return c.json({ ...listed(v), envdAccessToken: envdToken(o.secret, caller, v.id), domain: o.domain });
+      return c.json({ ...listed(v), envdAccessToken: envdToken(o.secret, caller, v.id), domain: typeof o.domain === 'string' ? o.domain : o.domain() });
     }),
   );
 

@@ -15,8 +15,11 @@ export { ENVD_VERSION } from './envd.js';
 export interface E2bRoutesOptions {
   /** The caller an API key (the X-API-Key header) stands for, or undefined to answer 401. */
   caller(c: Context): Caller | undefined;
-  /** The preview domain given to the SDK: getHost(port) is `<port>-<id>.<domain>`. */
-  domain: string;
+  /**
+   * The preview domain given to the SDK: getHost(port) is `<port>-<id>.<domain>` (a function: known
+   * only once the server listens, e.g. "localhost:<port>").
+   */
+  domain: string | (() => string);
   /**
    * Key of the envd access tokens (HMAC-SHA256). Keep it across restarts (with the server's state)
    * or every SDK client must reconnect (Sandbox.connect) after one. Default: random per process.
