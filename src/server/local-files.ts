@@ -160,7 +160,9 @@ export async function readStream(
 /**
  * Write a stream to a file: into a temporary name beside it, renamed over the path once complete, so
  * a failed or oversized upload leaves the old file (or none), never half a file. `body` erroring
- * (e.g. the upload cap) kills the writer and removes the temporary file.
+ * (e.g. the upload cap) kills the writer and removes the temporary file. A symlink at the path is
+ * written through, as sbx.files.write does: the path is resolved (readlink -f, inside the sandbox, as
+ * its uid) and the file renamed over its target, not over the link.
  */
 export async function writeStream(
   sbx: Sandbox,
@@ -168,12 +170,23 @@ export async function writeStream(
   body: ReadableStream<Uint8Array>,
 ): Promise<FileEntryView> {
   const p = sandboxPath(path);
-  const tmp = posix.join(posix.dirname(p), `.airlock-upload-${randomBytes(6).toString('hex')}`);
+  const tmp = `.airlock-upload-${randomBytes(6).toString('hex')}`;
   // mv -T: a directory at the path is an error, not a place to move the file into.
   const proc: SandboxProcess = await sbx.spawn(
-    ['/bin/sh', '-c', 'mkdir -p -- "${1%/*}/" && cat > "$2" && mv -fT -- "$2" "$1"', 'sh', p, tmp],
+    [
+      '/bin/sh',
+      '-c',
+      'mkdir -p -- "${1%/*}/" && t=$(readlink -f -- "$1") && cat > "${t%/*}/$2" && mv -fT -- "${t%/*}/$2" "$t"',
+      'sh',
+      p,
+      tmp,
+    ],
     { cwd: '/' },
   );
+  const removeTmp = (): Promise<unknown> =>
+    runIn(sbx, ['/bin/sh', '-c', 't=$(readlink -f -- "$1") && rm -f -- "${t%/*}/$2"', 'sh', p, tmp]).catch(
+      () => {},
+    );
   const stderr = collect(proc.stderr, STDERR_MAX);
   void collect(proc.stdout, 0);
   const reader = body.getReader();
@@ -201,14 +214,14 @@ export async function writeStream(
     proc.stdin.end();
   } catch (e) {
     await proc.kill();
-    await runIn(sbx, ['/bin/rm', '-f', '--', tmp]).catch(() => {});
+    await removeTmp();
     throw e;
   } finally {
     reader.releaseLock();
   }
   const [exit, err] = await Promise.all([proc.exited, stderr]);
   if (exit.exitCode !== 0) {
-    await runIn(sbx, ['/bin/rm', '-f', '--', tmp]).catch(() => {});
+    await removeTmp();
     throw fileError('write', p, err.toString('utf8'));
   }
   return statPath(sbx, p);

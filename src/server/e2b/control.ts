@@ -209,7 +209,11 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
     '/sandboxes/:id',
     route(async (c, caller) => {
       const v = await visible(sid(c), caller);
-      return c.json({ ...listed(v), envdAccessToken: envdToken(o.secret, caller, v.id), domain: typeof o.domain === 'string' ? o.domain : o.domain() });
+      return c.json({
+        ...listed(v),
+        envdAccessToken: envdToken(o.secret, caller, v.id),
+        domain: typeof o.domain === 'string' ? o.domain : o.domain(),
+      });
     }),
   );
 
