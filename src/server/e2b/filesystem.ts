@@ -206,6 +206,9 @@ export function mountFilesystem(app: Hono, deps: EnvdDeps): void {
         const st = await deps.api.stat(t.id, root, t.caller);
         if (st.type !== 'dir') throw new EnvdError('invalid_argument', `path: ${root} is not a directory`);
         const events = deps.api.watch(t.id, root, t.caller, signal);
+        // The SDK acts on the start message (writes, expects events): it must mean the watch is
+        // established, so that a change right after it is reported.
+        if (events.ready) await events.ready;
         yield { start: {} };
         for await (const ev of events) {
           const rel = posix.relative(root, ev.path);
