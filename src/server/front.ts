@@ -11,7 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createAdaptorServer } from '@hono/node-server';
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import type { Caller, SandboxApi } from './contract.js';
@@ -252,6 +252,17 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   };
   let listening = 0; // the port, once listening
   o.mount?.(app, { api, callerForKey, metrics });
+  // A create refused for quota answers 429 with Retry-After (set deep in TenantScopedApi).
+  const retryAfter: MiddlewareHandler<FrontEnv> = async (c, next) => {
+    const scope: { retryAfter?: number } = {};
+    await requestScope.run(scope, next);
+    if (c.res.status === 429 && scope.retryAfter !== undefined) {
+      const headers = new Headers(c.res.headers);
+      headers.set('retry-after', String(scope.retryAfter));
+      c.res = new Response(c.res.body, { status: c.res.status, headers });
+    }
+  };
+  app.use('/e2b/*', retryAfter);
   // The E2B-compatible API (docs/e2b.md): E2B_API_URL=<url>/e2b, E2B_SANDBOX_URL=<url>/e2b/envd; its
   // X-API-Key is an Airlock API key. Every call goes through the tenant-scoped api.
   app.route(
@@ -277,15 +288,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   );
   // /openapi.json: served by nativeRoutes (no key needed: it is mounted outside /v1).
   app.use('/v1/*', bearerAuth(store));
-  app.use('/v1/*', async (c, next) => {
-    const scope: { retryAfter?: number } = {};
-    await requestScope.run(scope, next);
-    if (c.res.status === 429 && scope.retryAfter !== undefined) {
-      const headers = new Headers(c.res.headers);
-      headers.set('retry-after', String(scope.retryAfter));
-      c.res = new Response(c.res.body, { status: c.res.status, headers });
-    }
-  });
+  app.use('/v1/*', retryAfter);
   app.route(
     '/',
     nativeRoutes(api, {
