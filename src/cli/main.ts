@@ -377,6 +377,10 @@ function registerServerCommands(program: Command, io: Io, setStatus: (code: numb
     .option('--tls-cert <file>', 'PEM certificate: serve HTTPS')
     .option('--tls-key <file>', 'PEM private key of --tls-cert')
     .option('--insecure-listen', 'allow a non-loopback --listen without TLS (behind a TLS proxy only)')
+    .option(
+      '--first-key',
+      'create a first API key (tenant "default") if there is none, and print how to use it',
+    )
     .action(async (flags: import('./serve.js').ServeFlags) =>
       setStatus(await (await serveCli()).serveCommand(flags, io)),
     );

@@ -6,6 +6,7 @@ import { loadConfigFile } from '../core/config-file.js';
 import { DEFAULT_STATE_DIR } from '../sandbox/airlock.js';
 import { parseListen } from '../server/auth.js';
 import { ServerConfigSchema, startFront, type ServerConfig } from '../server/front.js';
+import type { Store } from '../server/store.js';
 import { startSupervisor } from '../server/supervisor.js';
 import type { Io } from './defaults.js';
 import { uidRangeFromEnv } from './flags.js';
@@ -17,6 +18,8 @@ export interface ServeFlags {
   tlsCert?: string;
   tlsKey?: string;
   insecureListen?: boolean;
+  /** Create a first API key (tenant "default") if the server has none, and print how to use it. */
+  firstKey?: boolean;
 }
 
 export function stateDirOf(flag: string | undefined, config?: ServerConfig): string {
@@ -69,6 +72,7 @@ export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
     supervisorCommand: selfCommand(),
   });
   io.out(`airlock serve: listening on ${front.url} (state ${stateDir})\n`);
+  if (flags.firstKey) io.out(firstKeyBanner(front.url, front.store));
   const status = await stop;
   await front.close();
   // SIGTERM is how systemd stops a service: a clean stop, exit 0.
@@ -91,4 +95,31 @@ export async function supervisorCommand(flags: { stateDir?: string }, io: Io): P
   await sup.close();
   io.out(`${new Date().toISOString()} airlock supervisor: stopped (boot ${sup.info.bootId})\n`);
   return status === 143 ? 0 : status;
+}
+
+/**
+ * `airlock serve --first-key` (the README's main job): a first API key when the server has none
+ * (shown once; keys are stored hashed), and how each client reaches the server.
+ */
+function firstKeyBanner(url: string, store: Store): string {
+  if (store.listKeys().some((k) => k.revoked === null)) {
+    return `API keys exist already (airlock keys list); make another with: airlock keys create --tenant NAME\n`;
+  }
+  const { key } = store.createKey('default');
+  const env = `AIRLOCK_API_URL=${url} AIRLOCK_API_KEY=${key}`;
+  return [
+    '',
+    `A first API key, for tenant "default" (shown only now; stored hashed): ${key}`,
+    '',
+    'Point a client at this server:',
+    `  e2b SDK (unchanged):    export E2B_API_URL=${url}/e2b E2B_SANDBOX_URL=${url}/e2b/envd E2B_API_KEY=${key}`,
+    `  TypeScript SDK and CLI: export ${env}   (RemoteAirlock; airlock ps|create|exec|kill)`,
+    `  Python SDK:             pip install ./python, then the same two variables`,
+    '',
+    'Try it (another shell, in this checkout):',
+    `  ${env} python3 -c "import sys; sys.path.insert(0, 'python'); from airlock_sandbox import Sandbox; s = Sandbox.create(); print(s.exec('uname -a').stdout, end=''); s.kill()"`,
+    '',
+    'Stop the server with Ctrl-C (its supervisor keeps the sandboxes; see docs/server.md).',
+    '',
+  ].join('\n');
 }

@@ -127,7 +127,12 @@ export class RemoteSandboxApi implements SandboxApi {
   }
 
   connectPort(id: string, port: number, _caller: Caller, signal?: AbortSignal): Promise<Duplex> {
-    return connectPortVia({ socketPath: this.socketPath, url: this.base.href, apiKey: this.apiKey }, id, port, signal);
+    return connectPortVia(
+      { socketPath: this.socketPath, url: this.base.href, apiKey: this.apiKey },
+      id,
+      port,
+      signal,
+    );
   }
 
   /** Close idle keep-alive connections (streams in flight are unaffected). */
