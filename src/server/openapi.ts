@@ -66,7 +66,11 @@ function operation(r: RouteDoc): Json {
               description: 'The bytes',
               content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
             }
-          : { description: 'Done' };
+          : res.kind === 'upgrade'
+            ? {
+                description: `Switching protocols to ${res.protocol}: the connection carries raw bytes from here on`,
+              }
+            : { description: 'Done' };
   op.responses = {
     [String(res.status)]: ok,
     default: {

@@ -34,7 +34,8 @@ export type RouteResponse =
   | { status: 200 | 201; kind: 'json'; schema: z.ZodType }
   | { status: 200; kind: 'ndjson'; item: z.ZodType }
   | { status: 200; kind: 'bytes' }
-  | { status: 204; kind: 'empty' };
+  | { status: 204; kind: 'empty' }
+  | { status: 101; kind: 'upgrade'; protocol: string };
 
 export interface RouteDoc {
   readonly method: 'get' | 'post' | 'put' | 'delete';
@@ -127,6 +128,13 @@ export const NATIVE_ROUTES: readonly RouteDoc[] = [
     response: empty,
   },
   { method: 'delete', path: `${S}/processes/:pid`, summary: 'Kill a background process', response: empty },
+  {
+    method: 'get',
+    path: `${S}/ports/:port`,
+    summary:
+      "A raw TCP connection to a port on the sandbox's own loopback: send `Upgrade: airlock-tcp`; after 101 the connection carries the bytes (preview URLs use it)",
+    response: { status: 101, kind: 'upgrade', protocol: 'airlock-tcp' },
+  },
   {
     method: 'get',
     path: `${S}/files`,

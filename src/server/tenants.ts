@@ -6,6 +6,7 @@
 // exactly like an id that never existed (same code, same message shape), so ids are no oracle.
 import type { EgressEvent } from '../egress/events.js';
 import { AirlockError } from '../core/errors.js';
+import { DIGEST_RE } from '../core/spec.js';
 import type {
   Caller,
   CreateRequest,
@@ -161,6 +162,20 @@ export class TenantScopedApi implements SandboxApi {
     }
     if (req.snapshot !== undefined && this.store.snapshotTenant(req.snapshot) !== caller.tenant) {
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${req.snapshot}`, { field: 'snapshot' });
+    }
+    // A template given by digest names a layer, and every snapshot is a layer: only the caller's own
+    // snapshots go by digest (the operator's templates go by name), or one tenant could start from
+    // another's snapshot (its files) by its id.
+    if (
+      req.template !== undefined &&
+      DIGEST_RE.test(req.template) &&
+      this.store.snapshotTenant(req.template) !== caller.tenant
+    ) {
+      throw new AirlockError(
+        'TEMPLATE_NOT_FOUND',
+        `no template ${req.template}: give a template by name, or one of your snapshots`,
+        { field: 'template' },
+      );
     }
     const want = {
       memoryBytes: req.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,

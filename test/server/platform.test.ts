@@ -87,6 +87,34 @@ describe.skipIf(!canRunNamespaces)(`one airlock serve, three clients (${SKIP_REA
     }
   }, 120_000);
 
+  it("another tenant's snapshot cannot be a starting point, by snapshot or by template digest", async () => {
+    const mine = new RemoteAirlock({ apiUrl: served.url, apiKey: a.key });
+    const sbx = await mine.create({});
+    try {
+      await sbx.files.write('/workspace/secret.txt', 'tenant a only\n');
+      const snap = await fetch(`${served.url}/v1/sandboxes/${sbx.id}/snapshot`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${a.key}` },
+      });
+      expect(snap.status).toBe(201);
+      const { id } = (await snap.json()) as { id: string };
+      for (const body of [{ snapshot: id }, { template: id }]) {
+        const r = await fetch(`${served.url}/v1/sandboxes`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${b.key}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+        expect(r.status, JSON.stringify(body)).toBe(404);
+      }
+      // Its owner can start from it either way.
+      const fork = await mine.create({ template: id });
+      expect(await fork.files.read('/workspace/secret.txt')).toBe('tenant a only\n');
+      await fork.kill();
+    } finally {
+      await sbx.kill();
+    }
+  }, 120_000);
+
   it('a preview URL reaches a server inside the sandbox with its traffic token, and only with it', async () => {
     const res = await fetch(`${served.url}/v1/sandboxes`, {
       method: 'POST',
