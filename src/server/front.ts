@@ -250,7 +250,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     const who = key === undefined ? undefined : store.verifyKey(key);
     return who ? { tenant: who.tenant } : undefined;
   };
-  let listening = 0; // the port, once listening
   o.mount?.(app, { api, callerForKey, metrics });
   // A create refused for quota answers 429 with Retry-After (set deep in TenantScopedApi).
   const retryAfter: MiddlewareHandler<FrontEnv> = async (c, next) => {
@@ -269,7 +268,9 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     '/e2b',
     e2bRoutes(api, {
       caller: (c) => callerForKey(c.req.header('x-api-key')),
-      domain: () => (previewDomain === 'localhost' ? `localhost:${listening}` : previewDomain),
+      // Asked once the server listens (the SDK gets it from create): *.localhost needs its port.
+      domain: () =>
+        previewDomain === 'localhost' ? `localhost:${(server.address() as AddressInfo).port}` : previewDomain,
       tokenSecret: e2bTokenSecret(o.stateDir),
     }),
   );
@@ -331,7 +332,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;
-  listening = addr.port;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   let closing: Promise<void> | undefined;
   return {

@@ -339,7 +339,7 @@ for (const [variant, prefix] of [
     },
   );
 
-describe.skipIf(!canRunNamespaces)('after both variants', () => {
+describe.skipIf(!canRunNamespaces)(`after both variants (${SKIP_REASON})`, () => {
   it('every request went to the test server on 127.0.0.1, and nothing leaked', async () => {
     expect([...h.origins]).toEqual([base]);
     expect(h.served()).toBeGreaterThan(100);

@@ -4,7 +4,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import type { FsEvent } from '../../src/server/contract.js';
-import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { MAX_WATCHES_PER_SANDBOX } from '../../src/server/local.js';
 import { CALLER, bytesOf, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
@@ -39,7 +39,7 @@ const errOf = (p: Promise<unknown>): Promise<unknown> =>
     (e: unknown) => e,
   );
 
-describe.skipIf(!canRunNamespaces)('native REST API: files, lifecycle, snapshots', () => {
+describe.skipIf(!canRunNamespaces)(`native REST API: files, lifecycle, snapshots (${SKIP_REASON})`, () => {
   let srv: TestServer;
   let id: string;
   beforeAll(async () => {

@@ -3,7 +3,7 @@
 // is a typed error with its status and the field named, and none creates anything.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CreateRequestSchema } from '../../src/server/contract.js';
-import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { CALLER, startServer, type TestServer } from './native-support.js';
 
 const airlock = testAirlock();
@@ -50,7 +50,7 @@ describe('CreateRequest (the only spec a remote client can send)', () => {
   }
 });
 
-describe.skipIf(!canRunNamespaces)('native REST API: bad input on the wire', () => {
+describe.skipIf(!canRunNamespaces)(`native REST API: bad input on the wire (${SKIP_REASON})`, () => {
   let srv: TestServer;
   let id: string;
   beforeAll(async () => {

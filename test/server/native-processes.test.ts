@@ -4,7 +4,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import type { ExecEvent } from '../../src/server/contract.js';
-import { NO_RESIDUE, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { MAX_RUNNING_PROCESSES } from '../../src/server/local-processes.js';
 import { CALLER, collectExec, startServer, type TestServer } from './native-support.js';
 
@@ -35,7 +35,7 @@ async function until(cond: () => boolean | Promise<boolean>, what: string, maxMs
 const text = (events: ExecEvent[], type: 'stdout' | 'stderr'): string =>
   Buffer.concat(events.flatMap((e) => (e.type === type ? [Buffer.from(e.data, 'base64')] : []))).toString();
 
-describe.skipIf(!canRunNamespaces)('native REST API: processes', () => {
+describe.skipIf(!canRunNamespaces)(`native REST API: processes (${SKIP_REASON})`, () => {
   let srv: TestServer;
   let id: string;
   beforeAll(async () => {

@@ -26,7 +26,7 @@ interface Reply {
   body: string;
 }
 
-describe.skipIf(!canRunNamespaces)('preview URLs', () => {
+describe.skipIf(!canRunNamespaces)(`preview URLs (${SKIP_REASON})`, () => {
   const dir = mkdtempSync(join(tmpdir(), 'airlock-preview-'));
   const sock = join(dir, 'supervisor.sock');
   let airlock: Airlock;
