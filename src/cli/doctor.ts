@@ -50,7 +50,7 @@ export interface DoctorReport {
 }
 
 export async function doctorReport(): Promise<DoctorReport> {
-  const airlock = cliAirlock();
+  const airlock = cliAirlock({ oneSandbox: true }); // probes only: no warm pool, no launcher thread
   const ns = await airlock.probe('namespaces');
   const gv = await airlock.probe('gvisor');
   const platform = /^(kvm|systrap|ptrace)\b/.exec(

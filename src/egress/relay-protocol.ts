@@ -7,6 +7,7 @@ export interface RelayInit {
   /** Commands come in on it; the worker reads them when the eventfd wakes it. */
   readonly port: MessagePort;
   readonly eventFd: number;
+  /** Two Int32 slots: [0] the stop flag, [1] the native gate (core/native-gate.ts). */
   readonly stop: SharedArrayBuffer;
   /** struct epoll_event: 12 bytes, data at 4 on x86_64 (packed); 16 bytes, data at 8 elsewhere. */
   readonly epollEventSize: number;

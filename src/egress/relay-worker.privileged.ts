@@ -18,11 +18,25 @@
 import { createRequire } from 'node:module';
 import * as wt from 'node:worker_threads';
 import { bindLibc, type Koffi } from '../core/libc.privileged.js';
+import { enterNative, leaveNative } from '../core/native-gate.js';
 import type { Command, EndMessage, RelayInit } from './relay-protocol.js';
 
-/** The worker: one epoll loop over every tunnel, until the stop flag is set. */
+/**
+ * The worker: one epoll loop over every tunnel, until the stop flag is set. All of it runs inside
+ * the native gate (stop[1]; core/native-gate.ts): an exiting process waits until the loop has ended.
+ */
 function relayWorker(): void {
   const init = wt.workerData as RelayInit;
+  const gate = new Int32Array(init.stop);
+  if (!enterNative(gate, 1)) return; // the process is exiting already
+  try {
+    relayLoop(init);
+  } finally {
+    leaveNative(gate, 1);
+  }
+}
+
+function relayLoop(init: RelayInit): void {
   const koffi = createRequire(import.meta.url)('koffi') as Koffi;
   const c = bindLibc(koffi);
   const stop = new Int32Array(init.stop);

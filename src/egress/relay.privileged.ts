@@ -29,6 +29,7 @@ import { TLSSocket } from 'node:tls';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { Logger } from '../core/backend.js';
 import { libc, type Libc } from '../core/libc.privileged.js';
+import { closeGate } from '../core/native-gate.js';
 import { moduleWorker } from '../core/worker.js';
 import type { Command, EndMessage, RelayInit } from './relay-protocol.js';
 
@@ -57,6 +58,8 @@ export interface RelayedTunnel {
 const READ_BYTES = 1024 * 1024;
 const SMALL_READ_BYTES = 64 * 1024;
 const RELAY_BUDGET_BYTES = 64 * 1024 * 1024;
+/** How long an exiting process waits for the worker to leave its loop (it wakes at once). */
+const EXIT_GATE_MS = 2_000;
 /** How long the worker may take to close a tunnel before it is considered broken and stopped. */
 const CLOSE_TIMEOUT_MS = 5_000;
 /** File descriptors one relayed tunnel holds: its two sockets. */
@@ -77,6 +80,8 @@ interface Live {
   readonly eventFd: number;
   readonly stop: Int32Array;
   readonly onProcessExit: () => void;
+  /** At process exit: stop and wake, then wait (bounded) until the worker is out of koffi. */
+  readonly atExit: () => void;
   readonly exited: Promise<void>;
 }
 
@@ -232,7 +237,7 @@ export class FdRelay {
     if (eventFd < 0) throw new Error(`eventfd: errno ${this.c.errno()}`);
     const { port1, port2 } = new MessageChannel();
     port1.unref(); // commands only go out on it; the worker's ref/unref decides what stays alive
-    const stop = new Int32Array(new SharedArrayBuffer(4));
+    const stop = new Int32Array(new SharedArrayBuffer(8)); // [0]: stop flag, [1]: native gate
     const x64 = process.arch === 'x64';
     let worker: Worker;
     try {
@@ -259,9 +264,14 @@ export class FdRelay {
       Atomics.store(stop, 0, 1);
       this.c.write(eventFd, this.one, 8);
     };
+    // Node then terminates the worker: not while it is inside koffi (core/native-gate.ts).
+    const atExit = (): void => {
+      onProcessExit();
+      closeGate(stop, 1, EXIT_GATE_MS);
+    };
     const exited = new Promise<void>((r) => worker.once('exit', () => r()));
-    const live: Live = { worker, port: port1, eventFd, stop, onProcessExit, exited };
-    atProcessExit.add(onProcessExit);
+    const live: Live = { worker, port: port1, eventFd, stop, onProcessExit, atExit, exited };
+    atProcessExit.add(atExit);
     if (atProcessExit.size === 1) process.once('exit', runAtProcessExit);
     worker.on('message', (m: EndMessage) => this.onEnd(m));
     worker.on('error', (e) => this.logger.error({ err: e.message }, 'egress: fd relay failed'));
@@ -286,7 +296,7 @@ export class FdRelay {
 
   /** The worker is gone (stopped, or a bug): close what it still held; the next tunnel starts a new one. */
   private onWorkerExit(live: Live): void {
-    atProcessExit.delete(live.onProcessExit);
+    atProcessExit.delete(live.atExit);
     if (atProcessExit.size === 0) process.removeListener('exit', runAtProcessExit);
     for (const [id, p] of this.pending) {
       if (p.live !== live) continue;

@@ -5,11 +5,13 @@
 // spawn (posix_spawn with the sandbox's identity, so bwrap's parent-death signal is tied to this
 // thread). Its libc comes from the one binding table (core/libc.privileged.ts, bindLibc).
 // ctrl[0]: requests waiting (set by the main thread); ctrl[1]: answer ready; ctrl[2]: 1 once set up,
-// -1 if that failed.
+// -1 if that failed; ctrl[3]: the native gate (core/native-gate.ts: the process never exits while this
+// thread is inside koffi).
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { receiveMessageOnPort, workerData, type MessagePort } from 'node:worker_threads';
 import { bindLibc, type Koffi, type SyncLibc } from '../../core/libc.privileged.js';
+import { enterNative, leaveNative } from '../../core/native-gate.js';
 import { loUp } from './netns.privileged.js';
 import { posixSpawnAs, type SpawnCall } from './spawn.privileged.js';
 
@@ -44,6 +46,8 @@ const MS_PRIVATE = 0x40000;
 const MNT_DETACH = 2;
 const O_RDONLY_CLOEXEC = 0o2000000;
 const MOVE_MOUNT_F_EMPTY_PATH = 4;
+/** ctrl's slot for the native gate. */
+const GATE = 3;
 const init = workerData as LauncherInit;
 const ctrl = new Int32Array(init.ctrl);
 const port = init.port;
@@ -226,10 +230,11 @@ function start(): boolean {
   }
 }
 
-/** Answer requests as they come, for as long as the process lives. */
-function serve(): never {
+/** Answer requests as they come, for as long as the process lives (until it starts exiting). */
+function serve(): void {
   for (;;) {
     Atomics.wait(ctrl, 0, 0);
+    if (!enterNative(ctrl, GATE)) return;
     Atomics.store(ctrl, 0, 0);
     for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) {
       const r = m.message as Request & { id: number };
@@ -244,10 +249,13 @@ function serve(): never {
       Atomics.store(ctrl, 1, 1);
       Atomics.notify(ctrl, 1);
     }
+    leaveNative(ctrl, GATE);
   }
 }
 
-const ok = start();
+// Set-up (koffi's load and binding included) runs inside the gate; nothing starts once the process exits.
+const ok = enterNative(ctrl, GATE) && start();
 Atomics.store(ctrl, 2, ok ? 1 : -1);
 Atomics.notify(ctrl, 2);
+leaveNative(ctrl, GATE);
 if (ok) serve();

@@ -30,6 +30,7 @@ import { dirname } from 'node:path';
 import { MessageChannel, receiveMessageOnPort, type MessagePort, type Worker } from 'node:worker_threads';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from '../../core/libc.privileged.js';
+import { closeGate } from '../../core/native-gate.js';
 import { moduleWorker } from '../../core/worker.js';
 import type { LauncherInit, Reply, Request } from './launcher-worker.privileged.js';
 import type { SpawnCall } from './spawn.privileged.js';
@@ -38,13 +39,15 @@ const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = 0o2000000;
 const AT_RECURSIVE = 0x8000;
 const F_DUPFD_CLOEXEC = 1030;
+/** ctrl's slot for the native gate (ctrl[0..2]: see launcher-worker.privileged.ts). */
+const GATE = 3;
 /** How long the first use waits for the worker to set up its base namespace. */
 const START_TIMEOUT_MS = 10_000;
 
 /** The process's launcher (see the header); undefined (with the reason) where it cannot run. */
 export class Launcher {
   private static instance: Launcher | { failed: string } | undefined;
-  private readonly ctrl = new Int32Array(new SharedArrayBuffer(12));
+  private readonly ctrl = new Int32Array(new SharedArrayBuffer(16));
   private readonly port: MessagePort;
   private readonly worker: Worker;
   private nextId = 1;
@@ -88,6 +91,8 @@ export class Launcher {
       stderr: false,
     });
     this.worker.unref(); // it lives as long as the process, and never keeps it alive
+    // Node terminates the worker at exit: not while it is inside koffi (core/native-gate.ts).
+    process.once('exit', () => closeGate(this.ctrl, GATE, START_TIMEOUT_MS));
     port1.on('message', (reply: Reply) => this.settle(reply));
     port1.unref();
   }
