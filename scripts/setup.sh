@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # python3-pytest, -pip, -setuptools: the Python SDK's tests and its `pip install ./python`; make and g++
-# build better-sqlite3 (the server's state) against Node's own headers.
+# build better-sqlite3 (the server's state) against Node's own headers. chromium: the browser tests of
+# preview URLs (driven by playwright-core; never a browser downloaded at run time).
 APT_PACKAGES=(bubblewrap perl procps iproute2 util-linux findutils coreutils nftables curl python3
-  python3-pytest python3-pip python3-setuptools make g++)
+  python3-pytest python3-pip python3-setuptools make g++ chromium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
