@@ -16,6 +16,8 @@ export const SANDBOX_HOME = '/home/user';
 export interface EnvdDeps {
   readonly api: SandboxApi;
   readonly secret: Uint8Array;
+  /** Whether API key `keyId` of `tenant` exists and is not revoked (asked on every request). */
+  readonly keyActive: (keyId: string, tenant: string) => boolean;
 }
 
 export interface Target {
@@ -35,7 +37,8 @@ export function target(c: Context, deps: EnvdDeps): Target {
     );
   }
   const caller = callerFromToken(deps.secret, c.req.header('x-access-token'), id);
-  if (!caller) {
+  // The token is only as good as the API key that obtained it: a revoked key's tokens stop here.
+  if (!caller || !deps.keyActive(caller.keyId, caller.tenant)) {
     throw new EnvdError('unauthenticated', `missing or wrong X-Access-Token for sandbox ${id}`);
   }
   return { id, caller };
