@@ -347,7 +347,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     );
   }
   // Preview hosts (`<port>-<id>.<domain>`): the traffic token decides, so the unscoped supervisor API.
-  attachPreview(server, { domain: previewDomain, api: inner, caller: supervisorCaller });
+  attachPreview(server, {
+    domain: previewDomain,
+    api: inner,
+    caller: supervisorCaller,
+    secure: o.tls !== undefined,
+  });
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;

@@ -11,8 +11,9 @@
 // Parsing is strict: the token must be exactly the one this code would mint for the fields it
 // names (compared as strings, in constant time), so no other spelling of it (base64 instead of
 // base64url, padding, upper-cased hex, extra characters) is accepted.
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import type { Caller } from '../contract.js';
+import { macFields } from '../mac.js';
 
 /** A caller of the E2B API: a tenant, and the id of the API key it authenticated with. */
 export interface KeyedCaller extends Caller {
@@ -23,21 +24,8 @@ const TAG = 'airlock-e2b-envd/2';
 const PART = /^[A-Za-z0-9_-]+$/;
 const KEY_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
-/** A 4-byte big-endian length, then the UTF-8 bytes: an unambiguous encoding of one field. */
-function field(s: string): Buffer {
-  const b = Buffer.from(s, 'utf8');
-  const len = Buffer.alloc(4);
-  len.writeUInt32BE(b.length);
-  return Buffer.concat([len, b]);
-}
-
 function mac(secret: Uint8Array, tenant: string, keyId: string, sandboxId: string): Buffer {
-  return createHmac('sha256', secret)
-    .update(field(TAG))
-    .update(field(tenant))
-    .update(field(keyId))
-    .update(field(sandboxId))
-    .digest();
+  return macFields(secret, [TAG, tenant, keyId, sandboxId]);
 }
 
 /** The token the control API hands out for `sandboxId` to `caller` (its tenant and key). */
