@@ -162,6 +162,39 @@ describe.skipIf(!canRunNamespaces)(`E2B envd tokens and API keys (${SKIP_REASON}
     await expect(x.commands.run('true')).rejects.toBeInstanceOf(AuthenticationError);
   }, 60_000);
 
+  it("streams open when their key is revoked end with an auth error (a command's output, a watch)", async () => {
+    const a3 = newKey('tenant-a');
+    const sbx = await Sandbox.connect(x.sandboxId, { apiKey: a3.key });
+    let out = '';
+    let sawOutput!: () => void;
+    const printed = new Promise<void>((r) => (sawOutput = r));
+    const cmd = await sbx.commands.run('echo started; sleep 120', {
+      background: true,
+      timeoutMs: 0,
+      onStdout: (d) => {
+        out += d;
+        if (out.includes('started')) sawOutput();
+      },
+    });
+    let watchEnded!: (e: unknown) => void;
+    const watchEnd = new Promise<unknown>((r) => (watchEnded = r));
+    await sbx.files.makeDir('/tmp/watched');
+    const watch = await sbx.files.watchDir('/tmp/watched', () => {}, {
+      onExit: (e) => watchEnded(e),
+      timeoutMs: 0,
+    });
+    await printed;
+    const r = await runCli(['keys', 'revoke', a3.id, '--state-dir', TEST_STATE_DIR], { timeoutMs: 60_000 });
+    expect(r.code, r.stderr).toBe(0);
+    await expect(cmd.wait()).rejects.toBeInstanceOf(AuthenticationError);
+    expect(await watchEnd).toBeInstanceOf(AuthenticationError);
+    await watch.stop();
+    // The command itself belongs to the tenant's sandbox and runs on: another key still sees it.
+    const again = await Sandbox.connect(x.sandboxId, { apiKey: a2.key });
+    expect((await again.commands.list()).some((p) => p.pid === cmd.pid)).toBe(true);
+    await again.commands.kill(cmd.pid);
+  }, 60_000);
+
   it("another tenant's key gets not-found, exactly as for an unknown id", async () => {
     const err = await Sandbox.connect(x.sandboxId, { apiKey: b.key }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NotFoundError);
