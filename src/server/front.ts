@@ -22,7 +22,7 @@ import { Quotas } from './quotas.js';
 import { e2bRoutes } from './e2b/index.js';
 import { attachPreview, checkPreviewDomain } from './preview.js';
 import { nativeRoutes } from './routes.js';
-import { LIVE_STATES, Store, type Quota } from './store.js';
+import { LIVE_STATES, Store, TENANT_NAME_RE, type Quota } from './store.js';
 import {
   ensureSupervisor,
   supervisorInfo,
@@ -65,7 +65,20 @@ export const ServerConfigSchema = z
       .positive()
       .default(256 * 1024 ** 2),
     defaultQuota: QuotaSchema.partial().default({}),
-    tenants: z.record(z.string(), QuotaSchema.partial()).default({}),
+    /** Per-tenant quotas; each key must be a valid tenant name (store.ts checkTenantName). */
+    tenants: z
+      .record(z.string(), QuotaSchema.partial())
+      .superRefine((t, ctx) => {
+        for (const name of Object.keys(t)) {
+          if (TENANT_NAME_RE.test(name)) continue;
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: `tenant name ${JSON.stringify(name.slice(0, 80))} is not allowed: use 1-63 lowercase ASCII letters, digits, ".", "_" or "-", starting with a letter or digit`,
+          });
+        }
+      })
+      .default({}),
     /**
      * Preview URLs are `<port>-<id>.<previewDomain>` (a wildcard DNS name pointing at this server;
      * the default, localhost, needs none: *.localhost is loopback, and the server's port is added).
@@ -267,7 +280,13 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   app.route(
     '/e2b',
     e2bRoutes(api, {
-      caller: (c) => callerForKey(c.req.header('x-api-key')),
+      caller: (c) => {
+        const key = c.req.header('x-api-key');
+        const who = key === undefined ? undefined : store.verifyKey(key);
+        return who ? { tenant: who.tenant, keyId: who.id } : undefined;
+      },
+      // Every envd request: the key that obtained the token must still be valid (docs/e2b.md).
+      keyActive: (keyId, tenant) => store.keyActive(keyId, tenant),
       // Asked once the server listens (the SDK gets it from create): *.localhost needs its port.
       domain: () =>
         previewDomain === 'localhost' ? `localhost:${(server.address() as AddressInfo).port}` : previewDomain,
@@ -328,7 +347,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     );
   }
   // Preview hosts (`<port>-<id>.<domain>`): the traffic token decides, so the unscoped supervisor API.
-  attachPreview(server, { domain: previewDomain, api: inner, caller: supervisorCaller });
+  attachPreview(server, {
+    domain: previewDomain,
+    api: inner,
+    caller: supervisorCaller,
+    secure: o.tls !== undefined,
+  });
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;

@@ -4,11 +4,14 @@
 // namespace (SandboxApi.connectPort). Everything else falls through to the API untouched.
 //
 // Who may: whoever presents the sandbox's traffic token (header X-Airlock-Traffic-Token, or E2B's
-// e2b-traffic-access-token), compared in constant time; anyone, when the sandbox was created with
-// publicPorts. The check happens BEFORE any connection into the sandbox is made. A wrong token for
-// one sandbox is wrong for every other (each has its own random token); an unknown id and another
-// tenant's id answer the same 404. The token headers are removed before the request reaches the
-// sandbox (its code never learns its own token from a visitor).
+// e2b-traffic-access-token), compared in constant time; a browser, with the token once in the
+// `airlock_token` query parameter (302 to the URL without it, setting a host-only cookie that holds
+// an HMAC of the token bound to the sandbox and port: preview-auth.ts); anyone, when the sandbox was
+// created with publicPorts. The check happens BEFORE any connection into the sandbox is made. A
+// wrong token for one sandbox is wrong for every other (each has its own random token); an unknown
+// id and another tenant's id answer the same 404. The token headers, the parameter and the cookie
+// are removed before the request reaches the sandbox (its code never learns its own token, or the
+// cookie, from a visitor).
 //
 // Host parsing is exact: lowercase only, one label `<port>-<id>` then exactly the configured domain,
 // an optional :port suffix; port 1-65535 without leading zeros. Anything else (uppercase, extra
@@ -19,6 +22,16 @@ import { request as httpRequest, type IncomingMessage, type Server, type ServerR
 import type { Duplex } from 'node:stream';
 import { AirlockError } from '../core/errors.js';
 import type { Caller, SandboxApi, SandboxView } from './contract.js';
+import {
+  cookieOriginOk,
+  presentedCookies,
+  previewCookieValue,
+  sameHostLocation,
+  setPreviewCookie,
+  stripPreviewCookies,
+  stripTokenParam,
+  TOKEN_PARAM,
+} from './preview-auth.js';
 import { claimRequests, rejectRaw, sendError, type Claimer } from './upgrade.js';
 
 /** The default preview domain: *.localhost resolves to loopback without any DNS set-up. */
@@ -114,6 +127,8 @@ export interface PreviewOptions {
   readonly api: Pick<SandboxApi, 'get' | 'connectPort'>;
   /** Who preview requests act as toward `api`. */
   readonly caller: Caller;
+  /** The server has TLS: the preview cookie is then Secure, named with the __Host- prefix. */
+  readonly secure?: boolean;
 }
 
 /**
@@ -150,29 +165,68 @@ function presentedToken(req: IncomingMessage): string | undefined {
   return undefined;
 }
 
+/** What a request presents: the header token, the query-parameter tokens, the preview cookies. */
+interface Presented {
+  readonly header: string | undefined;
+  readonly params: readonly string[];
+  readonly cookies: readonly string[];
+  /** The request target without the token parameter (what is forwarded). */
+  readonly url: string;
+}
+
+function presented(req: IncomingMessage): Presented {
+  const { url, tokens } = stripTokenParam(req.url ?? '/');
+  return {
+    header: presentedToken(req),
+    params: tokens,
+    cookies: cookieOriginOk(req) ? presentedCookies(req) : [],
+    url,
+  };
+}
+
+/** The sandbox's view if `p` may reach port `t.port` of it; a typed error (401/403/404) otherwise. */
+async function authorize(
+  opts: PreviewOptions,
+  t: { port: number; id: string },
+  p: Presented,
+): Promise<SandboxView> {
+  const view: SandboxView = await opts.api.get(t.id, opts.caller);
+  if (view.publicPorts) return view;
+  const wrong = (how: string): AirlockError =>
+    new AirlockError('PERMISSION_DENIED', `that is not sandbox ${t.id}'s traffic token (${how})`);
+  if (p.header !== undefined) {
+    if (!tokenMatches(p.header, view.trafficToken)) throw wrong('header');
+    return view;
+  }
+  if (p.params.length > 0) {
+    if (!p.params.every((v) => tokenMatches(v, view.trafficToken))) throw wrong(`${TOKEN_PARAM} parameter`);
+    return view;
+  }
+  if (p.cookies.length > 0 && view.trafficToken !== undefined) {
+    const want = previewCookieValue(view.trafficToken, t.id, t.port);
+    if (p.cookies.some((v) => tokenMatches(v, want))) return view;
+    throw new AirlockError(
+      'PERMISSION_DENIED',
+      `the preview cookie is not valid for port ${t.port} of sandbox ${t.id}: open its link with ?${TOKEN_PARAM}=<traffic token> again`,
+    );
+  }
+  throw new AirlockError(
+    'UNAUTHORIZED',
+    `sandbox ${t.id}'s ports are private: send its traffic token in the X-Airlock-Traffic-Token header, or open the link once with ?${TOKEN_PARAM}=<traffic token> in a browser`,
+  );
+}
+
 /** Check access, then connect: throws (typed) before any connection when access is refused. */
 async function open(
   opts: PreviewOptions,
   t: { port: number; id: string },
-  req: IncomingMessage,
+  p: Presented,
   signal: AbortSignal,
 ): Promise<Duplex> {
   if (!opts.api.connectPort) {
     throw new AirlockError('BACKEND_UNAVAILABLE', 'this server cannot connect to sandbox ports');
   }
-  const view: SandboxView = await opts.api.get(t.id, opts.caller);
-  if (!view.publicPorts) {
-    const token = presentedToken(req);
-    if (token === undefined) {
-      throw new AirlockError(
-        'UNAUTHORIZED',
-        `sandbox ${t.id}'s ports are private: send its traffic token in the X-Airlock-Traffic-Token header`,
-      );
-    }
-    if (!tokenMatches(token, view.trafficToken)) {
-      throw new AirlockError('PERMISSION_DENIED', `that is not sandbox ${t.id}'s traffic token`);
-    }
-  }
+  const view = await authorize(opts, t, p);
   if (view.state !== 'running') {
     throw new AirlockError(
       view.state === 'paused' ? 'SANDBOX_PAUSED' : 'SANDBOX_GONE',
@@ -180,6 +234,33 @@ async function open(
     );
   }
   return opts.api.connectPort(t.id, t.port, opts.caller, signal);
+}
+
+/**
+ * A browser's token link (GET/HEAD with the token parameter): 302 to the same URL without it,
+ * setting the preview cookie. Nothing is forwarded to the sandbox.
+ */
+async function redirectWithCookie(
+  opts: PreviewOptions,
+  t: { port: number; id: string },
+  p: Presented,
+  res: ServerResponse,
+): Promise<void> {
+  const view = await authorize(opts, t, p);
+  const headers: Record<string, string> = {
+    location: sameHostLocation(p.url),
+    'cache-control': 'no-store',
+    'referrer-policy': 'no-referrer', // the token link is never sent on as a Referer
+    'content-length': '0',
+  };
+  if (view.trafficToken !== undefined) {
+    headers['set-cookie'] = setPreviewCookie(
+      previewCookieValue(view.trafficToken, t.id, t.port),
+      opts.secure === true,
+    );
+  }
+  res.writeHead(302, headers);
+  res.end();
 }
 
 /** Hop-by-hop headers (RFC 9110 7.6.1) and the token headers: never forwarded. */
@@ -196,7 +277,10 @@ const DROP = new Set([
   ...TRAFFIC_TOKEN_HEADERS,
 ]);
 
-/** The headers to forward: raw order and case kept; hop-by-hop ones (and those Connection names) dropped. */
+/**
+ * The headers to forward: raw order and case kept; hop-by-hop ones (and those Connection names) and
+ * the token headers dropped; the preview cookie cut out of Cookie.
+ */
 function forwardHeaders(raw: readonly string[], keepUpgrade: boolean): Array<[string, string]> {
   const named = new Set<string>();
   for (let i = 0; i < raw.length; i += 2) {
@@ -208,6 +292,12 @@ function forwardHeaders(raw: readonly string[], keepUpgrade: boolean): Array<[st
     const k = raw[i]!.toLowerCase();
     const upgradePart = keepUpgrade && (k === 'upgrade' || k === 'connection');
     if (!upgradePart && (DROP.has(k) || named.has(k))) continue;
+    if (k === 'cookie') {
+      // The preview cookie is the server's, never the sandbox's: the app's own cookies go on.
+      const rest = stripPreviewCookies(raw[i + 1]!);
+      if (rest !== '') out.push([raw[i]!, rest]);
+      continue;
+    }
     out.push([raw[i]!, raw[i + 1]!]);
   }
   return out;
@@ -229,9 +319,15 @@ async function proxyRequest(
     );
     return;
   }
+  const p = presented(req);
   let conn: Duplex;
   try {
-    conn = await open(opts, t, req, gone.signal);
+    if (p.params.length > 0 && (req.method === 'GET' || req.method === 'HEAD')) {
+      req.resume();
+      await redirectWithCookie(opts, t, p, res);
+      return;
+    }
+    conn = await open(opts, t, p, gone.signal);
   } catch (e) {
     req.resume();
     sendError(res, e);
@@ -245,7 +341,7 @@ async function proxyRequest(
   headers.push(['connection', 'close']); // one connection per request: no pool into the sandbox
   const up = httpRequest({
     method: req.method,
-    path: req.url,
+    path: p.url,
     headers: headers.flat(),
     createConnection: () => conn as never,
     setHost: false,
@@ -296,9 +392,10 @@ async function proxyUpgrade(
     );
     return;
   }
+  const p = presented(req);
   let conn: Duplex;
   try {
-    conn = await open(opts, t, req, gone.signal);
+    conn = await open(opts, t, p, gone.signal);
   } catch (e) {
     rejectRaw(socket, e);
     return;
@@ -309,7 +406,7 @@ async function proxyUpgrade(
   }
   // The request head as it came (minus the token and hop-by-hop headers, Upgrade/Connection kept),
   // then raw bytes both ways: the sandbox's server answers the upgrade itself (101 or an error).
-  const lines = [`${req.method} ${req.url} HTTP/1.1`];
+  const lines = [`${req.method} ${p.url} HTTP/1.1`];
   for (const [k, v] of forwardHeaders(req.rawHeaders, true)) lines.push(`${k}: ${v}`);
   conn.write(`${lines.join('\r\n')}\r\n\r\n`);
   if (head.length) conn.write(head);

@@ -94,7 +94,24 @@ const MIGRATIONS: readonly string[] = [
 /** Key format: `alk_<key id>_<secret>`; only sha256(whole key) is stored. */
 const KEY_RE = /^alk_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
-const TENANT_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/**
+ * Tenant names: 1-63 characters, lowercase ASCII letters, digits, ".", "_" and "-", starting with a
+ * letter or digit. Lowercase only, so no two tenants differ by case alone (and no unicode
+ * confusables: "аlice" with a Cyrillic а is refused, not a second tenant). docs/server.md.
+ */
+export const TENANT_NAME_RE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/** INVALID_ARGUMENT (field "tenant") unless `name` is a valid tenant name; the message says what is. */
+export function checkTenantName(name: string, field = 'tenant'): string {
+  if (typeof name === 'string' && TENANT_NAME_RE.test(name)) return name;
+  const shown = JSON.stringify(String(name).slice(0, 80));
+  throw new AirlockError(
+    'INVALID_ARGUMENT',
+    `tenant name ${shown} is not allowed: use 1-63 lowercase ASCII letters, digits, ".", "_" or "-", starting with a letter or digit (e.g. "team-a")`,
+    { field },
+  );
+}
 
 interface RawSandbox {
   id: string;
@@ -171,13 +188,7 @@ export class Store {
   // ---- tenants and quotas -------------------------------------------------------------------------
 
   ensureTenant(name: string): void {
-    if (!TENANT_RE.test(name)) {
-      throw new AirlockError(
-        'INVALID_ARGUMENT',
-        `tenant "${name}" must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit`,
-        { field: 'tenant' },
-      );
-    }
+    checkTenantName(name);
     this.db
       .prepare('INSERT OR IGNORE INTO tenants (name, created) VALUES (?, ?)')
       .run(name, new Date().toISOString());
@@ -247,6 +258,15 @@ export class Store {
     return r && r.id === m[1] ? r : undefined;
   }
 
+  /** Whether key `id` exists, belongs to `tenant` and is not revoked (one indexed lookup, no cache). */
+  keyActive(id: string, tenant: string): boolean {
+    return (
+      this.db
+        .prepare('SELECT 1 FROM api_keys WHERE id = ? AND tenant = ? AND revoked IS NULL')
+        .get(id, tenant) !== undefined
+    );
+  }
+
   listKeys(): ApiKeyRow[] {
     return this.db
       .prepare('SELECT id, tenant, created, revoked FROM api_keys ORDER BY created, id')
@@ -271,6 +291,7 @@ export class Store {
   // ---- sandboxes ----------------------------------------------------------------------------------
 
   insertSandbox(r: SandboxRow): void {
+    checkTenantName(r.tenant);
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, tenant, state, backend, template, created_at, deadline, metadata, reason,
@@ -354,6 +375,7 @@ export class Store {
   // ---- snapshots ----------------------------------------------------------------------------------
 
   recordSnapshot(id: string, tenant: string): void {
+    checkTenantName(tenant);
     this.db
       .prepare('INSERT OR IGNORE INTO snapshots (id, tenant, created) VALUES (?, ?, ?)')
       .run(id, tenant, new Date().toISOString());

@@ -71,8 +71,14 @@ export async function startE2bHarness(): Promise<E2bHarness> {
   const opts = {
     caller: (c: Context) => {
       const key = c.req.header('x-api-key');
-      return key === KEY ? { tenant: 't1' } : key === KEY2 ? { tenant: 't2' } : undefined;
+      return key === KEY
+        ? { tenant: 't1', keyId: 'k1' }
+        : key === KEY2
+          ? { tenant: 't2', keyId: 'k2' }
+          : undefined;
     },
+    keyActive: (keyId: string, tenant: string) =>
+      (keyId === 'k1' && tenant === 't1') || (keyId === 'k2' && tenant === 't2'),
     domain: DOMAIN,
     tokenSecret: SECRET,
   };

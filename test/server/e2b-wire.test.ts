@@ -209,15 +209,19 @@ describe.skipIf(!canRunNamespaces)(
 );
 
 describe('envd access tokens', () => {
-  it('are bound to the sandbox, the tenant and the secret', () => {
-    const tok = envdToken(SECRET, { tenant: 'alice' }, 'sbx1');
-    expect(callerFromToken(SECRET, tok, 'sbx1')).toEqual({ tenant: 'alice' });
+  const A = { tenant: 'alice', keyId: '0123456789abcdef' };
+  it('are bound to the sandbox, the tenant, the key and the secret', () => {
+    const tok = envdToken(SECRET, A, 'sbx1');
+    expect(callerFromToken(SECRET, tok, 'sbx1')).toEqual(A);
     expect(callerFromToken(SECRET, tok, 'sbx2')).toBeUndefined();
     expect(callerFromToken(new Uint8Array(32).fill(8), tok, 'sbx1')).toBeUndefined();
-    // Another tenant's name with alice's MAC does not pass.
-    const forged = `${Buffer.from('bob').toString('base64url')}.${tok.split('.')[1]!}`;
-    expect(callerFromToken(SECRET, forged, 'sbx1')).toBeUndefined();
-    for (const bad of ['', '.', 'x', `${tok}x`, tok.slice(0, -2), 'a'.repeat(5000)]) {
+    const [t, k, m] = tok.split('.') as [string, string, string];
+    // Another tenant's name, or another key id, with alice's MAC does not pass.
+    expect(
+      callerFromToken(SECRET, `${Buffer.from('bob').toString('base64url')}.${k}.${m}`, 'sbx1'),
+    ).toBeUndefined();
+    expect(callerFromToken(SECRET, `${t}.fedcba9876543210.${m}`, 'sbx1')).toBeUndefined();
+    for (const bad of ['', '.', '..', 'x', `${tok}x`, `${tok}.`, tok.slice(0, -2), 'a'.repeat(5000)]) {
       expect(callerFromToken(SECRET, bad, 'sbx1')).toBeUndefined();
     }
   });

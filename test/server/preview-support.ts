@@ -82,3 +82,7 @@ export class LibraryPorts implements PortApi {
     );
   }
 }
+
+/** The one-port web app (page, /echo, /ws: test/fixtures/preview/browser_app.py) on `port` in `sbx`. */
+export const startBrowserApp = (sbx: Sandbox, port: number): Promise<void> =>
+  startFixture(sbx, 'browser_app.py', port);

@@ -317,7 +317,8 @@ export function serverStream<S extends z.ZodType>(
           } catch {
             // the client cancelled the response meanwhile
           }
-          cleanup(false);
+          // A failed stream (e.g. its key revoked) stops its source too: nothing follows for nobody.
+          cleanup(end !== undefined && Object.keys(end as object).length > 0);
         },
         cancel() {
           cleanup(true);

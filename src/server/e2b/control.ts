@@ -15,10 +15,10 @@ import {
   TimeoutBodySchema,
   type NewSandbox,
 } from './schemas.js';
-import { envdToken } from './token.js';
+import { envdToken, type KeyedCaller } from './token.js';
 
 export interface ControlOpts {
-  readonly caller: (c: Context) => Caller | undefined;
+  readonly caller: (c: Context) => KeyedCaller | undefined;
   /** The preview domain handed to the SDK (getHost(port) → `<port>-<id>.<domain>`). */
   readonly domain: string | (() => string);
   readonly secret: Uint8Array;
@@ -104,7 +104,7 @@ function live(v: SandboxView): v is SandboxView & { state: 'running' | 'paused' 
 }
 
 export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
-  const who = (c: Context): Caller => {
+  const who = (c: Context): KeyedCaller => {
     const caller = o.caller(c);
     if (!caller) throw new ApiError(401, 'missing or invalid API key (X-API-Key)');
     return caller;
@@ -117,7 +117,7 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
     if (!live(v)) throw new ApiError(404, `sandbox ${id} not found (it is ${v.state})`);
     return v;
   };
-  const sandbox = (v: SandboxView, caller: Caller): Record<string, unknown> => ({
+  const sandbox = (v: SandboxView, caller: KeyedCaller): Record<string, unknown> => ({
     sandboxID: v.id,
     templateID: v.template ?? 'base',
     clientID: 'airlock',
@@ -140,7 +140,7 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
     state: v.state,
   });
   const route =
-    (h: (c: Context, caller: Caller) => Promise<Response>) =>
+    (h: (c: Context, caller: KeyedCaller) => Promise<Response>) =>
     async (c: Context): Promise<Response> => {
       try {
         return await h(c, who(c));

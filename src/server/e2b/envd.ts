@@ -3,9 +3,9 @@
 // the user's home), and its `user` option (only the sandbox's one user exists on Airlock).
 import { posix } from 'node:path';
 import type { Context } from 'hono';
-import type { Caller, SandboxApi } from '../contract.js';
+import type { SandboxApi } from '../contract.js';
 import { EnvdError, envdErrorFrom } from './connect.js';
-import { callerFromToken } from './token.js';
+import { callerFromToken, type KeyedCaller } from './token.js';
 
 /** The envd version Airlock claims: the newest whose features the SDK gates on (see docs/e2b.md). */
 export const ENVD_VERSION = '0.6.4';
@@ -16,11 +16,13 @@ export const SANDBOX_HOME = '/home/user';
 export interface EnvdDeps {
   readonly api: SandboxApi;
   readonly secret: Uint8Array;
+  /** Whether API key `keyId` of `tenant` exists and is not revoked (asked on every request). */
+  readonly keyActive: (keyId: string, tenant: string) => boolean;
 }
 
 export interface Target {
   readonly id: string;
-  readonly caller: Caller;
+  readonly caller: KeyedCaller;
 }
 
 const SANDBOX_ID = /^[A-Za-z0-9_-]{1,128}$/;
@@ -35,10 +37,53 @@ export function target(c: Context, deps: EnvdDeps): Target {
     );
   }
   const caller = callerFromToken(deps.secret, c.req.header('x-access-token'), id);
-  if (!caller) {
+  // The token is only as good as the API key that obtained it: a revoked key's tokens stop here.
+  if (!caller || !deps.keyActive(caller.keyId, caller.tenant)) {
     throw new EnvdError('unauthenticated', `missing or wrong X-Access-Token for sandbox ${id}`);
   }
   return { id, caller };
+}
+
+/** How often an open stream re-checks the API key behind its token. */
+const KEY_RECHECK_MS = 1000;
+
+/**
+ * `source`'s items while the API key behind `t`'s token stays valid: a stream that outlives a revoke
+ * (a long command's output, a watch) ends with `unauthenticated` within KEY_RECHECK_MS of it. A
+ * failing check (the store closing) counts as revoked: fail closed.
+ */
+export async function* whileKeyActive<T>(
+  deps: EnvdDeps,
+  t: Target,
+  source: AsyncIterable<T>,
+): AsyncGenerator<T> {
+  const it = source[Symbol.asyncIterator]();
+  let timer: NodeJS.Timeout | undefined;
+  const revoked = new Promise<never>((_, reject) => {
+    timer = setInterval(() => {
+      let ok = false;
+      try {
+        ok = deps.keyActive(t.caller.keyId, t.caller.tenant);
+      } catch {
+        // fail closed
+      }
+      if (!ok) reject(new EnvdError('unauthenticated', `the API key behind this X-Access-Token was revoked`));
+    }, KEY_RECHECK_MS);
+    timer.unref();
+  });
+  revoked.catch(() => {});
+  try {
+    for (;;) {
+      const next = it.next();
+      next.catch(() => {}); // when the revoke wins the race, a later failure of this one is moot
+      const r = await Promise.race([next, revoked]);
+      if (r.done) return;
+      yield r.value;
+    }
+  } finally {
+    clearInterval(timer);
+    void it.return?.()?.catch(() => {});
+  }
 }
 
 /** Map any failure of an envd request to the error the SDK understands. */

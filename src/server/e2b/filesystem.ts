@@ -4,7 +4,16 @@ import type { Hono } from 'hono';
 import { AirlockError } from '../../core/errors.js';
 import type { FileEntryView } from '../contract.js';
 import { EnvdError, serverStream, unary } from './connect.js';
-import { checkUser, e2bPath, envdError, rpcUser, target, type EnvdDeps, type Target } from './envd.js';
+import {
+  checkUser,
+  e2bPath,
+  envdError,
+  rpcUser,
+  target,
+  whileKeyActive,
+  type EnvdDeps,
+  type Target,
+} from './envd.js';
 import {
   EmptySchema,
   ListDirRequestSchema,
@@ -210,7 +219,7 @@ export function mountFilesystem(app: Hono, deps: EnvdDeps): void {
         // established, so that a change right after it is reported.
         if (events.ready) await events.ready;
         yield { start: {} };
-        for await (const ev of events) {
+        for await (const ev of whileKeyActive(deps, t, events)) {
           const rel = posix.relative(root, ev.path);
           if (rel === '' || rel.startsWith('..')) continue;
           if (rel.includes('/')) continue; // only the directory's own children

@@ -4,17 +4,28 @@
 // names the sandbox in an E2b-Sandbox-Id header). docs/e2b.md is the compatibility reference.
 import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
-import type { Caller, SandboxApi } from '../contract.js';
+import type { SandboxApi } from '../contract.js';
 import { mountControl } from './control.js';
 import { mountFiles } from './files.js';
 import { mountFilesystem } from './filesystem.js';
 import { mountProcess } from './process.js';
+import type { KeyedCaller } from './token.js';
 
 export { ENVD_VERSION } from './envd.js';
+export type { KeyedCaller } from './token.js';
 
 export interface E2bRoutesOptions {
-  /** The caller an API key (the X-API-Key header) stands for, or undefined to answer 401. */
-  caller(c: Context): Caller | undefined;
+  /**
+   * The caller an API key (the X-API-Key header) stands for, with the key's id, or undefined to
+   * answer 401. The envd tokens handed to it are bound to that key id.
+   */
+  caller(c: Context): KeyedCaller | undefined;
+  /**
+   * Whether API key `keyId` of `tenant` exists and is not revoked. Asked on every envd request
+   * (keep it a cheap lookup, and cache nothing a revoke would not clear): a revoked key's envd
+   * tokens answer 401 from then on.
+   */
+  keyActive(keyId: string, tenant: string): boolean;
   /**
    * The preview domain given to the SDK: getHost(port) is `<port>-<id>.<domain>` (a function: known
    * only once the server listens, e.g. "localhost:<port>").
@@ -35,7 +46,7 @@ export interface E2bRoutesOptions {
 export function e2bRoutes(api: SandboxApi, opts: E2bRoutesOptions): Hono {
   const secret = opts.tokenSecret ?? randomBytes(32);
   if (secret.byteLength < 16) throw new TypeError('e2bRoutes: tokenSecret must be at least 16 bytes');
-  const deps = { api, secret };
+  const deps = { api, secret, keyActive: (id: string, tenant: string) => opts.keyActive(id, tenant) };
 
   const envd = new Hono();
   mountFiles(envd, deps, {

@@ -17,6 +17,7 @@ import {
   rpcUser,
   SANDBOX_HOME,
   target,
+  whileKeyActive,
   type EnvdDeps,
   type Target,
 } from './envd.js';
@@ -115,7 +116,10 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
           t.caller,
         );
         yield { event: { start: { pid: toWirePid(view.pid) } } };
-        yield* processEvents(deps.api.connectProcess(t.id, view.pid, t.caller, signal), t.id);
+        yield* processEvents(
+          whileKeyActive(deps, t, deps.api.connectProcess(t.id, view.pid, t.caller, signal)),
+          t.id,
+        );
       },
       envdError,
       { event: { keepalive: {} } },
@@ -138,7 +142,7 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
           yield first.value;
           for (let r = await events.next(); !r.done; r = await events.next()) yield r.value;
         }
-        yield* processEvents(all(), t.id);
+        yield* processEvents(whileKeyActive(deps, t, all()), t.id);
       },
       envdError,
       { event: { keepalive: {} } },
