@@ -21,6 +21,8 @@ import { serverMetrics, type ServerMetrics } from './metrics.js';
 import { Quotas } from './quotas.js';
 import { e2bRoutes } from './e2b/index.js';
 import { attachPreview, checkPreviewDomain } from './preview.js';
+import { mountMcp, type McpMount, type ServeMcpConfig } from './mcp.js';
+import type { AuditSink } from '../mcp/audit.js';
 import { nativeRoutes } from './routes.js';
 import { LIVE_STATES, Store, type Quota } from './store.js';
 import {
@@ -71,6 +73,8 @@ export const ServerConfigSchema = z
      * the default, localhost, needs none: *.localhost is loopback, and the server's port is added).
      */
     previewDomain: z.string().default('localhost'),
+    /** A gateway config (mcpServers, as `airlock gateway --config`) served at /mcp; relative to this file. */
+    mcpConfig: z.string().min(1).optional(),
     /** How often the supervisor is checked (boot id, liveness). */
     supervisorCheckMs: z.number().int().min(100).max(60_000).default(2000),
   })
@@ -99,6 +103,9 @@ export interface FrontOptions {
    * ctx.callerForKey). Every sandbox call must go through ctx.api: it scopes tenants and quotas.
    */
   readonly mount?: (app: Hono<FrontEnv>, ctx: FrontContext) => void;
+  /** The MCP gateway served at /mcp (server/mcp.ts), and where its audit events go. */
+  readonly mcp?: ServeMcpConfig;
+  readonly mcpAudit?: AuditSink;
 }
 
 /** What mounted routes get from the front server. */
@@ -114,6 +121,8 @@ export interface RunningFront {
   readonly url: string;
   readonly store: Store;
   readonly metrics: ServerMetrics;
+  /** The /mcp gateway, when configured. */
+  readonly mcp?: McpMount;
   /** Check the supervisor now (and reconcile a new boot); the current info or undefined. */
   checkSupervisor(): Promise<SupervisorInfo | undefined>;
   /** Stop serving (the supervisor and its sandboxes keep running). */
@@ -329,6 +338,30 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   }
   // Preview hosts (`<port>-<id>.<domain>`): the traffic token decides, so the unscoped supervisor API.
   attachPreview(server, { domain: previewDomain, api: inner, caller: supervisorCaller });
+  let mcp: McpMount | undefined;
+  if (o.mcp) {
+    try {
+      mcp = await mountMcp(server, {
+        config: o.mcp,
+        stateDir: o.stateDir,
+        socketPath: socket,
+        api: inner,
+        quotas,
+        queueTimeoutMs: cfg.defaultQueueTimeoutMs,
+        store,
+        metrics,
+        listen: { host: o.listen.host, port: (server.address() as AddressInfo).port },
+        tls: o.tls !== undefined,
+        ...(o.mcpAudit ? { audit: o.mcpAudit } : {}),
+      });
+    } catch (e) {
+      server.close();
+      api.close();
+      quotas.close();
+      store.close();
+      throw e;
+    }
+  }
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;
@@ -338,10 +371,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     url: `${o.tls ? 'https' : 'http'}://${host}:${addr.port}`,
     store,
     metrics,
+    ...(mcp ? { mcp } : {}),
     checkSupervisor,
     close: () =>
       (closing ??= (async () => {
         clearInterval(timer);
+        await mcp?.close();
         await new Promise<void>((r) => {
           server.close(() => r());
           server.closeAllConnections();
