@@ -21,7 +21,8 @@ import { serverMetrics, type ServerMetrics } from './metrics.js';
 import { Quotas } from './quotas.js';
 import { e2bRoutes } from './e2b/index.js';
 import { attachPreview, checkPreviewDomain } from './preview.js';
-import { mountMcp, type McpMount, type ServeMcpConfig } from './mcp.js';
+import { MCP_ROUTES, mountMcp, type McpMount, type ServeMcpConfig } from './mcp.js';
+import { openApiDocument } from './openapi.js';
 import type { AuditSink } from '../mcp/audit.js';
 import { nativeRoutes } from './routes.js';
 import { LIVE_STATES, Store, type Quota } from './store.js';
@@ -296,7 +297,8 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   app.get('/metrics', async (c) =>
     c.body(await metrics.registry.metrics(), 200, { 'content-type': metrics.registry.contentType }),
   );
-  // /openapi.json: served by nativeRoutes (no key needed: it is mounted outside /v1).
+  // /openapi.json (no key needed: it is outside /v1): nativeRoutes', or with /mcp when it is served.
+  if (o.mcp) app.get('/openapi.json', (c) => c.json(openApiDocument({ extra: MCP_ROUTES })));
   app.use('/v1/*', bearerAuth(store));
   app.use('/v1/*', retryAfter);
   app.route(
@@ -306,6 +308,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
       maxBodyBytes: cfg.maxBodyBytes,
       maxUploadBytes: cfg.maxUploadBytes,
       allowPrivateNetwork: cfg.allowPrivateNetwork,
+      ...(o.mcp ? { openapi: false } : {}),
     }),
   );
 

@@ -12,6 +12,7 @@
 // stand-alone gateway and are refused here, with what to do instead.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage, Server } from 'node:http';
+import { z } from 'zod';
 import { readConfigData } from '../core/config-file.js';
 import { AirlockError } from '../core/errors.js';
 import type { AuditEvent, AuditSink } from '../mcp/audit.js';
@@ -24,10 +25,48 @@ import type { SandboxApi } from './contract.js';
 import type { ServerMetrics } from './metrics.js';
 import { SupervisorMcpProvider } from './mcp-provider.js';
 import type { Quotas } from './quotas.js';
+import type { RouteDoc } from './route-table.js';
 import type { Store } from './store.js';
 import { claimRequests } from './upgrade.js';
 
 export const MCP_PATH = '/mcp';
+
+/** A JSON-RPC 2.0 message (the gateway's canonical parser checks it; this only documents it). */
+const JsonRpcMessageDoc = z
+  .object({
+    jsonrpc: z.literal('2.0'),
+    id: z.union([z.string(), z.number()]).optional(),
+    method: z.string().optional(),
+    params: z.record(z.string(), z.unknown()).optional(),
+    result: z.record(z.string(), z.unknown()).optional(),
+    error: z.object({ code: z.number(), message: z.string() }).loose().optional(),
+  })
+  .loose();
+
+/** /mcp in the OpenAPI document (served when the server has an MCP config). */
+export const MCP_ROUTES: readonly RouteDoc[] = [
+  {
+    method: 'post',
+    path: MCP_PATH,
+    summary:
+      'MCP Streamable HTTP: one JSON-RPC message (initialize opens a session, whose id comes back in ' +
+      'Mcp-Session-Id and goes with every later request). Bearer API key; the Host and Origin are checked',
+    body: { kind: 'json', schema: JsonRpcMessageDoc },
+    response: { status: 200, kind: 'mcp' },
+  },
+  {
+    method: 'get',
+    path: MCP_PATH,
+    summary: "The session's stream of server messages (text/event-stream; Mcp-Session-Id)",
+    response: { status: 200, kind: 'mcp' },
+  },
+  {
+    method: 'delete',
+    path: MCP_PATH,
+    summary: 'End the session (Mcp-Session-Id): its per-session server sandboxes are killed',
+    response: { status: 200, kind: 'mcp' },
+  },
+];
 
 /** A gateway config checked for `airlock serve`. */
 export interface ServeMcpConfig {
