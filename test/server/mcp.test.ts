@@ -238,4 +238,32 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
       "bob's per-session sandbox to be killed",
     );
   }, 120_000);
+
+  it('lists /mcp in /openapi.json beside the native API', async () => {
+    const doc = (await (await fetch(`${s.url}/openapi.json`)).json()) as {
+      paths: Record<string, Record<string, unknown>>;
+    };
+    expect(Object.keys(doc.paths['/mcp'] ?? {}).sort()).toEqual(['delete', 'get', 'post']);
+    expect(doc.paths['/v1/sandboxes']).toBeDefined();
+  });
+
+  it('leaves no MCP sandbox behind when the front server stops (SIGTERM) or dies (kill -9)', async () => {
+    const { client } = await connect(alice.key);
+    await client.callTool({ name: 'h__echo', arguments: { text: 'before' } });
+    expect((await mcpSandboxes()).length).toBeGreaterThan(0);
+    // SIGTERM: the gateway closes its sessions and kills its servers' sandboxes before exiting.
+    expect(await stopServe(s)).toBe(0);
+    expect(await mcpSandboxes()).toEqual([]);
+    // kill -9: nothing closes them, but the next front server kills what it did not record.
+    const mcpPath = join(TEST_STATE_DIR, 'mcp-servers.json');
+    s = await startServe({}, ['--mcp-config', mcpPath]);
+    const again = await connect(alice.key);
+    await again.client.callTool({ name: 'h__echo', arguments: { text: 'again' } });
+    const orphans = (await mcpSandboxes()).map((b) => b.id);
+    expect(orphans.length).toBeGreaterThan(0);
+    await stopServe(s, 'SIGKILL');
+    s = await startServe({}, ['--mcp-config', mcpPath]);
+    const left = (await mcpSandboxes()).map((b) => b.id);
+    expect(left.filter((id) => orphans.includes(id))).toEqual([]);
+  }, 240_000);
 });
