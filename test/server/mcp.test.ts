@@ -27,6 +27,8 @@ import {
 
 const [NODE, ...HOSTILE_ARGS] = FIXTURE('hostile-server.ts');
 const SUPERVISOR = { tenant: 'supervisor' };
+// A credential the `sec` server uses without seeing it (read by the front server from its env).
+const REAL = ['ghp', '_', 'R3alV4lue', 'x'.repeat(27)].join('');
 const INIT = JSON.stringify({
   jsonrpc: '2.0',
   id: 1,
@@ -111,6 +113,23 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
         mcpServers: {
           // per-session (the HTTP default): the hostile fixture, poisoned definitions and all
           h: { command: NODE, args: HOSTILE_ARGS, cwd: ROOT },
+          // per-server: one instance for every tenant, with a secret from the server's environment
+          sec: {
+            command: NODE,
+            args: HOSTILE_ARGS,
+            cwd: ROOT,
+            airlock: {
+              boundary: 'per-server',
+              network: { allow: ['api.example.com'] },
+              secrets: [
+                {
+                  name: 'EXAMPLE_TOKEN',
+                  value: { fromEnv: 'AIRLOCK_TEST_MCP_SECRET' },
+                  hosts: ['api.example.com'],
+                },
+              ],
+            },
+          },
           mem: {
             command: 'npx',
             args: ['-y', '@modelcontextprotocol/server-memory'],
@@ -121,6 +140,7 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
         airlock: { lockfile: join(TEST_STATE_DIR, 'no-such-dir', 'airlock.lock.json') },
       }),
     );
+    process.env.AIRLOCK_TEST_MCP_SECRET = REAL;
     s = await startServe({ tenants: { carol: { maxSandboxes: 0 } }, defaultQueueTimeoutMs: 0 }, [
       '--mcp-config',
       mcpPath,
@@ -156,8 +176,11 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
   }, 120_000);
 
   it("runs the servers in the supervisor's sandboxes, out of every tenant's sandbox list", async () => {
-    const boxes = await mcpSandboxes();
-    expect(boxes.map((b) => b.metadata.mcpServer).sort()).toEqual(['h', 'mem']);
+    const all = await mcpSandboxes();
+    expect(all.map((b) => b.metadata.mcpServer).sort()).toEqual(['h', 'mem', 'sec']);
+    // The per-server instance serves everyone and counts against no tenant; the others are alice's.
+    expect(all.find((b) => b.metadata.mcpServer === 'sec')!.metadata['airlock.mcpTenant']).toBeUndefined();
+    const boxes = all.filter((b) => b.metadata.mcpServer !== 'sec');
     expect(boxes.every((b) => b.metadata['airlock.mcpTenant'] === 'alice')).toBe(true);
     // Not an API sandbox of alice's: she cannot list, exec in or kill it through the API.
     const list = (await (await call(s.url, alice.key, 'GET', '/v1/sandboxes')).json()) as unknown[];
@@ -237,6 +260,27 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
       async () => !(await mcpSandboxes()).some((b) => b.id === mine[0]!.id) || undefined,
       "bob's per-session sandbox to be killed",
     );
+  }, 120_000);
+
+  it('hands a server a sentinel, never the real secret, and scrubs both from what the client sees', async () => {
+    const { client } = await connect(bob.key);
+    const r = await client.callTool({
+      name: 'sec__leak_secret',
+      arguments: { name: 'EXAMPLE_TOKEN', literal: REAL },
+    });
+    const out = text(r);
+    expect(out).not.toContain(REAL);
+    expect(out).not.toMatch(/airlock_sentinel_/);
+    expect(out).toContain('EXAMPLE_TOKEN=[REDACTED:sentinel:EXAMPLE_TOKEN]');
+    expect(out).toContain('literal=[REDACTED:secret:EXAMPLE_TOKEN]');
+    // Inside its sandbox (in the supervisor) the variable holds only the sentinel.
+    const sec = (await mcpSandboxes()).find((b) => b.metadata.mcpServer === 'sec')!;
+    let env = '';
+    for await (const e of supervisor.exec(sec.id, { cmd: 'printenv EXAMPLE_TOKEN' }, SUPERVISOR)) {
+      if (e.type === 'stdout') env += Buffer.from(e.data, 'base64').toString('utf8');
+    }
+    expect(env).toMatch(/^airlock_sentinel_/);
+    expect(env).not.toContain(REAL);
   }, 120_000);
 
   it('lists /mcp in /openapi.json beside the native API', async () => {
