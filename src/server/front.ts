@@ -348,7 +348,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
         config: o.mcp,
         stateDir: o.stateDir,
         socketPath: socket,
-        api: inner,
         quotas,
         queueTimeoutMs: cfg.defaultQueueTimeoutMs,
         store,

@@ -11,7 +11,7 @@
 // the server config); its airlock.tenants, airlock.listen and airlock.allowNonLoopback belong to the
 // stand-alone gateway and are refused here, with what to do instead.
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { IncomingMessage, Server } from 'node:http';
+import { Agent, type IncomingMessage, type Server } from 'node:http';
 import { z } from 'zod';
 import { readConfigData } from '../core/config-file.js';
 import { AirlockError } from '../core/errors.js';
@@ -21,7 +21,7 @@ import { GatewayCore } from '../mcp/gateway.js';
 import { HttpFront } from '../mcp/http.js';
 import { gatewaySetups } from '../mcp/setup.js';
 import type { ListenAddress } from './auth.js';
-import type { SandboxApi } from './contract.js';
+import { RemoteSandboxApi } from './client.js';
 import type { ServerMetrics } from './metrics.js';
 import { SupervisorMcpProvider } from './mcp-provider.js';
 import type { Quotas } from './quotas.js';
@@ -112,9 +112,8 @@ export function loadServeMcpConfig(path: string): ServeMcpConfig {
 export interface McpMountOptions {
   readonly config: ServeMcpConfig;
   readonly stateDir: string;
-  /** The supervisor's socket and its (unscoped) API. */
+  /** The supervisor's socket. */
   readonly socketPath: string;
-  readonly api: SandboxApi;
   readonly quotas: Quotas;
   readonly queueTimeoutMs: number;
   readonly store: Store;
@@ -144,10 +143,18 @@ export async function mountMcp(server: Server, o: McpMountOptions): Promise<McpM
   // The tenant of the /mcp request being served: a box per request, filled in once its key checks out,
   // read when a request of that tenant starts a server instance (quota) deep inside the gateway.
   const scope = new AsyncLocalStorage<{ tenant?: string }>();
+  // A client of the supervisor of its own: every server instance holds two streams open for its
+  // life (its process's output, its egress events), which must never use up the sockets the
+  // front server's API calls share (their agent is bounded). Instances are bounded by the config,
+  // the tenants' quotas and the sessions' lives.
+  const api = new RemoteSandboxApi({
+    socketPath: o.socketPath,
+    agent: new Agent({ keepAlive: true, maxSockets: Infinity }),
+  });
   const provider = new SupervisorMcpProvider({
     stateDir: o.stateDir,
     socketPath: o.socketPath,
-    api: o.api,
+    api,
     quotas: o.quotas,
     queueTimeoutMs: o.queueTimeoutMs,
     tenant: () => scope.getStore()?.tenant,
@@ -177,6 +184,7 @@ export async function mountMcp(server: Server, o: McpMountOptions): Promise<McpM
   } catch (e) {
     await core.close();
     await provider.close();
+    api.close();
     throw e;
   }
   const scheme = o.tls ? 'https' : 'http';
@@ -219,6 +227,7 @@ export async function mountMcp(server: Server, o: McpMountOptions): Promise<McpM
         await front.close();
         await core.close();
         await provider.close();
+        api.close();
       })()),
   };
 }

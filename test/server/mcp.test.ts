@@ -154,6 +154,7 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
   afterAll(async () => {
     await Promise.allSettled(clients.map((c) => c.close()));
     supervisor?.close();
+    delete process.env.AIRLOCK_TEST_MCP_SECRET;
     if (s) expect(await stopServe(s)).toBe(0);
     await stopSupervisor();
     expect(await settledResidue(5000)).toEqual(NO_RESIDUE);
