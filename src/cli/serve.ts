@@ -6,7 +6,6 @@ import { loadConfigFile } from '../core/config-file.js';
 import { DEFAULT_STATE_DIR } from '../sandbox/airlock.js';
 import { dirname, resolve } from 'node:path';
 import { parseListen } from '../server/auth.js';
-import { loadServeMcpConfig } from '../server/mcp.js';
 import { ServerConfigSchema, startFront, type ServerConfig } from '../server/front.js';
 import type { Store } from '../server/store.js';
 import { startSupervisor } from '../server/supervisor.js';
@@ -72,7 +71,9 @@ export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
     (config.mcpConfig !== undefined
       ? resolve(dirname(resolve(flags.config ?? '.')), config.mcpConfig)
       : undefined);
-  const mcp = mcpPath !== undefined ? loadServeMcpConfig(mcpPath) : undefined;
+  // Loaded only when asked for: the gateway and the MCP SDK are not start-up cost otherwise.
+  const mcp =
+    mcpPath !== undefined ? (await import('../server/mcp.js')).loadServeMcpConfig(mcpPath) : undefined;
   const stop = untilSignal();
   const front = await startFront({
     stateDir,

@@ -21,7 +21,8 @@ import { serverMetrics, type ServerMetrics } from './metrics.js';
 import { Quotas } from './quotas.js';
 import { e2bRoutes } from './e2b/index.js';
 import { attachPreview, checkPreviewDomain } from './preview.js';
-import { MCP_ROUTES, mountMcp, type McpMount, type ServeMcpConfig } from './mcp.js';
+// ./mcp.js (the gateway and the MCP SDK) is imported only when /mcp is served: start-up cost.
+import type { McpMount, ServeMcpConfig } from './mcp.js';
 import { openApiDocument } from './openapi.js';
 import type { AuditSink } from '../mcp/audit.js';
 import { nativeRoutes } from './routes.js';
@@ -298,7 +299,11 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     c.body(await metrics.registry.metrics(), 200, { 'content-type': metrics.registry.contentType }),
   );
   // /openapi.json (no key needed: it is outside /v1): nativeRoutes', or with /mcp when it is served.
-  if (o.mcp) app.get('/openapi.json', (c) => c.json(openApiDocument({ extra: MCP_ROUTES })));
+  const mcpModule = o.mcp ? await import('./mcp.js') : undefined;
+  if (mcpModule) {
+    const extra = mcpModule.MCP_ROUTES;
+    app.get('/openapi.json', (c) => c.json(openApiDocument({ extra })));
+  }
   app.use('/v1/*', bearerAuth(store));
   app.use('/v1/*', retryAfter);
   app.route(
@@ -342,9 +347,9 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   // Preview hosts (`<port>-<id>.<domain>`): the traffic token decides, so the unscoped supervisor API.
   attachPreview(server, { domain: previewDomain, api: inner, caller: supervisorCaller });
   let mcp: McpMount | undefined;
-  if (o.mcp) {
+  if (o.mcp && mcpModule) {
     try {
-      mcp = await mountMcp(server, {
+      mcp = await mcpModule.mountMcp(server, {
         config: o.mcp,
         stateDir: o.stateDir,
         socketPath: socket,

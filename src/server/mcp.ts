@@ -12,6 +12,7 @@
 // stand-alone gateway and are refused here, with what to do instead.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Agent, type IncomingMessage, type Server } from 'node:http';
+import { Gauge } from 'prom-client';
 import { z } from 'zod';
 import { readConfigData } from '../core/config-file.js';
 import { AirlockError } from '../core/errors.js';
@@ -159,6 +160,15 @@ export async function mountMcp(server: Server, o: McpMountOptions): Promise<McpM
     queueTimeoutMs: o.queueTimeoutMs,
     tenant: () => scope.getStore()?.tenant,
     shared: new Set(setups.filter((s) => s.boundary === 'per-server').map((s) => s.name)),
+  });
+  // MCP servers' sandboxes are not in the store (airlock_live_sandboxes counts API sandboxes).
+  new Gauge({
+    name: 'airlock_mcp_sandboxes',
+    help: "Live sandboxes of the /mcp gateway's servers (all tenants and shared instances)",
+    registers: [o.metrics.registry],
+    collect() {
+      this.set(provider.sandboxes().length);
+    },
   });
   const audit = (e: AuditEvent): void => {
     // Tool names come from the wire and stay out of the labels; server names are the config's.

@@ -245,6 +245,7 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
       Number(new RegExp(`^airlock_mcp_calls_total\\{${labels}\\} (\\d+)`, 'm').exec(m)?.[1] ?? 0);
     expect(value('tenant="alice",server="h",outcome="allowed"')).toBeGreaterThanOrEqual(1);
     expect(value('tenant="alice",server="h",outcome="denied"')).toBeGreaterThanOrEqual(1);
+    expect(Number(/^airlock_mcp_sandboxes (\d+)/m.exec(m)?.[1])).toBeGreaterThanOrEqual(1);
     // No tool name from the wire in any label.
     expect(m).not.toMatch(/airlock_mcp_calls_total\{[^}]*(echo|add)/);
   });
