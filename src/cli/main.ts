@@ -377,6 +377,7 @@ function registerServerCommands(program: Command, io: Io, setStatus: (code: numb
     .option('--tls-cert <file>', 'PEM certificate: serve HTTPS')
     .option('--tls-key <file>', 'PEM private key of --tls-cert')
     .option('--insecure-listen', 'allow a non-loopback --listen without TLS (behind a TLS proxy only)')
+    .option('--mcp-config <file>', 'serve the MCP gateway at /mcp: an mcpServers file (as airlock gateway)')
     .option(
       '--first-key',
       'create a first API key (tenant "default") if there is none, and print how to use it',

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { AirlockError } from '../core/errors.js';
 import { loadConfigFile } from '../core/config-file.js';
 import { DEFAULT_STATE_DIR } from '../sandbox/airlock.js';
+import { dirname, resolve } from 'node:path';
 import { parseListen } from '../server/auth.js';
 import { ServerConfigSchema, startFront, type ServerConfig } from '../server/front.js';
 import type { Store } from '../server/store.js';
@@ -18,6 +19,8 @@ export interface ServeFlags {
   tlsCert?: string;
   tlsKey?: string;
   insecureListen?: boolean;
+  /** A gateway config (mcpServers) served at /mcp (overrides the server config's mcpConfig). */
+  mcpConfig?: string;
   /** Create a first API key (tenant "default") if the server has none, and print how to use it. */
   firstKey?: boolean;
 }
@@ -62,6 +65,15 @@ export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
     certPath && keyPath
       ? { cert: readFileSync(certPath, 'utf8'), key: readFileSync(keyPath, 'utf8') }
       : undefined;
+  // A relative mcpConfig in the server config is relative to that file (as the gateway's lockfile).
+  const mcpPath =
+    flags.mcpConfig ??
+    (config.mcpConfig !== undefined
+      ? resolve(dirname(resolve(flags.config ?? '.')), config.mcpConfig)
+      : undefined);
+  // Loaded only when asked for: the gateway and the MCP SDK are not start-up cost otherwise.
+  const mcp =
+    mcpPath !== undefined ? (await import('../server/mcp.js')).loadServeMcpConfig(mcpPath) : undefined;
   const stop = untilSignal();
   const front = await startFront({
     stateDir,
@@ -70,8 +82,13 @@ export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
     ...(tls ? { tls } : {}),
     insecureListen: flags.insecureListen === true || config.insecureListen === true,
     supervisorCommand: selfCommand(),
+    ...(mcp ? { mcp } : {}),
   });
   io.out(`airlock serve: listening on ${front.url} (state ${stateDir})\n`);
+  if (mcp) {
+    const n = Object.keys(mcp.gateway.mcpServers).length;
+    io.out(`airlock serve: MCP gateway (${n} server${n === 1 ? '' : 's'}) at ${front.url}/mcp\n`);
+  }
   if (flags.firstKey) io.out(firstKeyBanner(front.url, front.store));
   const status = await stop;
   await front.close();

@@ -26,8 +26,15 @@ import { NodeStreamableTransport } from './streamable.js';
 export interface HttpFrontOptions {
   readonly host: string;
   readonly port: number;
-  /** Tenants and their bearer tokens (at least one). */
-  readonly tenants: ReadonlyArray<{ readonly name: string; readonly token: string }>;
+  /** Tenants and their bearer tokens (at least one, unless `authenticate` is given). */
+  readonly tenants?: ReadonlyArray<{ readonly name: string; readonly token: string }>;
+  /**
+   * The tenant a request acts for, or undefined (401), instead of `tenants`' tokens: e.g. `airlock
+   * serve`, whose API keys (checked per request, so a revoked key stops at once) name the tenant.
+   */
+  readonly authenticate?: (req: IncomingMessage) => string | undefined;
+  /** The 401 message (default: send the bearer token from the gateway config). */
+  readonly unauthorizedMessage?: string;
   /** Host header values accepted (host:port, lower case). Default: the listen address and localhost forms. */
   readonly allowedHosts?: readonly string[];
   /**
@@ -70,8 +77,9 @@ export class HttpFront {
     private readonly core: GatewayCore,
     private readonly opts: HttpFrontOptions,
   ) {
-    if (!opts.tenants.length) throw new Error('the HTTP gateway needs at least one tenant with a token');
-    this.tokens = opts.tenants.map((t) => ({ name: t.name, hash: digest(t.token) }));
+    if (!opts.tenants?.length && !opts.authenticate)
+      throw new Error('the HTTP gateway needs at least one tenant with a token');
+    this.tokens = (opts.tenants ?? []).map((t) => ({ name: t.name, hash: digest(t.token) }));
     this.allowedHosts = new Set();
     this.allowedOrigins = new Set();
     this.http = createServer((req, res) => void this.handle(req, res));
@@ -83,6 +91,14 @@ export class HttpFront {
       this.http.listen(this.opts.port, this.opts.host, () => resolve());
     });
     const port = (this.http.address() as AddressInfo).port;
+    return this.attach(port);
+  }
+
+  /**
+   * Serve on another server instead of listening: that server hands /mcp requests to
+   * handleRequest(). `port` is the one it listens on (the default Host and Origin checks use it).
+   */
+  attach(port: number): { host: string; port: number; url: string } {
     const hostPart = this.opts.host.includes(':') ? `[${this.opts.host}]` : this.opts.host;
     const defaults = [`${hostPart}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`];
     this.allowedHosts = new Set((this.opts.allowedHosts ?? defaults).map((h) => h.toLowerCase()));
@@ -92,9 +108,15 @@ export class HttpFront {
       ),
     );
     const idle = this.opts.sessionIdleMs ?? 30 * 60_000;
+    if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = setInterval(() => this.sweep(idle), Math.min(idle, 60_000));
     this.sweeper.unref();
     return { host: this.opts.host, port, url: `http://${hostPart}:${port}/mcp` };
+  }
+
+  /** One request of an attached front (every check of a listening one applies). */
+  handleRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    return this.handle(req, res);
   }
 
   get sessionCount(): number {
@@ -105,6 +127,7 @@ export class HttpFront {
     if (this.sweeper) clearInterval(this.sweeper);
     await Promise.allSettled([...this.live.values()].map((l) => l.transport.close()));
     this.live.clear();
+    if (!this.http.listening) return; // attached to another server: it closes its own
     this.http.closeAllConnections?.();
     await new Promise<void>((r) => this.http.close(() => r()));
   }
@@ -120,6 +143,7 @@ export class HttpFront {
   }
 
   private tenantOf(req: IncomingMessage): string | undefined {
+    if (this.opts.authenticate) return this.opts.authenticate(req);
     const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
     if (!m) return undefined;
     const h = digest(m[1]!);
@@ -163,7 +187,8 @@ export class HttpFront {
         return this.reject(
           res,
           401,
-          'unauthorized: send Authorization: Bearer <token> from the gateway config',
+          this.opts.unauthorizedMessage ??
+            'unauthorized: send Authorization: Bearer <token> from the gateway config',
           {
             'www-authenticate': 'Bearer realm="airlock"',
           },

@@ -21,6 +21,10 @@ import { serverMetrics, type ServerMetrics } from './metrics.js';
 import { Quotas } from './quotas.js';
 import { e2bRoutes } from './e2b/index.js';
 import { attachPreview, checkPreviewDomain } from './preview.js';
+// ./mcp.js (the gateway and the MCP SDK) is imported only when /mcp is served: start-up cost.
+import type { McpMount, ServeMcpConfig } from './mcp.js';
+import { openApiDocument } from './openapi.js';
+import type { AuditSink } from '../mcp/audit.js';
 import { nativeRoutes } from './routes.js';
 import { LIVE_STATES, Store, TENANT_NAME_RE, type Quota } from './store.js';
 import {
@@ -84,6 +88,8 @@ export const ServerConfigSchema = z
      * the default, localhost, needs none: *.localhost is loopback, and the server's port is added).
      */
     previewDomain: z.string().default('localhost'),
+    /** A gateway config (mcpServers, as `airlock gateway --config`) served at /mcp; relative to this file. */
+    mcpConfig: z.string().min(1).optional(),
     /** How often the supervisor is checked (boot id, liveness). */
     supervisorCheckMs: z.number().int().min(100).max(60_000).default(2000),
   })
@@ -112,6 +118,9 @@ export interface FrontOptions {
    * ctx.callerForKey). Every sandbox call must go through ctx.api: it scopes tenants and quotas.
    */
   readonly mount?: (app: Hono<FrontEnv>, ctx: FrontContext) => void;
+  /** The MCP gateway served at /mcp (server/mcp.ts), and where its audit events go. */
+  readonly mcp?: ServeMcpConfig;
+  readonly mcpAudit?: AuditSink;
 }
 
 /** What mounted routes get from the front server. */
@@ -127,6 +136,8 @@ export interface RunningFront {
   readonly url: string;
   readonly store: Store;
   readonly metrics: ServerMetrics;
+  /** The /mcp gateway, when configured. */
+  readonly mcp?: McpMount;
   /** Check the supervisor now (and reconcile a new boot); the current info or undefined. */
   checkSupervisor(): Promise<SupervisorInfo | undefined>;
   /** Stop serving (the supervisor and its sandboxes keep running). */
@@ -306,7 +317,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
   app.get('/metrics', async (c) =>
     c.body(await metrics.registry.metrics(), 200, { 'content-type': metrics.registry.contentType }),
   );
-  // /openapi.json: served by nativeRoutes (no key needed: it is mounted outside /v1).
+  // /openapi.json (no key needed: it is outside /v1): nativeRoutes', or with /mcp when it is served.
+  const mcpModule = o.mcp ? await import('./mcp.js') : undefined;
+  if (mcpModule) {
+    const extra = mcpModule.MCP_ROUTES;
+    app.get('/openapi.json', (c) => c.json(openApiDocument({ extra })));
+  }
   app.use('/v1/*', bearerAuth(store));
   app.use('/v1/*', retryAfter);
   app.route(
@@ -316,6 +332,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
       maxBodyBytes: cfg.maxBodyBytes,
       maxUploadBytes: cfg.maxUploadBytes,
       allowPrivateNetwork: cfg.allowPrivateNetwork,
+      ...(o.mcp ? { openapi: false } : {}),
     }),
   );
 
@@ -353,6 +370,29 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     caller: supervisorCaller,
     secure: o.tls !== undefined,
   });
+  let mcp: McpMount | undefined;
+  if (o.mcp && mcpModule) {
+    try {
+      mcp = await mcpModule.mountMcp(server, {
+        config: o.mcp,
+        stateDir: o.stateDir,
+        socketPath: socket,
+        quotas,
+        queueTimeoutMs: cfg.defaultQueueTimeoutMs,
+        store,
+        metrics,
+        listen: { host: o.listen.host, port: (server.address() as AddressInfo).port },
+        tls: o.tls !== undefined,
+        ...(o.mcpAudit ? { audit: o.mcpAudit } : {}),
+      });
+    } catch (e) {
+      server.close();
+      api.close();
+      quotas.close();
+      store.close();
+      throw e;
+    }
+  }
   const timer = setInterval(() => void checkSupervisor().catch(() => {}), cfg.supervisorCheckMs);
   timer.unref();
   const addr = server.address() as AddressInfo;
@@ -362,10 +402,12 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     url: `${o.tls ? 'https' : 'http'}://${host}:${addr.port}`,
     store,
     metrics,
+    ...(mcp ? { mcp } : {}),
     checkSupervisor,
     close: () =>
       (closing ??= (async () => {
         clearInterval(timer);
+        await mcp?.close();
         await new Promise<void>((r) => {
           server.close(() => r());
           server.closeAllConnections();

@@ -9,7 +9,7 @@ export interface ServerMetrics {
   readonly creates: Counter<'outcome'>;
   readonly execSeconds: Histogram;
   readonly egressVerdicts: Counter<'decision'>;
-  readonly mcpCalls: Counter<'outcome'>;
+  readonly mcpCalls: Counter<'tenant' | 'server' | 'outcome'>;
   egress(e: EgressEvent): void;
 }
 
@@ -63,8 +63,8 @@ export function serverMetrics(o: {
   });
   const mcpCalls = new Counter({
     name: 'airlock_mcp_calls_total',
-    help: 'MCP tool calls through the server, by outcome',
-    labelNames: ['outcome'] as const,
+    help: 'MCP tool calls through /mcp, by tenant, configured server and outcome (allowed, denied, error)',
+    labelNames: ['tenant', 'server', 'outcome'] as const,
     registers: [registry],
   });
   return {

@@ -70,7 +70,16 @@ function operation(r: RouteDoc): Json {
             ? {
                 description: `Switching protocols to ${res.protocol}: the connection carries raw bytes from here on`,
               }
-            : { description: 'Done' };
+            : res.kind === 'mcp'
+              ? {
+                  description:
+                    'MCP Streamable HTTP: JSON-RPC messages as one JSON body or a text/event-stream; errors are JSON-RPC errors',
+                  content: {
+                    'application/json': { schema: { type: 'object' } },
+                    'text/event-stream': { schema: { type: 'string' } },
+                  },
+                }
+              : { description: 'Done' };
   op.responses = {
     [String(res.status)]: ok,
     default: {
@@ -81,10 +90,15 @@ function operation(r: RouteDoc): Json {
   return op;
 }
 
-/** The whole document (built on every call: cheap, and never stale). */
-export function openApiDocument(o: { title?: string; version?: string } = {}): Json {
+/**
+ * The whole document (built on every call: cheap, and never stale). `extra`: routes a server serves
+ * beside the native API (e.g. /mcp on `airlock serve` with an MCP config).
+ */
+export function openApiDocument(
+  o: { title?: string; version?: string; extra?: readonly RouteDoc[] } = {},
+): Json {
   const paths: Record<string, Json> = {};
-  for (const r of NATIVE_ROUTES) {
+  for (const r of [...NATIVE_ROUTES, ...(o.extra ?? [])]) {
     const p = (paths[openApiPath(r.path)] ??= {});
     p[r.method] = operation(r);
   }

@@ -35,7 +35,9 @@ export type RouteResponse =
   | { status: 200; kind: 'ndjson'; item: z.ZodType }
   | { status: 200; kind: 'bytes' }
   | { status: 204; kind: 'empty' }
-  | { status: 101; kind: 'upgrade'; protocol: string };
+  | { status: 101; kind: 'upgrade'; protocol: string }
+  /** MCP Streamable HTTP (/mcp): a JSON-RPC answer as JSON, or an SSE stream of them. */
+  | { status: 200 | 202; kind: 'mcp' };
 
 export interface RouteDoc {
   readonly method: 'get' | 'post' | 'put' | 'delete';

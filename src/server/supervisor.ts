@@ -24,6 +24,7 @@ import type { Logger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { Airlock, type AirlockOptions } from '../sandbox/airlock.js';
 import { LocalSandboxApi } from './local.js';
+import { mcpSupervisorRoutes } from './mcp-supervisor.js';
 import { nativeRoutes } from './routes.js';
 import { supervisorPaths, type SupervisorInfo } from './supervisor-client.js';
 
@@ -87,6 +88,8 @@ export async function startSupervisor(o: SupervisorOptions): Promise<RunningSupe
     const local = new LocalSandboxApi(airlock);
     // The socket's only client is the front server (root), which scopes tenants itself.
     const trusted = (): Caller => ({ tenant: 'supervisor' });
+    // The sandboxes of the front server's /mcp gateway (their servers' files bound read-only).
+    app.route('/', mcpSupervisorRoutes(airlock));
     app.route(
       '/',
       nativeRoutes(local, {
