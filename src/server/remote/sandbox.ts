@@ -18,6 +18,7 @@ import type {
   SandboxProcess,
   SpawnOptions,
 } from '../../sandbox/sandbox.js';
+import type { PortableSandbox } from '../../sandbox/portable.js';
 import type { Caller, ExecEvent, ExecRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
 import { checkSpillDir, shapeExec } from './exec.js';
 import { RemoteFiles } from './files.js';
@@ -88,7 +89,7 @@ export class RemoteSnapshot {
   }
 }
 
-export class RemoteSandbox {
+export class RemoteSandbox implements PortableSandbox {
   readonly id: string;
   /** The spec as this client asked for it (with the library's defaults); undefined after connect(). */
   readonly spec: SandboxSpec | undefined;
