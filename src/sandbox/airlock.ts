@@ -54,11 +54,31 @@ let envRemote: { readonly key: string; readonly runtime: RemoteRuntime } | undef
 
 /**
  * The local runtime `Sandbox.create` uses when it is given none and AIRLOCK_API_URL is not set
- * (created lazily, with defaults). It always runs sandboxes on this host.
+ * (created lazily: state dir from AIRLOCK_STATE_DIR, host uids from AIRLOCK_UID_RANGE, as the CLI's).
+ * It always runs sandboxes on this host.
  */
 export function defaultAirlock(): Airlock {
-  defaultRuntime ??= new Airlock();
+  if (defaultRuntime === undefined) {
+    const uidRange = uidRangeFromEnv(process.env.AIRLOCK_UID_RANGE);
+    defaultRuntime = new Airlock(uidRange ? { uidRange } : {});
+  }
   return defaultRuntime;
+}
+
+/** `AIRLOCK_UID_RANGE=FIRST:COUNT` (as the CLI reads it), or undefined when unset. */
+function uidRangeFromEnv(value: string | undefined): UidRange | undefined {
+  if (value === undefined || value === '') return undefined;
+  const m = /^(\d+):(\d+)$/.exec(value.trim());
+  const first = m ? Number(m[1]) : NaN;
+  const count = m ? Number(m[2]) : NaN;
+  if (!m || first < 1000 || count < 1 || first + count > 2 ** 32 - 2) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      `AIRLOCK_UID_RANGE: "${value}" is not FIRST:COUNT of unused host uids (FIRST >= 1000); use e.g. 3000000:65536`,
+      { field: 'AIRLOCK_UID_RANGE' },
+    );
+  }
+  return { first, count };
 }
 
 /**

@@ -49,11 +49,14 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
       );
       // Without AIRLOCK_API_URL the environment asks for the local library.
       expect(airlockFromEnv({})).toBeInstanceOf(Airlock);
-      // An Airlock never quietly runs here what was meant for a server.
-      await expectError(() => new Airlock({ apiUrl: server.url } as never), 'INVALID_ARGUMENT', 'apiUrl');
+      // What was meant for a server runs there (never quietly here): an Airlock given apiUrl, and
+      // Sandbox.create without a runtime while AIRLOCK_API_URL is set (more: remote-sdk-env.test.ts).
+      expect(new Airlock({ apiUrl: server.url })).toBeInstanceOf(RemoteAirlock);
       process.env.AIRLOCK_API_URL = server.url;
-      await expectError(() => Sandbox.create({}), 'INVALID_ARGUMENT', 'airlock');
-      expect(server.airlock.list()).toEqual([]);
+      const sbx = await Sandbox.create({});
+      expect(sbx).toBeInstanceOf(RemoteSandbox);
+      expect(server.airlock.list().map((s) => s.id)).toEqual([sbx.id]);
+      await sbx.kill();
     } finally {
       if (saved === undefined) delete process.env.AIRLOCK_API_URL;
       else process.env.AIRLOCK_API_URL = saved;
