@@ -4,7 +4,9 @@
 // `new Airlock({ apiUrl })` makes, that an Airlock without apiUrl stays local under AIRLOCK_API_URL,
 // and every bad apiUrl / option / spec failing with a typed error that names what to fix.
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -16,6 +18,7 @@ import {
   type SandboxSpecInput,
 } from '../../src/index.js';
 import { expectError } from '../contract/support.js';
+import { extractBlocks } from '../docs/blocks.js';
 import {
   NO_RESIDUE,
   SKIP_REASON,
@@ -28,22 +31,30 @@ import {
 import { get } from './serve-api.js';
 import { CLI, cliEnv, newKey, startServe, stopServe, stopSupervisor, type Served } from './serve-helpers.js';
 
-const SCRIPT = join(import.meta.dirname, '..', 'fixtures', 'library-script.ts');
+const ROOT = join(import.meta.dirname, '..', '..');
+const SCRIPT = join(ROOT, 'test', 'fixtures', 'library-script.ts');
+const DOC = 'docs/guides/remote-sdk.md';
 const LOCAL_DIR = `${TEST_STATE_DIR}-local-sdk`;
 
-/** Run the script in a fresh Node (tsx) with `env`; its one JSON line. */
-function runScript(env: NodeJS.ProcessEnv): Promise<Record<string, unknown>> {
+/** Run a TypeScript file in a fresh Node (tsx) with `env`; its stdout. */
+function runTs(file: string, env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(CLI[0]!, [CLI[1]!, CLI[2]!, SCRIPT], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(CLI[0]!, [CLI[1]!, CLI[2]!, file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
     child.stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
     child.on('exit', (code) => {
-      if (code !== 0) reject(new Error(`the script exited ${code}: ${err}`));
-      else resolve(JSON.parse(out.trim().split('\n').pop()!) as Record<string, unknown>);
+      if (code !== 0) reject(new Error(`${file} exited ${code}: ${err}`));
+      else resolve(out);
     });
   });
+}
+
+/** Run the library script with `env`; its one JSON line. */
+async function runScript(env: NodeJS.ProcessEnv): Promise<Record<string, unknown>> {
+  const out = await runTs(SCRIPT, env);
+  return JSON.parse(out.trim().split('\n').pop()!) as Record<string, unknown>;
 }
 
 /** The environment without any server setting (what a local run sees). */
@@ -69,6 +80,13 @@ async function withEnv<T>(vars: { url?: string; key?: string }, f: () => Promise
     set('AIRLOCK_API_URL', saved[0]);
     set('AIRLOCK_API_KEY', saved[1]);
   }
+}
+
+/** The server's count of successful creates (its Prometheus /metrics). */
+async function createsOk(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = /^airlock_creates_total\{outcome="ok"\} (\d+)$/m.exec(text);
+  return m ? Number(m[1]) : 0;
 }
 
 /** A loopback port nothing listens on. */
@@ -251,6 +269,35 @@ describe.skipIf(!canRunNamespaces)(`library code against a server (${SKIP_REASON
     });
     expect((await new RemoteAirlock({ apiUrl: served!.url, apiKey: key }).query()).length).toBe(before);
   });
+
+  it(`the examples of ${DOC} run against the server`, async () => {
+    // The docs test typechecks them (they need a server: flag `typecheck`); here they run, with
+    // `airlock-sandbox` as this checkout's package entry and AIRLOCK_API_URL/KEY at the server.
+    const blocks = extractBlocks(ROOT, DOC).filter((b) => b.lang === 'ts');
+    expect(blocks.length).toBeGreaterThanOrEqual(2);
+    const dir = mkdtempSync(join(tmpdir(), 'airlock-remote-docs-'));
+    const live = async (): Promise<number> =>
+      (await new RemoteAirlock({ apiUrl: served!.url, apiKey: key }).query()).length;
+    const before = { live: await live(), creates: await createsOk(served!.url) };
+    try {
+      for (const b of blocks) {
+        const file = join(dir, `block-${b.line}.mts`);
+        const entry = JSON.stringify(join(ROOT, 'src', 'index.ts'));
+        writeFileSync(file, b.code.replaceAll("'airlock-sandbox'", entry));
+        const out = await runTs(file, {
+          ...withoutServer(),
+          AIRLOCK_API_URL: served!.url,
+          AIRLOCK_API_KEY: key,
+        });
+        expect(out, `${DOC}:${b.line}`).not.toBe('');
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    // They ran there (one create each, counted by the server) and killed what they made.
+    expect(await createsOk(served!.url)).toBe(before.creates + blocks.length);
+    expect(await live()).toBe(before.live);
+  }, 180_000);
 
   it('leaves no residue on the host', async () => {
     await stopServe(served!);
