@@ -881,7 +881,7 @@ function serverSection(r: ServerReport, chart: (n: string, t: string, svg: strin
     id: 'S1',
     title: 'the sandbox server: API overhead, 100 concurrent creates, memory',
     intro:
-      `\`airlock serve\` (the built CLI: front server + supervisor) on loopback. ${r.rounds} rounds of ` +
+      `\`airlock serve\` (front server + supervisor, run from the source through tsx) on loopback. ${r.rounds} rounds of ` +
       'create → exec `true` → kill, the library in-process, the remote TypeScript SDK (native API) and the ' +
       'e2b SDK (/e2b) taking turns each round, after 10 warm-up runs each (bench/server.ts).',
     rows: [

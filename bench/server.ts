@@ -1,4 +1,4 @@
-// S1: the sandbox server (`airlock serve`: front server + supervisor, the built CLI) against the
+// S1: the sandbox server (`airlock serve`: front server + supervisor) against the
 // library in-process, all in one run:
 //   - create → exec `true` → kill, N rounds, the three ways taking turns each round: (a) the library
 //     in this process, (b) the remote TypeScript SDK over the native API (`new Airlock({ apiUrl })`:
@@ -9,21 +9,18 @@
 //     and after the rounds above), and with N live sandboxes; the overhead per sandbox from those
 //     (the sandboxes' own processes are not in it: see P5 for what a sandbox costs the host).
 // Everything on loopback; the e2b SDK's own domain is an unresolvable .invalid name.
+// The server runs from the source through tsx, not from the built CLI: the bundle (dist/bin) does not
+// find better-sqlite3's native binding, so a built `airlock serve` cannot open its store yet. Its RSS
+// therefore includes the TypeScript loader.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { Airlock, Sandbox, type RemoteAirlock } from '../src/index.js';
 import { Store } from '../src/server/store.js';
 import { supervisorInfo, supervisorPaths } from '../src/server/supervisor-client.js';
-import {
-  BENCH_STATE_DIR,
-  BENCH_UID_RANGE,
-  BUILT_CLI,
-  buildCli,
-  sleepMs,
-  type BenchContext,
-} from './common.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE, sleepMs, type BenchContext } from './common.js';
 import { percentile, summarize, type Summary } from './stats.js';
 
 /** The server's own state dir and uids (apart from the library's, so neither reaps the other). */
@@ -32,6 +29,9 @@ const LIBRARY_UIDS = { first: BENCH_UID_RANGE.first, count: 1024 };
 const SERVER_UIDS = { first: BENCH_UID_RANGE.first + 1024, count: BENCH_UID_RANGE.count - 1024 };
 const CONCURRENT = 100;
 const E2B_DOMAIN = 'airlock-bench.invalid';
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TSX = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+const CLI_MAIN = join(ROOT, 'src', 'cli', 'main.ts');
 
 export interface Latency extends Summary {
   readonly p90: number;
@@ -86,7 +86,7 @@ interface Served {
   readonly supervisorPid: number;
 }
 
-/** `airlock serve` (the built CLI) on 127.0.0.1:0 with the bench's state dir; resolves once it listens. */
+/** `airlock serve` (the source, through tsx) on 127.0.0.1:0 with the bench's state dir; resolves once it listens. */
 async function startServe(): Promise<Served> {
   mkdirSync(SERVER_STATE_DIR, { recursive: true, mode: 0o711 });
   const config = join(SERVER_STATE_DIR, 'bench-serve.json');
@@ -98,7 +98,18 @@ async function startServe(): Promise<Served> {
   );
   const child = spawn(
     process.execPath,
-    [BUILT_CLI, 'serve', '--listen', '127.0.0.1:0', '--state-dir', SERVER_STATE_DIR, '--config', config],
+    [
+      '--import',
+      TSX,
+      CLI_MAIN,
+      'serve',
+      '--listen',
+      '127.0.0.1:0',
+      '--state-dir',
+      SERVER_STATE_DIR,
+      '--config',
+      config,
+    ],
     {
       env: {
         PATH: '/usr/local/bin:/usr/bin:/bin',
@@ -163,8 +174,7 @@ const rssOf = (s: Served): Rss => ({
 export async function serverBench(c: BenchContext & { runs: number }): Promise<ServerReport> {
   const rounds = c.quick ? Math.min(c.runs, 20) : Math.min(c.runs, 200);
   const live = c.quick ? 20 : 100;
-  c.log('server: building the CLI (dist) and starting airlock serve');
-  await buildCli();
+  c.log('server: starting airlock serve');
   const served = await startServe();
   const library = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: LIBRARY_UIDS });
   let remote: RemoteAirlock | undefined;
