@@ -7,6 +7,7 @@
 // `new Airlock({ apiUrl })` is constructed, or `Sandbox.create` runs with AIRLOCK_API_URL set.
 import { AirlockError } from '../core/errors.js';
 import type { ExecCommand, SandboxSpecInput } from '../core/spec.js';
+import type { EgressEvent } from '../egress/events.js';
 import type { SandboxFiles } from './files.js';
 import type { ExecHandle, ExecOptions, ExecResult, SandboxProcess, SpawnOptions } from './sandbox.js';
 
@@ -28,7 +29,7 @@ export interface PortableSandboxInfo {
 /**
  * A sandbox wherever it runs: the library's `Sandbox` (this process) or the remote SDK's
  * `RemoteSandbox` (a server). What `Sandbox.create(spec)` returns when no runtime is given; narrow it
- * with `instanceof Sandbox` for what only a local sandbox has (workspace diffs, egress listeners,
+ * with `instanceof Sandbox` for what only a local sandbox has (workspace diffs, the egress log array,
  * connectPort, the host uid).
  */
 export interface PortableSandbox {
@@ -42,6 +43,10 @@ export interface PortableSandbox {
   spawn(cmd: ExecCommand, opts?: SpawnOptions): Promise<SandboxProcess>;
   /** Move the TTL to `ttlMs` from now (a remote sandbox returns a promise: await it for the server's answer). */
   setTimeout(ttlMs: number): void | Promise<void>;
+  /** Subscribe to egress events (a sandbox with a network policy); returns the unsubscribe function. */
+  onEgress(listener: (e: EgressEvent) => void): () => void;
+  /** Egress events as an async iterator until the sandbox dies or `signal` aborts. */
+  watchEgress(signal?: AbortSignal): AsyncIterable<EgressEvent>;
   pause(): Promise<void>;
   resume(): Promise<void>;
   kill(): Promise<void>;

@@ -282,6 +282,27 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
     }
   });
 
+  it("egress streams (the library's onEgress / watchEgress) end with the sandbox", async () => {
+    const sbx = await remote.create();
+    const seen: unknown[] = [];
+    const off = sbx.onEgress((e) => seen.push(e));
+    const watched: unknown[] = [];
+    const watching = (async () => {
+      for await (const e of sbx.watchEgress()) watched.push(e);
+    })();
+    await sbx.exec('true');
+    await sbx.kill();
+    await watching; // ends (no error) when the sandbox is gone
+    off();
+    expect([seen, watched]).toEqual([[], []]); // no network policy: no attempts
+    await expectError(
+      (async () => {
+        for await (const _ of sbx.watchEgress()) void _;
+      })(),
+      'SANDBOX_GONE',
+    );
+  });
+
   it('leaves no residue on the host', async () => {
     await remote.killAll();
     expect(await settledResidue()).toEqual(NO_RESIDUE);
