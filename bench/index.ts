@@ -25,6 +25,7 @@ import { forkBench, formatFork, type ForkReport } from './fork.js';
 import { formatLifecycle, lifecycle, type LifecycleReport } from './lifecycle.js';
 import { airlockPaths, formatMcp, mcpBench, type McpReport } from './mcp.js';
 import { peerBench, type PeerReport } from './peer.js';
+import { formatServer, serverBench, type ServerReport } from './server.js';
 import {
   machineFacts,
   mib,
@@ -56,6 +57,7 @@ interface Results {
   mcp?: McpReport;
   egress?: EgressReport;
   peer?: PeerReport;
+  server?: ServerReport;
 }
 
 type Runner = (ctx: BenchContext & { runs: number }, r: Results) => Promise<void>;
@@ -74,13 +76,14 @@ const BENCHES: Record<string, Runner> = {
   mcp: async (c, r) => void (r.mcp = await mcpBench({ log: c.log, quick: c.quick })),
   egress: async (c, r) => void (r.egress = await egressBench({ log: c.log })),
   peer: async (c, r) => void (r.peer = await peerBench(c)),
+  server: async (c, r) => void (r.server = await serverBench(c)),
 };
 
 /**
  * The order benchmarks run in (the report keeps P1 … P7): density last, since the kernel goes on
  * releasing 1,000 sandboxes' namespaces and cgroups for a while after it, which would skew the next.
  */
-const RUN_ORDER = ['lifecycle', 'gvisor', 'fork', 'throughput', 'mcp', 'egress', 'peer', 'density'];
+const RUN_ORDER = ['lifecycle', 'gvisor', 'fork', 'throughput', 'mcp', 'egress', 'peer', 'server', 'density'];
 
 /** Busy and total jiffies of all CPUs since boot. */
 function cpuJiffies(): { busy: number; total: number } {
@@ -857,6 +860,70 @@ function peerSection(p: PeerReport, chart: (n: string, t: string, svg: string) =
   };
 }
 
+/**
+ * S1 (issue 36): the sandbox server beside the library, in the same run: the p50 each client adds to
+ * create → exec `true` → kill (target ≤ 2 ms on loopback), 100 concurrent creates, and memory.
+ */
+function serverSection(r: ServerReport, chart: (n: string, t: string, svg: string) => Chart): Section {
+  const base = r.library;
+  const vs = (x: number): string => ratioTo(x, base.p50, 'library p50', ms(base.p50));
+  const added = (name: string, l: ServerReport['library']): Row =>
+    row(
+      `${name}: added p50 (p50 ${ms(l.p50)}, p90 ${ms(l.p90)})`,
+      ms(l.p50 - base.p50),
+      vs(l.p50),
+      '≤ 2 ms added p50 on loopback',
+      verdict(l.p50 - base.p50 <= 2),
+    );
+  const c = r.concurrent;
+  const m = r.memory;
+  return {
+    id: 'S1',
+    title: 'the sandbox server: API overhead, 100 concurrent creates, memory',
+    intro:
+      `\`airlock serve\` (front server + supervisor, run from the source through tsx) on loopback. ${r.rounds} rounds of ` +
+      'create → exec `true` → kill, the library in-process, the remote TypeScript SDK (native API) and the ' +
+      'e2b SDK (/e2b) taking turns each round, after 10 warm-up runs each (bench/server.ts).',
+    rows: [
+      row(`library in-process, p50 (baseline; p90 ${ms(base.p90)})`, ms(base.p50), '1.00×'),
+      added('remote TypeScript SDK', r.remoteSdk),
+      added('e2b SDK', r.e2b),
+      row(
+        `${c.n} concurrent creates through the API: wall time`,
+        ms(c.wallMs),
+        `${c.errors} errors${c.firstError ? ` (first: ${c.firstError})` : ''}`,
+      ),
+      row(
+        `${c.n} concurrent creates: per create p50 / p99`,
+        `${ms(c.perCreate.p50)} / ${ms(c.perCreate.p99)}`,
+        ratioTo(c.perCreate.p50, base.p50, 'library one-shot p50', ms(base.p50)),
+      ),
+      row(
+        'server RSS, no sandbox (front + supervisor)',
+        mib(m.idle.frontMiB + m.idle.supervisorMiB),
+        `front ${mib(m.idle.frontMiB)}, supervisor ${mib(m.idle.supervisorMiB)}; at start ${mib(m.idleAtStart.frontMiB + m.idleAtStart.supervisorMiB)}`,
+      ),
+      row(
+        `server RSS per live sandbox (front + supervisor, ${m.live} live)`,
+        `${m.perSandboxKiB.toFixed(0)} KiB`,
+        `${mib(m.loaded.frontMiB + m.loaded.supervisorMiB)} with ${m.live} live`,
+      ),
+    ],
+    charts: [
+      chart(
+        'server-latency',
+        'create → exec `true` → kill: library, remote SDK, e2b SDK',
+        boxPlotSvg('create → exec true → kill', 'ms', [
+          { label: 'library in-process', samples: r.samples.library, baseline: true },
+          { label: 'remote TypeScript SDK', samples: r.samples.remoteSdk },
+          { label: 'e2b SDK', samples: r.samples.e2b },
+        ]),
+      ),
+    ],
+    detail: formatServer(r),
+  };
+}
+
 // ---- main ---------------------------------------------------------------------------------------
 
 function parseArgs(argv: string[]): { names: string[]; quick: boolean; runs: number } {
@@ -940,6 +1007,11 @@ async function main(): Promise<void> {
   sections.push(results.egress ? p7(results.egress) : errorSection('P7', 'egress', 'egress'));
   sections.push(
     results.peer ? peerSection(results.peer, chart) : errorSection('Peer', 'sandbox-runtime', 'peer'),
+  );
+  sections.push(
+    results.server
+      ? serverSection(results.server, chart)
+      : errorSection('S1', 'the sandbox server', 'server'),
   );
 
   const extraFacts: Record<string, string> = {

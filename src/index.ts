@@ -1,6 +1,28 @@
 // Public API: named exports only.
+import { Airlock as LocalAirlock, type AirlockOptions } from './sandbox/airlock.js';
+import type { RemoteRuntimeOptions } from './sandbox/portable.js';
+import type { RemoteAirlock } from './server/remote/airlock.js';
+
+/**
+ * How `new Airlock(opts)` is typed: without `apiUrl`, a runtime on this host (the library; needs
+ * root); with `apiUrl` (and `apiKey`), a runtime on that server (the remote SDK's RemoteAirlock),
+ * which takes only the options a client may set. One constructor, so code written against the library
+ * points at a server by its options alone.
+ */
+export interface AirlockConstructor {
+  /** A runtime on the server `opts.apiUrl`: the object made is a RemoteAirlock. */
+  new <Url extends string>(opts: RemoteRuntimeOptions & { readonly apiUrl: Url }): RemoteAirlock;
+  /** A runtime on this host: its state dir, backends, sandboxes, snapshots and templates. */
+  new (opts?: AirlockOptions): LocalAirlock;
+  readonly prototype: LocalAirlock;
+}
+
+/** The Airlock runtime: `new Airlock()` runs sandboxes here, `new Airlock({ apiUrl })` on a server. */
+export const Airlock = LocalAirlock as AirlockConstructor;
+/** A runtime on this host (what `new Airlock()` without apiUrl makes). */
+export type Airlock = LocalAirlock;
 export {
-  Airlock,
+  Airlock as LocalAirlock,
   DEFAULT_STATE_DIR,
   Sandbox,
   Snapshot,
@@ -9,6 +31,13 @@ export {
   type SandboxRuntime,
   type Snapshots,
 } from './sandbox/airlock.js';
+export type {
+  PortableFiles,
+  PortableSandbox,
+  PortableSandboxInfo,
+  RemoteRuntime,
+  RemoteRuntimeOptions,
+} from './sandbox/portable.js';
 export {
   RemoteAirlock,
   airlockFromEnv,

@@ -36,6 +36,13 @@ import type { UidRange } from '../backends/host/state.js';
 import { SandboxBase, type SandboxHooks } from './sandbox.js';
 import { SnapshotBase, type SnapshotRuntime } from './snapshot.js';
 import { Templates } from './templates.js';
+import {
+  REMOTE_RUNTIME_OPTIONS,
+  remoteRuntime,
+  type PortableSandbox,
+  type RemoteRuntime,
+  type RemoteRuntimeOptions,
+} from './portable.js';
 
 /** `airlock.snapshots`: the snapshots stored in this runtime's state dir (shared by its processes). */
 // `Sandbox` and `Snapshot` are defined here, beside the runtime that makes them: a Sandbox is made by
@@ -43,22 +50,61 @@ import { Templates } from './templates.js';
 // snapshot.ts hold their mechanics and import neither this file nor each other's classes.
 
 let defaultRuntime: Airlock | undefined;
+let envRemote: { readonly key: string; readonly runtime: RemoteRuntime } | undefined;
 
 /**
- * The runtime used when `Sandbox.create` is not given one (created lazily, with defaults). With
- * AIRLOCK_API_URL set the caller meant a server: it is refused rather than silently run locally.
+ * The local runtime `Sandbox.create` uses when it is given none and AIRLOCK_API_URL is not set
+ * (created lazily: state dir from AIRLOCK_STATE_DIR, host uids from AIRLOCK_UID_RANGE, as the CLI's).
+ * It always runs sandboxes on this host.
  */
 export function defaultAirlock(): Airlock {
-  if (defaultRuntime === undefined && process.env.AIRLOCK_API_URL) {
+  if (defaultRuntime === undefined) {
+    const uidRange = uidRangeFromEnv(process.env.AIRLOCK_UID_RANGE);
+    defaultRuntime = new Airlock(uidRange ? { uidRange } : {});
+  }
+  return defaultRuntime;
+}
+
+/** `AIRLOCK_UID_RANGE=FIRST:COUNT` (as the CLI reads it), or undefined when unset. */
+function uidRangeFromEnv(value: string | undefined): UidRange | undefined {
+  if (value === undefined || value === '') return undefined;
+  const m = /^(\d+):(\d+)$/.exec(value.trim());
+  const first = m ? Number(m[1]) : NaN;
+  const count = m ? Number(m[2]) : NaN;
+  if (!m || first < 1000 || count < 1 || first + count > 2 ** 32 - 2) {
     throw new AirlockError(
       'INVALID_ARGUMENT',
-      'AIRLOCK_API_URL is set but Sandbox.create was given no runtime: pass { airlock: airlockFromEnv() } ' +
-        '(or a RemoteAirlock) to use the server, or unset AIRLOCK_API_URL to run sandboxes here',
-      { field: 'airlock' },
+      `AIRLOCK_UID_RANGE: "${value}" is not FIRST:COUNT of unused host uids (FIRST >= 1000); use e.g. 3000000:65536`,
+      { field: 'AIRLOCK_UID_RANGE' },
     );
   }
-  defaultRuntime ??= new Airlock();
-  return defaultRuntime;
+  return { first, count };
+}
+
+/**
+ * The runtime on the server AIRLOCK_API_URL names (AIRLOCK_API_KEY its key), or undefined when it is
+ * not set. One per URL and key: a changed environment gets a new one.
+ */
+function envRemoteRuntime(env: NodeJS.ProcessEnv = process.env): RemoteRuntime | undefined {
+  const apiUrl = env.AIRLOCK_API_URL || undefined;
+  if (apiUrl === undefined) return undefined;
+  const apiKey = env.AIRLOCK_API_KEY || undefined;
+  const key = `${apiUrl}\0${apiKey ?? ''}`;
+  if (envRemote?.key !== key) {
+    try {
+      envRemote = { key, runtime: remoteRuntime({ apiUrl, ...(apiKey !== undefined ? { apiKey } : {}) }) };
+    } catch (e) {
+      // Say which setting to fix: the variable, not an option the caller never wrote.
+      if (AirlockError.is(e, 'INVALID_ARGUMENT') && e.field === 'apiUrl') {
+        throw new AirlockError('INVALID_ARGUMENT', `AIRLOCK_API_URL: ${e.message}`, {
+          field: 'AIRLOCK_API_URL',
+          cause: e,
+        });
+      }
+      throw e;
+    }
+  }
+  return envRemote.runtime;
 }
 
 /**
@@ -70,14 +116,26 @@ export interface SandboxRuntime<S> {
 }
 
 /** `Sandbox`: the public class. `Sandbox.create(spec)` is the E2B-style entry point. */
-export class Sandbox extends SandboxBase {
-  static create(spec?: SandboxSpecInput, opts?: { airlock?: Airlock }): Promise<Sandbox>;
+export class Sandbox extends SandboxBase implements PortableSandbox {
+  /**
+   * A sandbox from `spec`. Given a runtime, on it. Given none: on the server AIRLOCK_API_URL names
+   * (with AIRLOCK_API_KEY) when that is set, else in this process (the default local runtime). So
+   * the result is typed as what both have (PortableSandbox); `instanceof Sandbox` narrows to a
+   * local one, or pass `{ airlock }` to choose.
+   */
+  static create(spec: SandboxSpecInput | undefined, opts: { airlock: Airlock }): Promise<Sandbox>;
   static create<S>(spec: SandboxSpecInput | undefined, opts: { airlock: SandboxRuntime<S> }): Promise<S>;
+  static create(spec?: SandboxSpecInput, opts?: { airlock?: Airlock }): Promise<PortableSandbox>;
   static create(
     spec: SandboxSpecInput = {},
     opts: { airlock?: SandboxRuntime<unknown> } = {},
   ): Promise<unknown> {
-    return (opts.airlock ?? defaultAirlock()).create(spec);
+    if (opts.airlock) return opts.airlock.create(spec);
+    try {
+      return (envRemoteRuntime() ?? defaultAirlock()).create(spec);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 }
 
@@ -161,34 +219,39 @@ const loadEgressStack = async (): Promise<EgressStack> => {
 
 /** A runtime: owns a state dir, its sandboxes, snapshots and templates; `close()` releases all of it. */
 export class Airlock {
-  readonly stateDir: string;
-  readonly logger: Logger;
+  // The fields marked `!` are set by the constructor, except in the one branch where it returns a
+  // remote runtime instead of this object (see the constructor).
+  readonly stateDir!: string;
+  readonly logger!: Logger;
   private readonly backends: Partial<Record<BackendName, BackendV1>> = {};
   private readonly live = new Map<string, Sandbox>();
   private readonly redactions = new Map<string, ReturnType<SecretLease['redactionSet']>>();
   private reaped: Promise<void> | undefined;
-  private readonly maxSpillBytes: number;
-  private readonly spillRetentionMs: number;
+  private readonly maxSpillBytes!: number;
+  private readonly spillRetentionMs!: number;
   private readonly egressOpts: AirlockOptions['egress'];
-  private readonly secretEnv: NodeJS.ProcessEnv;
+  private readonly secretEnv!: NodeJS.ProcessEnv;
   private gatewayInstance: EgressGateway | undefined;
-  private readonly fdBudget: FdBudget;
+  private readonly fdBudget!: FdBudget;
   private ca: MitmCa | undefined;
   private egressStack: EgressStack | undefined;
   private caPublic: { bundle: string; cert: string } | undefined;
-  readonly snapshots: Snapshots;
+  readonly snapshots!: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
-  readonly templates: Templates;
-  private readonly snapshotRuntime: SnapshotRuntime<Sandbox>;
+  readonly templates!: Templates;
+  private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
 
+  /**
+   * A runtime on this host; with `apiUrl` (and `apiKey`), a runtime on that server instead: the
+   * object constructed is then the remote SDK's RemoteAirlock (the package entry types it so). An
+   * Airlock without apiUrl runs here even when AIRLOCK_API_URL is set: that variable steers only
+   * `Sandbox.create` without a runtime (and `airlockFromEnv`).
+   */
   constructor(opts: AirlockOptions = {}) {
-    if ((opts as { apiUrl?: unknown }).apiUrl !== undefined) {
-      // A server is reached with RemoteAirlock; an Airlock always runs sandboxes on this host.
-      throw new AirlockError(
-        'INVALID_ARGUMENT',
-        'apiUrl is an option of RemoteAirlock (the remote SDK), not of Airlock: use new RemoteAirlock({ apiUrl, apiKey })',
-        { field: 'apiUrl' },
-      );
+    const remote = remoteOptions(opts);
+    if (remote) {
+      // The remote runtime stands in for this one (a constructor may return another object).
+      return remoteRuntime(remote) as unknown as Airlock;
     }
     this.stateDir = opts.stateDir ?? process.env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
     this.logger = opts.logger ?? silentLogger;
@@ -561,4 +624,40 @@ export class Airlock {
       }
     }
   }
+}
+
+/**
+ * The remote options of `new Airlock(opts)` when it names a server (apiUrl), else undefined. With a
+ * server, an option that only this host could honour (its state dir, uids, warm pool, egress
+ * plumbing, environment…) is refused, naming it: the server's operator sets those.
+ */
+function remoteOptions(opts: AirlockOptions): RemoteRuntimeOptions | undefined {
+  const o = opts as AirlockOptions & { apiUrl?: unknown; apiKey?: unknown };
+  if (o.apiUrl === undefined) {
+    if (o.apiKey !== undefined) {
+      throw new AirlockError('INVALID_ARGUMENT', 'apiKey is the key of a server: give its apiUrl too', {
+        field: 'apiKey',
+      });
+    }
+    return undefined;
+  }
+  if (typeof o.apiUrl !== 'string') {
+    throw new AirlockError('INVALID_ARGUMENT', 'apiUrl must be a URL string, e.g. http://127.0.0.1:8787', {
+      field: 'apiUrl',
+    });
+  }
+  if (o.apiKey !== undefined && typeof o.apiKey !== 'string') {
+    throw new AirlockError('INVALID_ARGUMENT', 'apiKey must be a string', { field: 'apiKey' });
+  }
+  for (const [k, v] of Object.entries(o)) {
+    if (v !== undefined && !REMOTE_RUNTIME_OPTIONS.has(k)) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `${k} is an option of a runtime on this host; a runtime on a server (apiUrl) takes only ` +
+          `${[...REMOTE_RUNTIME_OPTIONS].join(', ')} (the server's operator sets the rest)`,
+        { field: k },
+      );
+    }
+  }
+  return o as RemoteRuntimeOptions;
 }

@@ -49,11 +49,14 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
       );
       // Without AIRLOCK_API_URL the environment asks for the local library.
       expect(airlockFromEnv({})).toBeInstanceOf(Airlock);
-      // An Airlock never quietly runs here what was meant for a server.
-      await expectError(() => new Airlock({ apiUrl: server.url } as never), 'INVALID_ARGUMENT', 'apiUrl');
+      // What was meant for a server runs there (never quietly here): an Airlock given apiUrl, and
+      // Sandbox.create without a runtime while AIRLOCK_API_URL is set (more: remote-sdk-env.test.ts).
+      expect(new Airlock({ apiUrl: server.url })).toBeInstanceOf(RemoteAirlock);
       process.env.AIRLOCK_API_URL = server.url;
-      await expectError(() => Sandbox.create({}), 'INVALID_ARGUMENT', 'airlock');
-      expect(server.airlock.list()).toEqual([]);
+      const sbx = await Sandbox.create({});
+      expect(sbx).toBeInstanceOf(RemoteSandbox);
+      expect(server.airlock.list().map((s) => s.id)).toEqual([sbx.id]);
+      await sbx.kill();
     } finally {
       if (saved === undefined) delete process.env.AIRLOCK_API_URL;
       else process.env.AIRLOCK_API_URL = saved;
@@ -277,6 +280,27 @@ describe.skipIf(!canRunNamespaces)(`remote SDK (${SKIP_REASON})`, () => {
     } finally {
       rmSync(shared, { recursive: true, force: true });
     }
+  });
+
+  it("egress streams (the library's onEgress / watchEgress) end with the sandbox", async () => {
+    const sbx = await remote.create();
+    const seen: unknown[] = [];
+    const off = sbx.onEgress((e) => seen.push(e));
+    const watched: unknown[] = [];
+    const watching = (async () => {
+      for await (const e of sbx.watchEgress()) watched.push(e);
+    })();
+    await sbx.exec('true');
+    await sbx.kill();
+    await watching; // ends (no error) when the sandbox is gone
+    off();
+    expect([seen, watched]).toEqual([[], []]); // no network policy: no attempts
+    await expectError(
+      (async () => {
+        for await (const _ of sbx.watchEgress()) void _;
+      })(),
+      'SANDBOX_GONE',
+    );
   });
 
   it('leaves no residue on the host', async () => {

@@ -10,6 +10,7 @@
 import { AirlockError } from '../../core/errors.js';
 import { parseSandboxSpec, type SandboxSpec, type SandboxSpecInput } from '../../core/spec.js';
 import { Airlock } from '../../sandbox/airlock.js';
+import { registerRemoteRuntime, type RemoteRuntime } from '../../sandbox/portable.js';
 import type { Caller, CreateRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
 import { defaultSpillDir } from './exec.js';
 import { RemoteSandbox, RemoteSnapshot, type RemoteContext } from './sandbox.js';
@@ -41,7 +42,7 @@ const CALLER: Caller = { tenant: 'remote-client' };
 
 const REMOTE = 'cannot be used with a remote Airlock (apiUrl): the server never';
 
-export class RemoteAirlock {
+export class RemoteAirlock implements RemoteRuntime {
   readonly apiUrl: string | undefined;
   readonly api: SandboxApi;
   /** The seam's caller argument for direct `api` calls (the server knows the tenant from the key). */
@@ -91,10 +92,22 @@ export class RemoteAirlock {
   }
 
   private async start(req: CreateRequest, spec: SandboxSpec | undefined): Promise<RemoteSandbox> {
-    const view = await this.api.create(req, CALLER);
+    const view = await this.api.create(req, CALLER).catch((e: unknown) => {
+      throw this.unreachable(e);
+    });
     const sbx = new RemoteSandbox(view, spec, this.ctx);
     this.live.set(sbx.id, sbx);
     return sbx;
+  }
+
+  /** "Cannot reach the server", with what to check: the URL this client was given. */
+  private unreachable(e: unknown): unknown {
+    if (!AirlockError.is(e, 'BACKEND_UNAVAILABLE') || !e.message.startsWith('cannot reach')) return e;
+    return new AirlockError(
+      'BACKEND_UNAVAILABLE',
+      `${e.message}; is \`airlock serve\` running there? Check apiUrl (or AIRLOCK_API_URL)`,
+      { field: 'apiUrl', cause: e },
+    );
   }
 
   /** A live sandbox this client created or connected to (as the library's get: no request). */
@@ -148,6 +161,10 @@ export class RemoteAirlock {
     return this.killAll();
   }
 }
+
+// `new Airlock({ apiUrl })` and `Sandbox.create` with AIRLOCK_API_URL set make their runtime here
+// (src/sandbox may not import this layer; the package entry imports this module, which lends it).
+registerRemoteRuntime((opts) => new RemoteAirlock(opts));
 
 /**
  * The runtime the environment asks for: a RemoteAirlock when AIRLOCK_API_URL is set, else a local

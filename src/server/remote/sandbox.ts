@@ -18,6 +18,8 @@ import type {
   SandboxProcess,
   SpawnOptions,
 } from '../../sandbox/sandbox.js';
+import type { EgressEvent } from '../../egress/events.js';
+import type { PortableSandbox } from '../../sandbox/portable.js';
 import type { Caller, ExecEvent, ExecRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
 import { checkSpillDir, shapeExec } from './exec.js';
 import { RemoteFiles } from './files.js';
@@ -88,7 +90,7 @@ export class RemoteSnapshot {
   }
 }
 
-export class RemoteSandbox {
+export class RemoteSandbox implements PortableSandbox {
   readonly id: string;
   /** The spec as this client asked for it (with the library's defaults); undefined after connect(). */
   readonly spec: SandboxSpec | undefined;
@@ -102,6 +104,8 @@ export class RemoteSandbox {
   private readonly budget: { left: number };
   /** Background handles still running: the sandbox's kill ends them. */
   private readonly running = new Set<{ settle: () => Promise<void> }>();
+  /** Open egress streams of onEgress listeners: the sandbox's kill closes them. */
+  private readonly egressStops = new Set<() => void>();
 
   constructor(
     view: SandboxView,
@@ -317,6 +321,47 @@ export class RemoteSandbox {
     }
   }
 
+  /**
+   * Subscribe to the sandbox's egress events; returns the unsubscribe function. Unlike the library's
+   * (from now on), the server's stream starts with the attempts made so far, then each new one until
+   * the sandbox dies. A listener that throws is ignored, as in the library.
+   */
+  onEgress(listener: (e: EgressEvent) => void): () => void {
+    const ac = new AbortController();
+    const stop = (): void => ac.abort();
+    this.egressStops.add(stop);
+    void (async () => {
+      try {
+        for await (const e of this.ctx.api.egressEvents(this.id, this.ctx.caller, ac.signal)) {
+          try {
+            listener(e);
+          } catch {
+            /* a listener's bug never breaks the stream */
+          }
+        }
+      } catch {
+        /* unsubscribed, or the sandbox is gone: the stream ends either way */
+      } finally {
+        this.egressStops.delete(stop);
+      }
+    })();
+    return stop;
+  }
+
+  /**
+   * Egress events as an async iterator (the attempts so far, then each new one) until the sandbox
+   * dies or `signal` aborts, as the library's `for await (const e of sbx.watchEgress())`.
+   */
+  async *watchEgress(signal?: AbortSignal): AsyncGenerator<EgressEvent> {
+    this.assertAlive();
+    try {
+      yield* this.ctx.api.egressEvents(this.id, this.ctx.caller, signal);
+    } catch (e) {
+      if (signal?.aborted) return;
+      throw this.mapGone(e);
+    }
+  }
+
   async pause(): Promise<void> {
     this.assertAlive();
     try {
@@ -360,6 +405,7 @@ export class RemoteSandbox {
           });
         }
       } finally {
+        for (const stop of this.egressStops) stop();
         // Background commands end with it: their streams report the kill.
         await Promise.all([...this.running].map((r) => r.settle()));
       }

@@ -1,0 +1,301 @@
+// S1: the sandbox server (`airlock serve`: front server + supervisor) against the
+// library in-process, all in one run:
+//   - create → exec `true` → kill, N rounds, the three ways taking turns each round: (a) the library
+//     in this process, (b) the remote TypeScript SDK over the native API (`new Airlock({ apiUrl })`:
+//     the same calls as (a)), (c) the official e2b SDK against /e2b. p50/p90 each, and the p50 that
+//     (b) and (c) add to (a), beside the issue's target (≤ 2 ms added p50 on loopback);
+//   - 100 creates at once through the API (remote SDK): wall time, p50/p99 per create, errors;
+//   - the server's memory: RSS of the front server and of the supervisor with no sandbox (at start,
+//     and after the rounds above), and with N live sandboxes; the overhead per sandbox from those
+//     (the sandboxes' own processes are not in it: see P5 for what a sandbox costs the host).
+// Everything on loopback; the e2b SDK's own domain is an unresolvable .invalid name.
+// The server runs from the source through tsx, not from the built CLI: the bundle (dist/bin) does not
+// find better-sqlite3's native binding, so a built `airlock serve` cannot open its store yet. Its RSS
+// therefore includes the TypeScript loader.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Sandbox as E2bSandbox } from 'e2b';
+import { Airlock, Sandbox, type RemoteAirlock } from '../src/index.js';
+import { Store } from '../src/server/store.js';
+import { supervisorInfo, supervisorPaths } from '../src/server/supervisor-client.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE, sleepMs, type BenchContext } from './common.js';
+import { percentile, summarize, type Summary } from './stats.js';
+
+/** The server's own state dir and uids (apart from the library's, so neither reaps the other). */
+const SERVER_STATE_DIR = `${BENCH_STATE_DIR}-server`;
+const LIBRARY_UIDS = { first: BENCH_UID_RANGE.first, count: 1024 };
+const SERVER_UIDS = { first: BENCH_UID_RANGE.first + 1024, count: BENCH_UID_RANGE.count - 1024 };
+const CONCURRENT = 100;
+const E2B_DOMAIN = 'airlock-bench.invalid';
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TSX = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+const CLI_MAIN = join(ROOT, 'src', 'cli', 'main.ts');
+
+export interface Latency extends Summary {
+  readonly p90: number;
+}
+
+export interface Rss {
+  readonly frontMiB: number;
+  readonly supervisorMiB: number;
+}
+
+export interface ServerReport {
+  readonly rounds: number;
+  readonly library: Latency;
+  readonly remoteSdk: Latency;
+  readonly e2b: Latency;
+  readonly concurrent: {
+    readonly n: number;
+    readonly wallMs: number;
+    readonly perCreate: Latency;
+    readonly errors: number;
+    readonly firstError?: string;
+  };
+  readonly memory: {
+    readonly idleAtStart: Rss;
+    readonly idle: Rss;
+    readonly live: number;
+    readonly loaded: Rss;
+    /** (loaded − idle) / live, front and supervisor together. */
+    readonly perSandboxKiB: number;
+  };
+  readonly samples: Record<'library' | 'remoteSdk' | 'e2b' | 'concurrent', number[]>;
+}
+
+const latency = (xs: readonly number[]): Latency => ({
+  ...summarize(xs),
+  p90: percentile(
+    [...xs].sort((a, b) => a - b),
+    90,
+  ),
+});
+
+/** VmRSS of a process, in MiB. */
+function rssMiB(pid: number): number {
+  const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
+  return Number(m[1]) / 1024;
+}
+
+interface Served {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly supervisorPid: number;
+}
+
+/** `airlock serve` (the source, through tsx) on 127.0.0.1:0 with the bench's state dir; resolves once it listens. */
+async function startServe(): Promise<Served> {
+  mkdirSync(SERVER_STATE_DIR, { recursive: true, mode: 0o711 });
+  const config = join(SERVER_STATE_DIR, 'bench-serve.json');
+  // Quotas out of the way: this measures the server, not a tenant's limits.
+  const quota = { maxSandboxes: 10_000, maxMemoryBytes: 2 ** 50, maxCpus: 100_000, createsPerMinute: 1e6 };
+  writeFileSync(
+    config,
+    JSON.stringify({ defaultQuota: quota, maxQueue: 1000, defaultQueueTimeoutMs: 60_000 }),
+  );
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      TSX,
+      CLI_MAIN,
+      'serve',
+      '--listen',
+      '127.0.0.1:0',
+      '--state-dir',
+      SERVER_STATE_DIR,
+      '--config',
+      config,
+    ],
+    {
+      env: {
+        PATH: '/usr/local/bin:/usr/bin:/bin',
+        AIRLOCK_STATE_DIR: SERVER_STATE_DIR,
+        AIRLOCK_UID_RANGE: `${SERVER_UIDS.first}:${SERVER_UIDS.count}`,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  let err = '';
+  child.stderr!.setEncoding('utf8').on('data', (t: string) => (err = (err + t).slice(-4000)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`airlock serve did not start: ${err}`)), 120_000);
+    child.stdout!.setEncoding('utf8').on('data', (t: string) => {
+      out += t;
+      const m = /listening on (http\S+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]!);
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`airlock serve exited ${code}: ${err}`));
+    });
+  });
+  child.stdout!.resume();
+  const info = await supervisorInfo(supervisorPaths(SERVER_STATE_DIR).socket);
+  if (!info) throw new Error('airlock serve is listening but its supervisor does not answer');
+  return { child, url, supervisorPid: info.pid };
+}
+
+/** SIGTERM the front server, then the supervisor (it kills what is left), and wait for both. */
+async function stopServe(s: Served): Promise<void> {
+  const gone = (pid: number): boolean => {
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  };
+  if (s.child.exitCode === null) {
+    const exited = new Promise((r) => s.child.once('exit', r));
+    s.child.kill('SIGTERM');
+    await exited;
+  }
+  try {
+    process.kill(s.supervisorPid, 'SIGTERM');
+  } catch {
+    /* already gone */
+  }
+  for (let i = 0; i < 600 && !gone(s.supervisorPid); i++) await sleepMs(50);
+}
+
+const rssOf = (s: Served): Rss => ({
+  frontMiB: rssMiB(s.child.pid!),
+  supervisorMiB: rssMiB(s.supervisorPid),
+});
+
+export async function serverBench(c: BenchContext & { runs: number }): Promise<ServerReport> {
+  const rounds = c.quick ? Math.min(c.runs, 20) : Math.min(c.runs, 200);
+  const live = c.quick ? 20 : 100;
+  c.log('server: starting airlock serve');
+  const served = await startServe();
+  const library = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: LIBRARY_UIDS });
+  let remote: RemoteAirlock | undefined;
+  try {
+    await sleepMs(1000); // the server's start-up work settled
+    const idleAtStart = rssOf(served);
+    const store = new Store(join(SERVER_STATE_DIR, 'server.db'));
+    const { key } = (() => {
+      try {
+        return store.createKey('bench');
+      } finally {
+        store.close();
+      }
+    })();
+    remote = new Airlock({ apiUrl: served.url, apiKey: key });
+    Object.assign(process.env, {
+      E2B_API_URL: `${served.url}/e2b`,
+      E2B_SANDBOX_URL: `${served.url}/e2b/envd`,
+      E2B_DOMAIN,
+    });
+    const ways = {
+      library: async () => {
+        const sbx = await Sandbox.create({}, { airlock: library });
+        await sbx.exec('true');
+        await sbx.kill();
+      },
+      remoteSdk: async () => {
+        const sbx = await Sandbox.create({}, { airlock: remote! });
+        await sbx.exec('true');
+        await sbx.kill();
+      },
+      e2b: async () => {
+        const sbx = await E2bSandbox.create({ apiKey: key, timeoutMs: 120_000 });
+        await sbx.commands.run('true');
+        await sbx.kill();
+      },
+    };
+    const samples: ServerReport['samples'] = { library: [], remoteSdk: [], e2b: [], concurrent: [] };
+    c.log(`server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b in turn`);
+    for (const f of Object.values(ways)) for (let i = 0; i < 10; i++) await f(); // warm-up
+    for (let i = 0; i < rounds; i++) {
+      for (const [name, f] of Object.entries(ways) as Array<[keyof typeof ways, () => Promise<void>]>) {
+        const t0 = performance.now();
+        await f();
+        samples[name].push(performance.now() - t0);
+      }
+    }
+
+    c.log(`server: ${CONCURRENT} creates at once through the API`);
+    const t0 = performance.now();
+    const made = await Promise.allSettled(
+      Array.from({ length: CONCURRENT }, async () => {
+        const s = performance.now();
+        const sbx = await remote!.create({ ttlMs: 600_000 });
+        samples.concurrent.push(performance.now() - s);
+        return sbx;
+      }),
+    );
+    const wallMs = performance.now() - t0;
+    const failed = made.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    await remote.killAll();
+
+    c.log(`server: memory with no sandbox and with ${live} live`);
+    await sleepMs(1000);
+    const idle = rssOf(served);
+    for (let i = 0; i < live; i += 10) {
+      await Promise.all(
+        Array.from({ length: Math.min(10, live - i) }, () => remote!.create({ ttlMs: 600_000 })),
+      );
+    }
+    await sleepMs(1000);
+    const loaded = rssOf(served);
+    await remote.killAll();
+    const total = (r: Rss): number => r.frontMiB + r.supervisorMiB;
+    return {
+      rounds,
+      library: latency(samples.library),
+      remoteSdk: latency(samples.remoteSdk),
+      e2b: latency(samples.e2b),
+      concurrent: {
+        n: CONCURRENT,
+        wallMs,
+        perCreate: latency(samples.concurrent),
+        errors: failed.length,
+        ...(failed[0] ? { firstError: String((failed[0].reason as Error).message ?? failed[0].reason) } : {}),
+      },
+      memory: {
+        idleAtStart,
+        idle,
+        live,
+        loaded,
+        perSandboxKiB: ((total(loaded) - total(idle)) * 1024) / live,
+      },
+      samples,
+    };
+  } finally {
+    for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_DOMAIN']) delete process.env[k];
+    await remote?.killAll().catch(() => {});
+    await library.close();
+    await stopServe(served);
+  }
+}
+
+/** The bench's own table (the report's detail). */
+export function formatServer(r: ServerReport): string {
+  const f = (x: number): string => `${x.toFixed(2)} ms`;
+  const line = (name: string, l: Latency): string =>
+    `| ${name} | ${f(l.p50)} | ${f(l.p90)} | ${f(l.p99)} | ${f(l.min)} | ${l.n} |`;
+  const m = r.memory;
+  return [
+    '| create → exec `true` → kill | p50 | p90 | p99 | min | n |',
+    '|---|---|---|---|---|---|',
+    line('library, in-process', r.library),
+    line('remote TypeScript SDK, native API', r.remoteSdk),
+    line('e2b SDK, /e2b', r.e2b),
+    line(`one of ${r.concurrent.n} concurrent creates (API)`, r.concurrent.perCreate),
+    '',
+    '| RSS (MiB) | front server | supervisor |',
+    '|---|---|---|',
+    `| no sandbox, at start | ${m.idleAtStart.frontMiB.toFixed(1)} | ${m.idleAtStart.supervisorMiB.toFixed(1)} |`,
+    `| no sandbox, after the rounds | ${m.idle.frontMiB.toFixed(1)} | ${m.idle.supervisorMiB.toFixed(1)} |`,
+    `| ${m.live} live sandboxes | ${m.loaded.frontMiB.toFixed(1)} | ${m.loaded.supervisorMiB.toFixed(1)} |`,
+  ].join('\n');
+}
