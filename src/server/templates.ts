@@ -141,6 +141,11 @@ export class TenantTemplates {
   ): AsyncGenerator<TemplateEvent> {
     const buildOf = this.inner.buildTemplate?.bind(this.inner);
     if (!buildOf) throw new AirlockError('BACKEND_UNAVAILABLE', 'this server cannot build templates');
+    if (req.name === HOST_BASE) {
+      throw new AirlockError('INVALID_SPEC', `"${HOST_BASE}" is the built-in base, not a template name`, {
+        field: 'name',
+      });
+    }
     if (req.name.length > MAX_TENANT_TEMPLATE_NAME) {
       throw new AirlockError(
         'INVALID_SPEC',
@@ -162,6 +167,15 @@ export class TenantTemplates {
     });
     const base =
       req.base === undefined || req.base === HOST_BASE ? req.base : this.resolve(req.base, caller, 'base');
+    if (base !== undefined && base === req.base && base !== HOST_BASE && !DIGEST_RE.test(base)) {
+      // The operator's template by name: it must exist (else the error would name `template`).
+      try {
+        await this.inner.getTemplate?.(base, caller);
+      } catch (e) {
+        if (AirlockError.is(e, 'TEMPLATE_NOT_FOUND')) throw notFound(base, 'base');
+        throw e;
+      }
+    }
     const internal = internalTemplateName(caller.tenant, req.name);
     const wire: TemplateBuildRequest = { ...req, name: internal, ...(base !== undefined ? { base } : {}) };
     // The whole definition, checked as the library will (400 naming the field) before any quota.
