@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
+import { Sandbox as E2bSandbox, Template as E2bTemplate } from 'e2b';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TemplateEvent } from '../../src/server/contract.js';
 import { RemoteSandboxApi } from '../../src/server/client.js';
@@ -365,6 +366,32 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: templates (${SKIP_REASON})`, 
       expect(await remote.templates.list()).toEqual([]);
     } finally {
       await remote.close();
+    }
+  });
+
+  it("the e2b SDK: Sandbox.create(name) runs the tenant's own template; Template.build names what to use instead", async () => {
+    const env = {
+      E2B_API_URL: `${s.url}/e2b`,
+      E2B_SANDBOX_URL: `${s.url}/e2b/envd`,
+      E2B_DOMAIN: 'airlock-tpl.invalid',
+    };
+    Object.assign(process.env, env);
+    try {
+      const sbx = await E2bSandbox.create('base-a', { apiKey: keyA, timeoutMs: 60_000 });
+      try {
+        expect((await sbx.commands.run('cat /workspace/b.txt')).stdout).toBe(A_TEXT);
+      } finally {
+        await sbx.kill();
+      }
+      // Another tenant's template name is not found through E2B either.
+      await expect(E2bSandbox.create('base-a', { apiKey: keyB })).rejects.toThrow(/not found|no template/i);
+      await expect(
+        E2bTemplate.build(E2bTemplate().fromImage('ubuntu:22.04').runCmd('true'), 'e2b-built', {
+          apiKey: keyA,
+        }),
+      ).rejects.toThrow(/POST \/v1\/templates/);
+    } finally {
+      for (const k of Object.keys(env)) delete process.env[k];
     }
   });
 
