@@ -208,6 +208,19 @@ export class TenantTemplates {
         if (e instanceof QuotaError) this.onQuota?.(e.retryAfterSeconds);
         throw e;
       }
+      // The library's messages name its internal names: the caller reads its own names.
+      const ownNames = (m: string): string => {
+        const named = m.replaceAll(internal, req.name);
+        return base !== undefined && req.base !== undefined && base !== req.base
+          ? named.replaceAll(base, req.base)
+          : named;
+      };
+      const own = (e: unknown): unknown =>
+        AirlockError.isInstance(e)
+          ? new AirlockError(e.code, ownNames(e.message), {
+              ...(e.field !== undefined ? { field: e.field } : {}),
+            })
+          : e;
       try {
         const { queueTimeoutMs: _q, ...toSupervisor } = wire;
         for await (const e of buildOf(toSupervisor, caller, signal)) {
@@ -225,6 +238,8 @@ export class TenantTemplates {
             yield { type: 'done', template: viewOf(row) };
           } else yield e;
         }
+      } catch (e) {
+        throw own(e);
       } finally {
         release();
       }

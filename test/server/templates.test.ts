@@ -181,6 +181,22 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: templates (${SKIP_REASON})`, 
     await kill(s.url, keyA, byDigest.id);
   });
 
+  it("a tenant builds on its own template by name; the library's internal names never show", async () => {
+    const r = await build(s.url, keyA, {
+      name: 'child-a',
+      base: 'base-a',
+      steps: [{ run: 'cat /workspace/b.txt' }],
+    });
+    expect(r.events.at(-1)?.type, JSON.stringify(r.events.at(-1))).toBe('done');
+    expect(decode(r.events, 0, 'stdout')).toBe(A_TEXT);
+    expect(JSON.stringify(r.events)).not.toMatch(/tn-[0-9a-f]{16}/);
+    // A failure's message names the caller's own names too.
+    const bad = await build(s.url, keyA, { name: 'child-bad', base: 'base-a', steps: [{ run: 'exit 9' }] });
+    expect(bad.events.at(-1)?.type).toBe('error');
+    expect(JSON.stringify(bad.events)).not.toMatch(/tn-[0-9a-f]{16}/);
+    expect((await call(s.url, keyA, 'DELETE', '/v1/templates/child-a')).status).toBe(204);
+  });
+
   it('another tenant cannot see, use, build on or delete it: 404 exactly as for a name that does not exist', async () => {
     const digest = (built.at(-1) as { template: { digest: string } }).template.digest;
     expect(await (await call(s.url, keyB, 'GET', '/v1/templates')).json()).toEqual([]);
