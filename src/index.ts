@@ -46,6 +46,12 @@ export {
 } from './server/remote/airlock.js';
 export { RemoteSandbox, RemoteSnapshot, type RemoteSandboxInfo } from './server/remote/sandbox.js';
 export type { RemoteFiles } from './server/remote/files.js';
+export {
+  RemoteTemplates,
+  type RemoteTemplateBuildOptions,
+  type RemoteTemplateInfo,
+} from './server/templates-client.js';
+export type { TemplateBuildRequest, TemplateEvent } from './server/contract.js';
 export type { ExecResult, ExecOptions, ExecHandle, KilledBy, SandboxInfo } from './sandbox/sandbox.js';
 export { MAX_FORK_COUNT, type ForkOptions, type SnapshotInfo } from './sandbox/snapshot.js';
 export type { SnapshotParent, SnapshotRecord } from './core/snapshot.js';
@@ -55,6 +61,7 @@ export {
   type TemplateInfo,
   type TemplateProgress,
   type TemplateBuildOptions,
+  type TemplateStepEvent,
   type ResolvedTemplate,
 } from './sandbox/templates.js';
 export {

@@ -25,6 +25,7 @@ from .errors import (
 from .files import Files
 from .models import CommandResult, FileEntry, FsEvent, ProcessInfo, SandboxInfo, SnapshotInfo
 from .sandbox import Sandbox
+from .templates import Template, TemplateInfo
 from ._transport import Stream, __version__
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
     "SandboxInfo",
     "SnapshotInfo",
     "Stream",
+    "Template",
+    "TemplateInfo",
     "UnavailableError",
     "__version__",
 ]

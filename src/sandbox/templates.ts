@@ -41,9 +41,30 @@ export type TemplateProgress =
   | { readonly phase: 'layer'; readonly digest: string; readonly bytes: number }
   | { readonly phase: 'done'; readonly digest: string; readonly bytes: number };
 
+/**
+ * What a step does while it runs (TemplateBuildOptions.onStep): its output as it comes (text chunks),
+ * and its end with how long it took. Apart from TemplateProgress so that a progress printer that only
+ * knows the phases above keeps working.
+ */
+export type TemplateStepEvent =
+  | {
+      readonly kind: 'output';
+      readonly index: number;
+      readonly stream: 'stdout' | 'stderr';
+      readonly text: string;
+    }
+  | {
+      readonly kind: 'done';
+      readonly index: number;
+      readonly durationMs: number;
+      readonly exitCode: number | null;
+    };
+
 /** Options of `airlock.templates.build()`. */
 export interface TemplateBuildOptions {
   readonly onProgress?: (p: TemplateProgress) => void;
+  /** Each step's output as it runs, and its end (the server streams these to its clients). */
+  readonly onStep?: (e: TemplateStepEvent) => void;
   readonly signal?: AbortSignal;
   /**
    * The tier the build's steps run on. Default: the tier its base was taken on (a template's or
@@ -127,6 +148,13 @@ export class Templates {
         /* a progress callback's bug never breaks a build */
       }
     };
+    const onStep = (e: TemplateStepEvent): void => {
+      try {
+        opts.onStep?.(e);
+      } catch {
+        /* nor does a step callback's */
+      }
+    };
     const aborted = (): void => {
       if (opts.signal?.aborted) throw new AirlockError('ABORTED', `template ${t.name}: build aborted`);
     };
@@ -165,7 +193,7 @@ export class Templates {
           aborted();
           const step = t.steps[i]!;
           progress({ phase: 'step', index: i, steps: t.steps.length, command: commandText(step) });
-          await runStep(sbx, step, i, opts.signal);
+          await runStep(sbx, step, i, opts.signal, opts.onStep ? onStep : undefined);
         }
       }
       const top = await this.capture(sbx!, madeHere);
@@ -338,13 +366,27 @@ function segment(
   return out;
 }
 
-async function runStep(sbx: SandboxBase, step: TemplateStep, i: number, signal?: AbortSignal): Promise<void> {
+async function runStep(
+  sbx: SandboxBase,
+  step: TemplateStep,
+  i: number,
+  signal?: AbortSignal,
+  onStep?: (e: TemplateStepEvent) => void,
+): Promise<void> {
+  const started = performance.now();
   const r = await sbx.exec(typeof step.run === 'string' ? step.run : [...step.run], {
     timeoutMs: step.timeoutMs,
     ...(step.env ? { env: step.env } : {}),
     ...(step.workdir ? { cwd: step.workdir } : {}),
     ...(signal ? { signal } : {}),
+    ...(onStep
+      ? {
+          onStdout: (text: string) => onStep({ kind: 'output', index: i, stream: 'stdout', text }),
+          onStderr: (text: string) => onStep({ kind: 'output', index: i, stream: 'stderr', text }),
+        }
+      : {}),
   });
+  onStep?.({ kind: 'done', index: i, durationMs: performance.now() - started, exitCode: r.exitCode });
   if (r.exitCode === 0 && !r.killedBy) return;
   const tail = r.stderr.slice(-STDERR_TAIL_CHARS);
   const how = r.killedBy

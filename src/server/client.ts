@@ -18,6 +18,8 @@ import {
   ProcessViewSchema,
   SandboxViewSchema,
   SnapshotViewSchema,
+  TemplateEventSchema,
+  TemplateViewSchema,
   type Caller,
   type CreateRequest,
   type ExecEvent,
@@ -28,6 +30,9 @@ import {
   type SandboxApi,
   type SandboxView,
   type SnapshotView,
+  type TemplateBuildRequest,
+  type TemplateEvent,
+  type TemplateView,
 } from './contract.js';
 import { EgressEventDocSchema } from './route-table.js';
 
@@ -286,9 +291,13 @@ export class RemoteSandboxApi implements SandboxApi {
       } catch {
         throw new AirlockError('INTERNAL', 'the server sent a stream line that is not JSON');
       }
-      const o = v as { type?: unknown; code?: unknown; message?: unknown; error?: unknown };
+      const o = v as { type?: unknown; code?: unknown; message?: unknown; error?: unknown; field?: unknown };
       if (o && o.type === 'error' && typeof o.code === 'string') {
-        throw errorFrom(500, JSON.stringify({ error: { code: o.code, message: String(o.message ?? '') } }));
+        const field = typeof o.field === 'string' ? { field: o.field } : {};
+        throw errorFrom(
+          500,
+          JSON.stringify({ error: { code: o.code, message: String(o.message ?? ''), ...field } }),
+        );
       }
       if (o && typeof o.error === 'object') throw errorFrom(500, JSON.stringify(o));
       const r = item.safeParse(v);
@@ -465,6 +474,27 @@ export class RemoteSandboxApi implements SandboxApi {
 
   removeSnapshot(snapshotId: string, _caller?: Caller): Promise<void> {
     return this.empty('DELETE', `/v1/snapshots/${enc(snapshotId)}`);
+  }
+
+  /** POST /v1/templates: the build's events; an `error` line is thrown as AirlockError. */
+  buildTemplate(
+    req: TemplateBuildRequest,
+    _caller?: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<TemplateEvent> {
+    return this.lines(TemplateEventSchema, 'POST', '/v1/templates', { json: req }, signal);
+  }
+
+  listTemplates(_caller?: Caller): Promise<TemplateView[]> {
+    return this.json(z.array(TemplateViewSchema), 'GET', '/v1/templates');
+  }
+
+  getTemplate(name: string, _caller?: Caller): Promise<TemplateView> {
+    return this.json(TemplateViewSchema, 'GET', `/v1/templates/${enc(name)}`);
+  }
+
+  removeTemplate(name: string, _caller?: Caller): Promise<void> {
+    return this.empty('DELETE', `/v1/templates/${enc(name)}`);
   }
 
   egressEvents(id: string, _caller?: Caller, signal?: AbortSignal): AsyncIterable<EgressEvent> {

@@ -160,6 +160,88 @@ export const TemplateViewSchema = z.object({
 });
 export type TemplateView = z.infer<typeof TemplateViewSchema>;
 
+/**
+ * A template a remote client may build (POST /v1/templates): the library's template file
+ * (core/template.ts TemplateFileSchema, which validates it fully) minus anything that reads the
+ * server's host. Files travel as their contents (no host COPY paths), there are no mounts and no
+ * secrets (a step's network policy is the only thing that reaches out). Names are the tenant's own:
+ * the front server keeps them apart per tenant (server/templates.ts), and allows at most 40 characters.
+ */
+export const TemplateBuildRequestSchema = z
+  .object({
+    name: z
+      .string()
+      .regex(
+        /^[a-z0-9][a-z0-9._-]{0,62}$/,
+        'a template name is lowercase letters, digits, ".", "_" or "-", starting with a letter or digit',
+      ),
+    /** "host" (default), one of the caller's templates by name, or one of its snapshots/templates by digest. */
+    base: z.string().min(1).max(200).optional(),
+    files: z.array(z.object({ path: z.string().min(1).max(4096), content: z.string() }).strict()).optional(),
+    steps: z
+      .array(
+        z
+          .object({
+            run: z.union([z.string(), z.array(z.string())]),
+            /** Same shape as SandboxSpec.network; validated by the template schema. */
+            network: z.record(z.string(), z.unknown()).optional(),
+            env: z.record(z.string(), z.string()).optional(),
+            timeoutMs: z.number().int().optional(),
+            workdir: z.string().optional(),
+          })
+          .strict(),
+      )
+      .optional(),
+    limits: CreateRequestSchema.shape.limits,
+    backend: z.enum(['namespaces', 'gvisor']).optional(),
+    /** How long the build may wait in the queue when the tenant's quota is full (as a create's). */
+    queueTimeoutMs: z.number().int().min(0).max(60_000).optional(),
+  })
+  .strict();
+export type TemplateBuildRequest = z.infer<typeof TemplateBuildRequestSchema>;
+
+/**
+ * One line of a template build's NDJSON stream, in order: start; files; for each step step-started,
+ * step-output (base64, at most TEMPLATE_OUTPUT_BYTES per step, then `truncated` on step-finished),
+ * step-finished; layer (each captured layer); then done with the template, or error.
+ */
+export const TemplateEventSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('start'), name: z.string(), steps: z.number().int() }),
+  z.object({ type: z.literal('files'), count: z.number().int() }),
+  z.object({
+    type: z.literal('step-started'),
+    index: z.number().int(),
+    steps: z.number().int(),
+    command: z.string(),
+  }),
+  z.object({
+    type: z.literal('step-output'),
+    index: z.number().int(),
+    stream: z.enum(['stdout', 'stderr']),
+    data: z.string(),
+  }),
+  z.object({
+    type: z.literal('step-finished'),
+    index: z.number().int(),
+    durationMs: z.number(),
+    exitCode: z.number().nullable(),
+    /** Output past the per-step bound was not sent. */
+    truncated: z.boolean(),
+  }),
+  z.object({ type: z.literal('layer'), digest: z.string(), bytes: z.number() }),
+  z.object({ type: z.literal('done'), template: TemplateViewSchema }),
+  z.object({
+    type: z.literal('error'),
+    code: z.string(),
+    message: z.string(),
+    field: z.string().optional(),
+  }),
+]);
+export type TemplateEvent = z.infer<typeof TemplateEventSchema>;
+
+/** Output bytes of one build step sent in step-output events (the rest is counted, not sent). */
+export const TEMPLATE_OUTPUT_BYTES = 64 * 1024;
+
 /** Every error body: { error: { code, message, field? } } with the status httpStatusFor(code). */
 export const ErrorBodySchema = z.object({
   error: z.object({ code: z.string(), message: z.string(), field: z.string().optional() }),
@@ -233,4 +315,18 @@ export interface SandboxApi {
    * still type-checks; callers answer BACKEND_UNAVAILABLE when it is absent.
    */
   connectPort?(id: string, port: number, caller: Caller, signal?: AbortSignal): Promise<Duplex>;
+
+  /**
+   * Templates (routes /v1/templates; server/local-templates.ts, server/templates.ts). Optional like
+   * connectPort: the routes answer BACKEND_UNAVAILABLE where they are absent. buildTemplate's events
+   * end with `done` (or it throws); aborting `signal` cancels the build, which then leaves nothing.
+   */
+  buildTemplate?(
+    req: TemplateBuildRequest,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<TemplateEvent>;
+  listTemplates?(caller: Caller): Promise<TemplateView[]>;
+  getTemplate?(name: string, caller: Caller): Promise<TemplateView>;
+  removeTemplate?(name: string, caller: Caller): Promise<void>;
 }

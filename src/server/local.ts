@@ -18,7 +18,11 @@ import type {
   SandboxApi,
   SandboxView,
   SnapshotView,
+  TemplateBuildRequest,
+  TemplateEvent,
+  TemplateView,
 } from './contract.js';
+import { buildTemplateEvents, getTemplateView, listTemplateViews } from './local-templates.js';
 import { listPath, makeDir, readStream, removePath, statPath, writeStream } from './local-files.js';
 import { ProcessTable, foregroundEvents } from './local-processes.js';
 import { pollWatch, type WatchStream } from './local-watch.js';
@@ -343,6 +347,27 @@ export class LocalSandboxApi implements SandboxApi {
 
   async removeSnapshot(snapshotId: string, _caller: Caller): Promise<void> {
     await this.airlock.snapshots.remove(snapshotId);
+  }
+
+  // ---- templates (server/local-templates.ts; the front server scopes names per tenant) ----
+  buildTemplate(
+    req: TemplateBuildRequest,
+    _caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<TemplateEvent> {
+    return buildTemplateEvents(this.airlock, req, signal);
+  }
+
+  listTemplates(_caller: Caller): Promise<TemplateView[]> {
+    return listTemplateViews(this.airlock);
+  }
+
+  getTemplate(name: string, _caller: Caller): Promise<TemplateView> {
+    return getTemplateView(this.airlock, name);
+  }
+
+  async removeTemplate(name: string, _caller: Caller): Promise<void> {
+    await this.airlock.templates.remove(name);
   }
 
   /** The events so far (the newest 10,000), then live ones until the sandbox dies or `signal` aborts. */

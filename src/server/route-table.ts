@@ -11,6 +11,9 @@ import {
   ProcessViewSchema,
   SandboxViewSchema,
   SnapshotViewSchema,
+  TemplateBuildRequestSchema,
+  TemplateEventSchema,
+  TemplateViewSchema,
 } from './contract.js';
 
 export const PathQuerySchema = z.object({ path: z.string().min(1, 'path is required').max(4096) }).strict();
@@ -207,5 +210,28 @@ export const NATIVE_ROUTES: readonly RouteDoc[] = [
     path: `${S}/egress`,
     summary: "The sandbox's egress events so far, then live ones (NDJSON)",
     response: ndjson(EgressEventDocSchema),
+  },
+  {
+    method: 'post',
+    path: '/v1/templates',
+    summary:
+      "Build a template (the caller's own name): NDJSON progress start, files, step-started, step-output " +
+      '(base64, bounded per step), step-finished (durationMs), layer, then done with the template. A ' +
+      'failure is a last line {type:"error",code,message,field}. Closing the connection cancels the build.',
+    body: { kind: 'json', schema: TemplateBuildRequestSchema },
+    response: ndjson(TemplateEventSchema),
+  },
+  {
+    method: 'get',
+    path: '/v1/templates',
+    summary: "The caller's templates",
+    response: json(z.array(TemplateViewSchema)),
+  },
+  { method: 'get', path: '/v1/templates/:name', summary: 'One template', response: json(TemplateViewSchema) },
+  {
+    method: 'delete',
+    path: '/v1/templates/:name',
+    summary: 'Delete a template (409 SNAPSHOT_IN_USE while a sandbox runs on it)',
+    response: empty,
   },
 ];

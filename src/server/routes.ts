@@ -14,8 +14,10 @@ import {
   type Caller,
   type CreateRequest,
   type SandboxApi,
+  type TemplateBuildRequest,
 } from './contract.js';
 import { openApiDocument } from './openapi.js';
+import { TemplateBuildBodySchema } from './templates.js';
 import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
 import { errorResponse, tooLarge } from './http-errors.js';
 import { cappedStream, ndjsonResponse, readCapped } from './streams.js';
@@ -31,6 +33,8 @@ export interface NativeRoutesOptions {
   readonly allowPrivateNetwork?: boolean;
   /** Where unexpected (non-Airlock) errors are logged; their details never reach the client. */
   readonly logger?: Logger;
+  /** Cap of a template definition (POST /v1/templates; default 4 MiB: files travel inside it). */
+  readonly maxTemplateBytes?: number;
   /** Serve GET /openapi.json (default true; a server that documents more routes serves its own). */
   readonly openapi?: boolean;
 }
@@ -63,6 +67,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
   const callerOf = opts.caller ?? ((): Caller => ({ tenant: 'default' }));
   const maxBody = opts.maxBodyBytes ?? MiB;
   const maxUpload = opts.maxUploadBytes ?? 1024 * MiB;
+  const maxTemplate = opts.maxTemplateBytes ?? 4 * MiB;
   const logger = opts.logger ?? silentLogger;
 
   /** The request's JSON body, capped, parsed, validated. */
@@ -70,8 +75,9 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
     c: Context,
     schema: { safeParse(v: unknown): unknown } & Parameters<typeof parseOrThrow>[0],
     code: 'INVALID_SPEC' | 'INVALID_ARGUMENT',
+    max = maxBody,
   ): Promise<T> => {
-    const bytes = await readCapped(c.req.raw, maxBody, 'request body');
+    const bytes = await readCapped(c.req.raw, max, 'request body');
     let json: unknown;
     try {
       json = bytes.length === 0 ? {} : JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
@@ -278,6 +284,43 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       await api.get(c.req.param('id')!, caller); // an unknown id is a 404, not an empty stream
       const ctl = linked(signal);
       return ndjsonResponse(api.egressEvents(c.req.param('id')!, caller, ctl.signal), ctl, 'plain');
+    }),
+  );
+  // ---- templates (server/templates.ts scopes them per tenant) ----
+  const templates = (): Required<
+    Pick<SandboxApi, 'buildTemplate' | 'listTemplates' | 'getTemplate' | 'removeTemplate'>
+  > => {
+    if (!api.buildTemplate || !api.listTemplates || !api.getTemplate || !api.removeTemplate)
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not build templates');
+    return api as Required<
+      Pick<SandboxApi, 'buildTemplate' | 'listTemplates' | 'getTemplate' | 'removeTemplate'>
+    >;
+  };
+  app.post(
+    '/v1/templates',
+    h(async (c, caller, signal) => {
+      const t = templates();
+      const req = await body<TemplateBuildRequest>(c, TemplateBuildBodySchema, 'INVALID_SPEC', maxTemplate);
+      const ctl = linked(signal);
+      // The first event is awaited before the headers: a refusal (quota, bad base) is a plain status.
+      return ndjsonResponse(t.buildTemplate(req, caller, ctl.signal), ctl, 'exec', {
+        firstBeforeHeaders: true,
+      });
+    }),
+  );
+  app.get(
+    '/v1/templates',
+    h(async (c, caller) => ok(c, await templates().listTemplates(caller))),
+  );
+  app.get(
+    '/v1/templates/:name',
+    h(async (c, caller) => ok(c, await templates().getTemplate(c.req.param('name')!, caller))),
+  );
+  app.delete(
+    '/v1/templates/:name',
+    h(async (c, caller) => {
+      await templates().removeTemplate(c.req.param('name')!, caller);
+      return none();
     }),
   );
   if (opts.openapi !== false) app.get('/openapi.json', (c) => c.json(openApiDocument()));

@@ -89,7 +89,46 @@ const MIGRATIONS: readonly string[] = [
      BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
    CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
      BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;`,
+  // 2: templates each tenant built (server/templates.ts): its name → the library's (internal) name.
+  `CREATE TABLE templates (
+     tenant TEXT NOT NULL,
+     name TEXT NOT NULL,
+     internal TEXT NOT NULL UNIQUE,
+     digest TEXT NOT NULL,
+     created_at TEXT NOT NULL,
+     size_bytes INTEGER NOT NULL,
+     PRIMARY KEY (tenant, name)
+   );
+   CREATE INDEX templates_digest ON templates(digest);`,
 ];
+
+/** A template a tenant built: `name` is the tenant's, `internal` the library's (server/templates.ts). */
+export interface TemplateRow {
+  readonly tenant: string;
+  readonly name: string;
+  readonly internal: string;
+  readonly digest: string;
+  readonly createdAt: string;
+  readonly sizeBytes: number;
+}
+
+interface RawTemplate {
+  tenant: string;
+  name: string;
+  internal: string;
+  digest: string;
+  created_at: string;
+  size_bytes: number;
+}
+
+const templateRowOf = (r: RawTemplate): TemplateRow => ({
+  tenant: r.tenant,
+  name: r.name,
+  internal: r.internal,
+  digest: r.digest,
+  createdAt: r.created_at,
+  sizeBytes: r.size_bytes,
+});
 
 /** Key format: `alk_<key id>_<secret>`; only sha256(whole key) is stored. */
 const KEY_RE = /^alk_([0-9a-f]{16})_[A-Za-z0-9_-]{43}$/;
@@ -389,6 +428,47 @@ export class Store {
 
   forgetSnapshot(id: string): void {
     this.db.prepare('DELETE FROM snapshots WHERE id = ?').run(id);
+  }
+
+  // ---- templates ----------------------------------------------------------------------------------
+
+  /** Record (or replace, on a rebuild) a template the tenant built. */
+  putTemplate(r: TemplateRow): void {
+    this.db
+      .prepare(
+        `INSERT INTO templates (tenant, name, internal, digest, created_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (tenant, name) DO UPDATE SET internal = excluded.internal, digest = excluded.digest,
+           created_at = excluded.created_at, size_bytes = excluded.size_bytes`,
+      )
+      .run(r.tenant, r.name, r.internal, r.digest, r.createdAt, r.sizeBytes);
+    this.event('template.built', r.tenant, null, { name: r.name, digest: r.digest });
+  }
+
+  getTemplate(tenant: string, name: string): TemplateRow | undefined {
+    const r = this.db.prepare('SELECT * FROM templates WHERE tenant = ? AND name = ?').get(tenant, name) as
+      RawTemplate | undefined;
+    return r && templateRowOf(r);
+  }
+
+  templates(tenant: string): TemplateRow[] {
+    return (
+      this.db.prepare('SELECT * FROM templates WHERE tenant = ? ORDER BY name').all(tenant) as RawTemplate[]
+    ).map(templateRowOf);
+  }
+
+  /** Whether `tenant` built a template whose layer is `digest`. */
+  ownsTemplateDigest(tenant: string, digest: string): boolean {
+    return !!this.db.prepare('SELECT 1 FROM templates WHERE tenant = ? AND digest = ?').get(tenant, digest);
+  }
+
+  /** Whether any tenant's template has this library (internal) name. */
+  isTenantTemplate(internal: string): boolean {
+    return !!this.db.prepare('SELECT 1 FROM templates WHERE internal = ?').get(internal);
+  }
+
+  forgetTemplate(tenant: string, name: string): void {
+    this.db.prepare('DELETE FROM templates WHERE tenant = ? AND name = ?').run(tenant, name);
+    this.event('template.removed', tenant, null, { name });
   }
 
   // ---- events -------------------------------------------------------------------------------------

@@ -71,7 +71,14 @@ export async function ndjsonResponse<T>(
   const errorLine = (e: unknown): Uint8Array => {
     const body = errorBody(e).error;
     return line(
-      kind === 'exec' ? { type: 'error', code: body.code, message: body.message } : { error: body },
+      kind === 'exec'
+        ? {
+            type: 'error',
+            code: body.code,
+            message: body.message,
+            ...(body.field !== undefined ? { field: body.field } : {}),
+          }
+        : { error: body },
     );
   };
   const stream = new ReadableStream<Uint8Array>({

@@ -6,7 +6,6 @@
 // exactly like an id that never existed (same code, same message shape), so ids are no oracle.
 import type { EgressEvent } from '../egress/events.js';
 import { AirlockError } from '../core/errors.js';
-import { DIGEST_RE } from '../core/spec.js';
 import type {
   Caller,
   CreateRequest,
@@ -18,9 +17,13 @@ import type {
   SandboxApi,
   SandboxView,
   SnapshotView,
+  TemplateBuildRequest,
+  TemplateEvent,
+  TemplateView,
 } from './contract.js';
 import { QuotaError, type Quotas } from './quotas.js';
 import type { SandboxRow, Store } from './store.js';
+import { TenantTemplates } from './templates.js';
 
 /** The library's defaults, which a create without limits gets (for the quota's sums). */
 export const DEFAULT_MEMORY_BYTES = 512 * 1024 ** 2;
@@ -50,6 +53,8 @@ const notFound = (id: string): AirlockError =>
 
 export class TenantScopedApi implements SandboxApi {
   private readonly ttlTimers = new Map<string, NodeJS.Timeout>();
+  /** Each tenant's own templates (server/templates.ts). */
+  private readonly templates: TenantTemplates;
 
   constructor(
     private readonly inner: SandboxApi,
@@ -57,7 +62,9 @@ export class TenantScopedApi implements SandboxApi {
     private readonly quotas: Quotas,
     private readonly policy: TenantPolicy,
     private readonly hooks: TenantHooks,
-  ) {}
+  ) {
+    this.templates = new TenantTemplates(inner, store, quotas, policy, (s) => hooks.onQuota?.(s));
+  }
 
   /** Re-arm the TTL mirror of every stored live sandbox (front server start). */
   armStoredDeadlines(): void {
@@ -164,19 +171,10 @@ export class TenantScopedApi implements SandboxApi {
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${req.snapshot}`, { field: 'snapshot' });
     }
     // A template given by digest names a layer, and every snapshot is a layer: only the caller's own
-    // snapshots go by digest (the operator's templates go by name), or one tenant could start from
-    // another's snapshot (its files) by its id.
-    if (
-      req.template !== undefined &&
-      DIGEST_RE.test(req.template) &&
-      this.store.snapshotTenant(req.template) !== caller.tenant
-    ) {
-      throw new AirlockError(
-        'TEMPLATE_NOT_FOUND',
-        `no template ${req.template}: give a template by name, or one of your snapshots`,
-        { field: 'template' },
-      );
-    }
+    // snapshots and templates go by digest, or one tenant could start from another's files by its
+    // id. A name is the caller's own template, else the operator's (server/templates.ts).
+    const asked = req.template;
+    if (asked !== undefined) req = { ...req, template: this.templates.resolve(asked, caller, 'template') };
     const want = {
       memoryBytes: req.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
       cpus: req.limits?.cpus ?? DEFAULT_CPUS,
@@ -195,7 +193,9 @@ export class TenantScopedApi implements SandboxApi {
       throw e;
     }
     try {
-      const v = await this.inner.create(req, caller);
+      const created = await this.inner.create(req, caller);
+      // The caller's own name for its template, never the library's internal one.
+      const v = asked !== undefined ? { ...created, template: asked } : created;
       // Read after the create: a create that succeeded after a restart was noticed ran on the new
       // supervisor (one in flight to a dying supervisor fails with it).
       const bootId = this.hooks.bootId();
@@ -386,6 +386,26 @@ export class TenantScopedApi implements SandboxApi {
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${String(snapshotId)}`, { field: 'id' });
     await this.inner.removeSnapshot(snapshotId, caller);
     this.store.forgetSnapshot(snapshotId);
+  }
+
+  buildTemplate(
+    req: TemplateBuildRequest,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<TemplateEvent> {
+    return this.templates.build(req, caller, signal);
+  }
+
+  async listTemplates(caller: Caller): Promise<TemplateView[]> {
+    return this.templates.list(caller);
+  }
+
+  async getTemplate(name: string, caller: Caller): Promise<TemplateView> {
+    return this.templates.get(name, caller);
+  }
+
+  removeTemplate(name: string, caller: Caller): Promise<void> {
+    return this.templates.remove(name, caller);
   }
 
   egressEvents(id: string, caller: Caller, signal?: AbortSignal): AsyncIterable<EgressEvent> {

@@ -36,7 +36,7 @@ describe('Store', () => {
   it('creates the file 0600 in WAL mode at the latest schema, and reopening keeps the data', () => {
     const s = new Store(path);
     expect(statSync(path).mode & 0o777).toBe(0o600);
-    expect(s.schemaVersion()).toBe(1);
+    expect(s.schemaVersion()).toBe(2);
     s.insertSandbox(row('sb1'));
     s.close();
     const raw = new Database(path, { readonly: true });

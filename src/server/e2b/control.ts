@@ -328,4 +328,13 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
   app.put('/sandboxes/:id/network', unsupported('updating the network'));
   app.post('/sandboxes/:id/fork', unsupported('fork (use createSnapshot, then create from it)'));
   app.get('/sandboxes/:id/logs', unsupported('sandbox logs'));
+  // E2B's Template.build (image-based: fromImage, COPY of uploaded tar files) has no Airlock
+  // counterpart; Airlock templates are built with POST /v1/templates and used here by name.
+  const templateBuild = unsupported(
+    "building E2B templates (Template.build) — build an Airlock template with POST /v1/templates, then Sandbox.create('<its name>')",
+  );
+  app.post('/v3/templates', templateBuild);
+  app.post('/v2/templates/:id/builds/:build', templateBuild);
+  app.get('/templates/:id/builds/:build/status', templateBuild);
+  app.get('/templates/:id/files/:hash', templateBuild);
 }

@@ -15,6 +15,7 @@ import type { Caller, CreateRequest, SandboxApi, SandboxView, SnapshotView } fro
 import { defaultSpillDir } from './exec.js';
 import { RemoteSandbox, RemoteSnapshot, type RemoteContext } from './sandbox.js';
 import { remoteSandboxApi } from './connect.js';
+import { RemoteTemplates } from '../templates-client.js';
 
 /** Options of `new RemoteAirlock()`. */
 export interface RemoteAirlockOptions {
@@ -48,6 +49,8 @@ export class RemoteAirlock implements RemoteRuntime {
   /** The seam's caller argument for direct `api` calls (the server knows the tenant from the key). */
   readonly caller: Caller = CALLER;
   readonly snapshots: RemoteSnapshots;
+  /** The remote counterpart of `airlock.templates` (server/templates-client.ts). */
+  readonly templates: RemoteTemplates;
   private readonly live = new Map<string, RemoteSandbox>();
   private readonly ctx: RemoteContext;
 
@@ -72,6 +75,7 @@ export class RemoteAirlock implements RemoteRuntime {
       onGone: (id) => this.live.delete(id),
       fork: (snapshot) => this.start({ snapshot }, undefined),
     };
+    this.templates = new RemoteTemplates(this.api, CALLER);
     const wrap = (v: SnapshotView): RemoteSnapshot => new RemoteSnapshot(v, this.ctx.fork);
     this.snapshots = {
       list: async () => (await this.api.listSnapshots(CALLER)).map(wrap),
