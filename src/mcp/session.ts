@@ -532,10 +532,25 @@ export class McpSession {
     args: Record<string, unknown> | undefined,
     extra: Extra,
   ): Promise<CallToolResult> {
-    if (!this.exposed.has(name) && !this.collisions.has(name) && !this.policyHidden.has(name))
-      await this.refreshTools();
     const audit = (fields: Parameters<typeof mcpEvent>[0]): void =>
       this.core.audit(mcpEvent({ session: this.sessionId, tenant: this.tenant, ...fields }));
+    if (!this.exposed.has(name) && !this.collisions.has(name) && !this.policyHidden.has(name)) {
+      try {
+        await this.refreshTools();
+      } catch (e) {
+        // The tools could not be listed (an instance could not start, e.g. refused by a quota).
+        audit({
+          sandboxId: '',
+          server: '',
+          method: 'tools/call',
+          tool: name,
+          decision: 'error',
+          code: 'server_unavailable',
+          reason: (e as Error).message,
+        });
+        throw e;
+      }
+    }
     const collision = this.collisions.get(name);
     if (collision) {
       const reason = `blocked by Airlock MCP policy: tool name ${name} is offered by several servers (${collision}); ask the operator to namespace them`;
@@ -571,7 +586,17 @@ export class McpSession {
         });
         throw this.deny('quarantined', reason);
       }
-      throw new McpError(-32602, `unknown tool ${name}; call tools/list to see the available tools`);
+      const reason = `unknown tool ${name}; call tools/list to see the available tools`;
+      audit({
+        sandboxId: '',
+        server: '',
+        method: 'tools/call',
+        tool: name,
+        decision: 'deny',
+        code: 'unknown_tool',
+        reason,
+      });
+      throw new McpError(-32602, reason);
     }
     const ps = this.perServer.get(target.server)!;
     const setup = ps.entry.setup;
@@ -619,7 +644,21 @@ export class McpSession {
     let entry: InFlight | undefined;
     let settled = false;
     try {
-      lease = await ps.entry.pool.acquire(this.ctx('call'));
+      try {
+        lease = await ps.entry.pool.acquire(this.ctx('call'));
+      } catch (e) {
+        // No instance to call (it could not start, or a quota refused its sandbox): audited too.
+        audit({
+          sandboxId: '',
+          server: setup.name,
+          method: 'tools/call',
+          tool: target.tool,
+          decision: 'error',
+          code: 'server_unavailable',
+          reason: (e as Error).message,
+        });
+        throw e;
+      }
       const up = lease.upstream;
       const own = (entry = this.enter(setup.name, extra, up));
       const token = extra._meta?.progressToken;

@@ -240,11 +240,20 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: the MCP gateway at /mcp (${SK
   }, 60_000);
 
   it('shows the calls in /metrics by tenant, server and outcome', async () => {
+    // A call of a tool no server offers is counted too, under server "*", its name in no label.
+    const { client } = await connect(alice.key);
+    const unknown = await rpcError(client.callTool({ name: 'no_such_tool_xq7', arguments: {} }));
+    expect(unknown.message).toMatch(/unknown tool/);
     const m = await (await fetch(`${s.url}/metrics`)).text();
     const value = (labels: string): number =>
       Number(new RegExp(`^airlock_mcp_calls_total\\{${labels}\\} (\\d+)`, 'm').exec(m)?.[1] ?? 0);
     expect(value('tenant="alice",server="h",outcome="allowed"')).toBeGreaterThanOrEqual(1);
     expect(value('tenant="alice",server="h",outcome="denied"')).toBeGreaterThanOrEqual(1);
+    expect(value('tenant="alice",server="\\*",outcome="denied"')).toBeGreaterThanOrEqual(1);
+    // carol's call that found no instance (her quota refused its sandbox) is an error; the tools
+    // could not be listed, so no server is known for it.
+    expect(value('tenant="carol",server="\\*",outcome="error"')).toBeGreaterThanOrEqual(1);
+    expect(m).not.toContain('no_such_tool_xq7');
     expect(Number(/^airlock_mcp_sandboxes (\d+)/m.exec(m)?.[1])).toBeGreaterThanOrEqual(1);
     // No tool name from the wire in any label.
     expect(m).not.toMatch(/airlock_mcp_calls_total\{[^}]*(echo|add)/);
