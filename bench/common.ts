@@ -127,7 +127,7 @@ export async function runDirect(
   if (x.exitCode !== 0) throw new Error(`${cmd} exited ${x.exitCode ?? x.signal}: ${err.trim()}`);
 }
 
-/** The built CLI, as the package ships it (bin/airlock.cjs running dist/bin/airlock.cjs: plain Node, no TypeScript loader). */
+/** The built CLI, as the package ships it (bin/airlock.cjs running dist/bin/airlock-run.cjs for run, dist/bin/airlock.cjs otherwise: plain Node, no TypeScript loader). */
 export const BUILT_CLI = fileURLToPath(new URL('../bin/airlock.cjs', import.meta.url));
 let cliBuild: Promise<void> | undefined;
 

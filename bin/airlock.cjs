@@ -17,6 +17,11 @@ const { dirname, join } = require('node:path');
 const vm = require('node:vm');
 
 const BUNDLE = join(__dirname, '..', 'dist', 'bin', 'airlock.cjs');
+// The same program with only the modules of the commands that make one sandbox and exit (scripts
+// and agents start them over and over): a start reads and deserialises the code cache of what the
+// bundle initialises, and the full bundle's holds every command's modules. Same flags, same help.
+const RUN_BUNDLE = join(__dirname, '..', 'dist', 'bin', 'airlock-run.cjs');
+const RUN_BUNDLE_COMMANDS = ['run', 'diff']; // as in scripts/build.ts
 const HASH_BYTES = 32;
 
 /**
@@ -45,13 +50,20 @@ function load(file, cache) {
   return { script, hash, exports: module.exports, cache: used };
 }
 
+/** The bundle that runs this command line (`argv` without node and this script). */
+function bundleFor(argv) {
+  return RUN_BUNDLE_COMMANDS.includes(argv[0]) && existsSync(RUN_BUNDLE) ? RUN_BUNDLE : BUNDLE;
+}
+
 /**
  * Build step (scripts/build.ts, in a plain `node` so that the V8 flags match the CLI's): evaluates
- * the bundle, loads every command's module so that their code is compiled too, and writes the cache.
+ * a bundle ('run': the run bundle), loads its commands' modules so that their code is compiled
+ * too, and writes its cache.
  */
-async function writeCliCache(file = BUNDLE) {
+async function writeCliCache(which) {
+  const file = which === 'run' ? RUN_BUNDLE : BUNDLE;
   const { script, hash, exports: cli } = load(file, undefined);
-  await cli.loadCommands();
+  await cli.loadCommands(which === 'run' ? RUN_BUNDLE_COMMANDS : undefined);
   writeFileSync(`${file}.cache`, Buffer.concat([hash, script.createCachedData()]));
 }
 
@@ -73,16 +85,17 @@ async function fromSource() {
 
 if (require.main === module) {
   if (existsSync(BUNDLE)) {
+    const file = bundleFor(process.argv.slice(2));
     let cache;
     try {
-      cache = readFileSync(`${BUNDLE}.cache`);
+      cache = readFileSync(`${file}.cache`);
     } catch {
       // a build without a cache: compile as usual
     }
-    void load(BUNDLE, cache).exports.runAsProcess();
+    void load(file, cache).exports.runAsProcess();
   } else {
     void fromSource();
   }
 } else {
-  module.exports = { BUNDLE, load, writeCliCache };
+  module.exports = { BUNDLE, RUN_BUNDLE, RUN_BUNDLE_COMMANDS, bundleFor, load, writeCliCache };
 }

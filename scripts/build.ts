@@ -5,7 +5,11 @@
 //      (koffi, a native addon, stays outside). Each command's module is initialised only when that
 //      command runs. Every worker module file is an entry point of its own, written flat beside it, so
 //      `moduleWorker(import.meta.url, './x-worker…')` finds it.
-//   3. The V8 code cache of that bundle (dist/bin/airlock.cjs.cache; bin/airlock.cjs explains it).
+//      A second bundle, dist/bin/airlock-run.cjs, holds the same program with only the one-sandbox
+//      commands' modules (RUN_BUNDLE_COMMANDS): `airlock run` is started by scripts and agents
+//      many times over, and most of a start is V8 reading the code cache, whose size is what the
+//      bundle initialises (every command's modules, for the full one).
+//   3. The V8 code cache of each bundle (dist/bin/*.cjs.cache; bin/airlock.cjs explains it).
 // docs/reference/cli.md gives the command; bench/lifecycle.ts measures its start-up.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -50,6 +54,32 @@ const zodEnglishOnly: Plugin = {
   },
 };
 
+/** The commands in dist/bin/airlock-run.cjs (bin/airlock.cjs starts it for these; keep the two alike). */
+export const RUN_BUNDLE_COMMANDS = ['run', 'diff'];
+
+/**
+ * For the run bundle: every other command's module, which main.ts imports dynamically, becomes a
+ * module that throws (bin/airlock.cjs never runs those commands from this bundle; if it ever did,
+ * the error says so rather than a command doing nothing).
+ */
+const onlyRunCommands: Plugin = {
+  name: 'only-run-commands',
+  setup(b) {
+    const kept = new Set([...RUN_BUNDLE_COMMANDS.map((c) => `./${c}.js`), './flags.js']);
+    b.onResolve({ filter: /^\.\/[a-z-]+\.js$/ }, (args) =>
+      args.kind === 'dynamic-import' &&
+      /[/\\]src[/\\]cli[/\\][a-z-]+\.ts$/.test(args.importer) &&
+      !kept.has(args.path)
+        ? { path: args.path, namespace: 'not-in-run-bundle' }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'not-in-run-bundle' }, (args) => ({
+      contents: `throw new Error(${JSON.stringify(`airlock: ${args.path} is not in dist/bin/airlock-run.cjs`)});`,
+      loader: 'js',
+    }));
+  },
+};
+
 async function main(): Promise<void> {
   rmSync(DIST, { recursive: true, force: true });
   execFileSync(
@@ -77,13 +107,18 @@ async function main(): Promise<void> {
   // The CLI: one CommonJS file (bin/airlock.cjs runs it with a V8 code cache, which an ES module
   // cannot have on Node 20). Each command's module still runs only when that command does: esbuild
   // turns the dynamic imports into lazily initialised sections of the bundle.
-  await build({
+  const cli: BuildOptions = {
     ...common,
-    entryPoints: [{ in: 'src/cli/main.ts', out: 'airlock' }],
     format: 'cjs',
     outExtension: { '.js': '.cjs' },
     define: { 'import.meta.url': '__airlockUrl' },
     banner: { js: "const __airlockUrl = require('node:url').pathToFileURL(__filename).href;" },
+  };
+  await build({ ...cli, entryPoints: [{ in: 'src/cli/main.ts', out: 'airlock' }] });
+  await build({
+    ...cli,
+    entryPoints: [{ in: 'src/cli/main.ts', out: 'airlock-run' }],
+    plugins: [...(common.plugins ?? []), onlyRunCommands],
   });
   // Workers: ES modules, each whole in its own file (the CLI's moduleWorker finds them beside it).
   await build({
@@ -95,17 +130,27 @@ async function main(): Promise<void> {
       js: "import { createRequire as __airlockCreateRequire } from 'node:module'; const require = __airlockCreateRequire(import.meta.url);",
     },
   });
-  // bin/airlock.cjs decodes the bundle as latin1, which is only right for ASCII (esbuild's default
+  // bin/airlock.cjs decodes the bundles as latin1, which is only right for ASCII (esbuild's default
   // charset escapes everything else).
-  const bundle = readFileSync(join(CLI_OUT, 'airlock.cjs'));
-  const nonAscii = bundle.findIndex((b) => b > 0x7f);
-  if (nonAscii !== -1) throw new Error(`dist/bin/airlock.cjs has a non-ASCII byte at offset ${nonAscii}`);
-  // The code cache, made by a plain `node` (the V8 flags of the cache and of the CLI must match).
-  execFileSync(
-    process.execPath,
-    ['-e', 'require(process.argv[1]).writeCliCache()', join(ROOT, 'bin', 'airlock.cjs')],
-    { cwd: ROOT, stdio: 'inherit', env: { ...process.env, NODE_OPTIONS: '' } },
-  );
+  for (const name of ['airlock.cjs', 'airlock-run.cjs']) {
+    const bundle = readFileSync(join(CLI_OUT, name));
+    const nonAscii = bundle.findIndex((b) => b > 0x7f);
+    if (nonAscii !== -1) throw new Error(`dist/bin/${name} has a non-ASCII byte at offset ${nonAscii}`);
+  }
+  // The code caches, made by a plain `node` (the V8 flags of the cache and of the CLI must match),
+  // each in a process of its own (V8 reuses code it compiled earlier in the same process).
+  for (const args of [[], ['run']]) {
+    execFileSync(
+      process.execPath,
+      [
+        '-e',
+        'require(process.argv[1]).writeCliCache(process.argv[2])',
+        join(ROOT, 'bin', 'airlock.cjs'),
+        ...args,
+      ],
+      { cwd: ROOT, stdio: 'inherit', env: { ...process.env, NODE_OPTIONS: '' } },
+    );
+  }
 }
 
 await main();

@@ -32,20 +32,35 @@ const serveCli = (): Promise<typeof import('./serve.js')> => import('./serve.js'
 const keysCli = (): Promise<typeof import('./keys.js')> => import('./keys.js');
 const remoteCli = (): Promise<typeof import('./remote.js')> => import('./remote.js');
 
-/** Loads every command's module (the build's code-cache step, writeCliCache in bin/airlock.cjs). */
-export async function loadCommands(): Promise<void> {
-  await Promise.all([
-    runCli(),
-    mcpCli(),
-    snapshotCli(),
-    diffCli(),
-    templateCli(),
-    doctorCli(),
-    demoCli(),
-    serveCli(),
-    keysCli(),
-    remoteCli(),
-  ]);
+/** Each command's module loader, by command name (the build's code-cache step loads them). */
+const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
+  run: runCli,
+  mcp: mcpCli,
+  snapshot: snapshotCli,
+  diff: diffCli,
+  template: templateCli,
+  doctor: doctorCli,
+  demo: demoCli,
+  serve: serveCli,
+  keys: keysCli,
+  remote: remoteCli,
+};
+
+/**
+ * Loads the modules of `commands` (default: every command), so that the build's code-cache step
+ * (writeCliCache in bin/airlock.cjs) compiles them into the cache; the run bundle holds only some.
+ */
+export async function loadCommands(
+  commands: readonly string[] = Object.keys(COMMAND_MODULES),
+): Promise<void> {
+  await Promise.all(
+    commands.map((c) => {
+      const load = COMMAND_MODULES[c];
+      if (!load) throw new Error(`no command module "${c}"`);
+      return load();
+    }),
+  );
+  if (commands.includes('run')) (await runCli()).warmUpForCache();
 }
 
 const RUN_HELP = `

@@ -5,6 +5,8 @@ import type { Sandbox } from '../sandbox/index.js';
 import type { AirlockOptions } from '../sandbox/airlock.js';
 import type { ExecOptions, ExecResult } from '../sandbox/sandbox.js';
 import { AirlockError } from '../core/errors.js';
+import { ExecOptionsSchema, parseCommand, parseSandboxSpec } from '../core/spec.js';
+import { parseOrThrow } from '../core/validate.js';
 import { formatBytes } from '../core/units.js';
 import { checkSecretSources, relabelSecretError } from './egress-flags.js';
 import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
@@ -36,6 +38,18 @@ export async function runCommand(
       }
     },
   });
+}
+
+/**
+ * The build's code-cache step only (loadCommands): runs the pure steps of `airlock run -- true`
+ * (flags, plan, spec and exec-option validation) so that the functions they call are compiled into
+ * the CLI's code cache, not at each start. No sandbox, no host state: the build may run unprivileged.
+ */
+export function warmUpForCache(): void {
+  const plan = planRun(['true'], { env: [] }, '/');
+  parseSandboxSpec(plan.spec);
+  parseCommand(plan.command);
+  parseOrThrow(ExecOptionsSchema, { timeoutMs: plan.timeoutMs }, 'exec options', 'INVALID_ARGUMENT');
 }
 
 /** How a planned command runs (see runPlan): the runtime's options, where output goes, what follows. */

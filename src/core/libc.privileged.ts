@@ -3,7 +3,9 @@
 // milliseconds, so these few functions are bound through koffi (a maintained FFI library that ships
 // prebuilt binaries). Each function is declared with its exact C prototype; callers check the
 // return value and read errno right after the call, on the same thread.
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 
 export interface Libc {
   mount(
@@ -139,9 +141,66 @@ export function koffiPath(): string {
 
 let bound: Libc | undefined;
 
+/**
+ * koffi, as its entry module would load it, without the entry module. That entry finds its native
+ * module by probing: several module resolutions, three more files compiled, node's own ELF headers
+ * read to tell glibc from musl; together a good part of a one-shot CLI start. Its prebuilt package
+ * for this platform (resolved from koffi's own directory, as koffi does) holds the native module at
+ * <os>_<arch>/koffi.node for glibc; that is loaded directly when its version is koffi's (the check
+ * koffi makes). Anything else (musl, another layout, an error) takes koffi's own entry, which then
+ * reports what is wrong. The JS koffi wraps around the native module only adds deprecated aliases.
+ */
+export function loadKoffi(): Koffi {
+  const require = createRequire(import.meta.url);
+  const entry = require.resolve('koffi');
+  try {
+    if (process.platform !== 'linux' || !onGlibc()) return require(entry) as Koffi;
+    const version = (
+      JSON.parse(readFileSync(join(dirname(entry), 'package.json'), 'utf8')) as { version?: unknown }
+    ).version;
+    const { platform, arch } = process;
+    const native = createRequire(entry)(
+      `@koromix/koffi-${platform}-${arch}/${platform}_${arch}/koffi.node`,
+    ) as Koffi & { version?: unknown };
+    if (typeof version === 'string' && native.version === version) return native;
+  } catch {
+    // not the layout above: koffi's entry below
+  }
+  return require(entry) as Koffi;
+}
+
+/**
+ * Whether node itself runs on glibc: its ELF interpreter (PT_INTERP, read from the first page of the
+ * node binary, as koffi reads it) is glibc's ld-linux. Anything unexpected: false.
+ */
+function onGlibc(): boolean {
+  const b = Buffer.alloc(4096);
+  const fd = openSync(process.execPath, 'r');
+  let n: number;
+  try {
+    n = readSync(fd, b, 0, b.length, 0);
+  } finally {
+    closeSync(fd);
+  }
+  // ELF, 64-bit, little-endian.
+  if (n < 64 || b.readUInt32BE(0) !== 0x7f454c46 || b[4] !== 2 || b[5] !== 1) return false;
+  const phoff = Number(b.readBigUInt64LE(32));
+  const phentsize = b.readUInt16LE(54);
+  for (let i = 0, count = b.readUInt16LE(56); i < count; i++) {
+    const o = phoff + i * phentsize;
+    if (o + 40 > n) return false;
+    if (b.readUInt32LE(o) !== 3) continue; // PT_INTERP
+    const at = Number(b.readBigUInt64LE(o + 8));
+    const size = Number(b.readBigUInt64LE(o + 32));
+    if (size < 2 || at + size > n) return false;
+    return /\/ld-linux[-.][^/]*$/.test(b.toString('latin1', at, at + size - 1));
+  }
+  return false;
+}
+
 export function libc(): Libc {
   if (bound) return bound;
-  const c = bindLibc(createRequire(import.meta.url)('koffi') as Koffi);
+  const c = bindLibc(loadKoffi());
   bound = {
     ...c,
     umount2Async: (target, flags) => onThreadPool(c.umount2, target, flags),

@@ -179,6 +179,8 @@ describe.skipIf(!canRunNamespaces)(
           'dist/index.d.ts',
           'dist/bin/airlock.cjs',
           'dist/bin/airlock.cjs.cache',
+          'dist/bin/airlock-run.cjs',
+          'dist/bin/airlock-run.cjs.cache',
         ]),
       );
       expect(files.filter((f) => f.endsWith('.map'))).toEqual([]);
@@ -226,41 +228,81 @@ describe.skipIf(!canRunNamespaces)(
 
     // bin/airlock.cjs runs the CLI bundle with the code cache the build made; a cache made from any
     // other source must never reach V8 (V8's own source check is only the length).
-    it("the CLI's code cache is made from the shipped bundle, is accepted by V8, and a cache of another source is ignored", async () => {
-      const bin = join(scratch, 'node_modules', PKG.name, 'bin', 'airlock.cjs');
-      // Each case in a process of its own: V8 also caches compiled code per process, and a second
-      // load of the same source there would not look at the cache it is given.
-      const load = async (cache: string): Promise<unknown> => {
-        const probe = `
+    it.each(['BUNDLE', 'RUN_BUNDLE'])(
+      "the CLI's code cache of %s is made from the shipped bundle, is accepted by V8, and a cache of another source is ignored",
+      async (which) => {
+        const bin = join(scratch, 'node_modules', PKG.name, 'bin', 'airlock.cjs');
+        // Each case in a process of its own: V8 also caches compiled code per process, and a second
+        // load of the same source there would not look at the cache it is given.
+        const load = async (cache: string): Promise<unknown> => {
+          const probe = `
           const { createHash, randomBytes } = require('node:crypto');
           const { readFileSync } = require('node:fs');
-          const { BUNDLE, load } = require(${JSON.stringify(bin)});
+          const { ${which}: BUNDLE, load } = require(${JSON.stringify(bin)});
           const shipped = readFileSync(BUNDLE + '.cache');
           const cache = ${cache};
           const r = load(BUNDLE, cache);
           process.stdout.write(JSON.stringify({ cache: r.cache, cli: typeof r.exports.runAsProcess }));`;
-        const r = await inScratch(scratch, process.execPath, ['-e', probe]);
-        expect(r.stderr).toBe('');
-        return JSON.parse(r.stdout);
-      };
-      const cached = readFileSync(
-        join(scratch, 'node_modules', PKG.name, 'dist', 'bin', 'airlock.cjs.cache'),
-      );
-      const bundle = readFileSync(join(scratch, 'node_modules', PKG.name, 'dist', 'bin', 'airlock.cjs'));
-      expect(cached.subarray(0, 32)).toEqual(createHash('sha256').update(bundle).digest());
-      expect(await load('shipped')).toEqual({ cache: 'accepted', cli: 'function' });
-      // Another source's hash in front of a valid cache: never handed to V8.
-      expect(await load('Buffer.concat([randomBytes(32), shipped.subarray(32)])')).toEqual({
-        cache: 'none',
-        cli: 'function',
+          const r = await inScratch(scratch, process.execPath, ['-e', probe]);
+          expect(r.stderr).toBe('');
+          return JSON.parse(r.stdout);
+        };
+        const name = which === 'BUNDLE' ? 'airlock.cjs' : 'airlock-run.cjs';
+        const cached = readFileSync(join(scratch, 'node_modules', PKG.name, 'dist', 'bin', `${name}.cache`));
+        const bundle = readFileSync(join(scratch, 'node_modules', PKG.name, 'dist', 'bin', name));
+        expect(cached.subarray(0, 32)).toEqual(createHash('sha256').update(bundle).digest());
+        expect(await load('shipped')).toEqual({ cache: 'accepted', cli: 'function' });
+        // Another source's hash in front of a valid cache: never handed to V8.
+        expect(await load('Buffer.concat([randomBytes(32), shipped.subarray(32)])')).toEqual({
+          cache: 'none',
+          cli: 'function',
+        });
+        // The right hash in front of garbage: V8 rejects it, and the CLI compiles as usual.
+        expect(await load('Buffer.concat([shipped.subarray(0, 32), randomBytes(4096)])')).toEqual({
+          cache: 'rejected',
+          cli: 'function',
+        });
+        expect(await load('shipped.subarray(0, 32)')).toEqual({ cache: 'none', cli: 'function' });
+        expect(await load('undefined')).toEqual({ cache: 'none', cli: 'function' });
+      },
+    );
+
+    // run and diff start from dist/bin/airlock-run.cjs (bin/airlock.cjs): the same program as the full
+    // bundle (flags, help), without the other commands' modules, which fail loudly if ever reached.
+    it('the run bundle serves run and diff with the same program as the full bundle, and no other command', async () => {
+      const bin = join(scratch, 'node_modules', PKG.name, 'bin', 'airlock.cjs');
+      const probe = `
+        const { BUNDLE, RUN_BUNDLE, bundleFor, load } = require(${JSON.stringify(bin)});
+        const run = async (file, argv) => {
+          let out = '', err = '';
+          const code = await load(file, undefined).exports.main(argv, { out: (s) => (out += s), err: (s) => (err += s) });
+          return { code, out, err };
+        };
+        (async () => {
+          const same = [];
+          for (const argv of [['run', '--help'], ['diff', '--help'], ['run', '--memory', 'lots', '--', 'true'], ['--help']]) {
+            same.push(JSON.stringify(await run(BUNDLE, argv)) === JSON.stringify(await run(RUN_BUNDLE, argv)));
+          }
+          const other = await run(RUN_BUNDLE, ['snapshot', 'ls']);
+          process.stdout.write(JSON.stringify({
+            run: bundleFor(['run', '--', 'true']) === RUN_BUNDLE,
+            diff: bundleFor(['diff']) === RUN_BUNDLE,
+            mcp: bundleFor(['mcp']) === BUNDLE,
+            bare: bundleFor([]) === BUNDLE,
+            same,
+            other: { code: other.code, err: other.err.includes('is not in dist/bin/airlock-run.cjs') },
+          }));
+        })();`;
+      const r = await inScratch(scratch, process.execPath, ['-e', probe]);
+      expect(r.stderr).toBe('');
+      expect(JSON.parse(r.stdout)).toEqual({
+        run: true,
+        diff: true,
+        mcp: true,
+        bare: true,
+        same: [true, true, true, true],
+        other: { code: 70, err: true },
       });
-      // The right hash in front of garbage: V8 rejects it, and the CLI compiles as usual.
-      expect(await load('Buffer.concat([shipped.subarray(0, 32), randomBytes(4096)])')).toEqual({
-        cache: 'rejected',
-        cli: 'function',
-      });
-      expect(await load('shipped.subarray(0, 32)')).toEqual({ cache: 'none', cli: 'function' });
-      expect(await load('undefined')).toEqual({ cache: 'none', cli: 'function' });
     });
 
     it('npx airlock --version prints the package version', async () => {
