@@ -96,7 +96,8 @@ async function main(): Promise<void> {
     platform: 'node',
     target: 'node20',
     outdir: CLI_OUT,
-    external: ['koffi', 'tsx', 'tsx/*'],
+    // Native modules load their .node file relative to their own package: never bundled.
+    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*'],
     plugins: [zodEnglishOnly],
     legalComments: 'eof',
     // Less for V8 to read and parse at every start; names are kept for stack traces and errors.

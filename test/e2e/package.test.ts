@@ -305,6 +305,27 @@ describe.skipIf(!canRunNamespaces)(
       });
     });
 
+    it("npx airlock keys create uses the server's SQLite store (a native module, never bundled)", async () => {
+      const state = mkdtempSync(join(tmpdir(), 'airlock-pkg-keys-'));
+      try {
+        const r = await inScratch(scratch, 'npx', [
+          '--offline',
+          'airlock',
+          'keys',
+          'create',
+          '--tenant',
+          'pkg',
+          '--state-dir',
+          state,
+        ]);
+        expect(r.stderr).toMatch(/for tenant "pkg"/);
+        expect(r.code).toBe(0);
+        expect(r.stdout).toMatch(/^alk_[0-9a-f]{16}_\S+\n$/);
+      } finally {
+        rmSync(state, { recursive: true, force: true });
+      }
+    });
+
     it('npx airlock --version prints the package version', async () => {
       const r = await inScratch(scratch, 'npx', ['--offline', 'airlock', '--version']);
       expect(r).toMatchObject({ code: 0, stdout: `${PKG.version}\n` });
