@@ -54,7 +54,7 @@ const MAX_LINE_BYTES = 16 * 1024 * 1024;
 
 type Body = { json: unknown } | { stream: ReadableStream<Uint8Array> } | { bytes: Uint8Array } | undefined;
 
-async function readAll(res: http.IncomingMessage, max: number): Promise<Buffer> {
+export async function readAll(res: http.IncomingMessage, max: number): Promise<Buffer> {
   const parts: Buffer[] = [];
   let n = 0;
   for await (const c of res as AsyncIterable<Buffer>) {
@@ -69,7 +69,7 @@ async function readAll(res: http.IncomingMessage, max: number): Promise<Buffer> 
 }
 
 /** The server's error body → AirlockError (an unknown code stays visible in the message). */
-function errorFrom(status: number, text: string): AirlockError {
+export function errorFrom(status: number, text: string): AirlockError {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -92,7 +92,7 @@ function errorFrom(status: number, text: string): AirlockError {
 }
 
 /** Parse one peer JSON document with a schema; a mismatch is the server's fault (INTERNAL). */
-function parsePeer<S extends z.ZodType>(schema: S, text: string, what: string): z.output<S> {
+export function parsePeer<S extends z.ZodType>(schema: S, text: string, what: string): z.output<S> {
   let v: unknown;
   try {
     v = JSON.parse(text);

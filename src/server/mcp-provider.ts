@@ -24,8 +24,7 @@ import type {
 import { resolveSecretValue } from '../secrets/resolve.js';
 import type { Caller, SandboxApi } from './contract.js';
 import { createMcpSandbox, type McpSandboxRequest } from './mcp-supervisor.js';
-import type { Quotas } from './quotas.js';
-import { DEFAULT_CPUS, DEFAULT_MEMORY_BYTES } from './tenants.js';
+import { usageOf, type Quotas } from './quotas.js';
 
 const SUPERVISOR: Caller = { tenant: 'supervisor' };
 const EMPTY: McpRedactionSet = { secrets: [], sentinels: [], canaries: [] };
@@ -66,10 +65,7 @@ export class SupervisorMcpProvider implements McpSandboxProvider {
     if (this.closed) throw new AirlockError('BACKEND_UNAVAILABLE', 'the MCP gateway is closing');
     const server = spec.metadata?.mcpServer;
     const tenant = server !== undefined && !this.o.shared.has(server) ? this.o.tenant() : undefined;
-    const want = {
-      memoryBytes: spec.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-      cpus: spec.limits?.cpus ?? DEFAULT_CPUS,
-    };
+    const want = usageOf(spec.limits);
     const release =
       tenant === undefined ? () => {} : await this.o.quotas.reserve(tenant, want, this.o.queueTimeoutMs);
     try {
@@ -82,6 +78,11 @@ export class SupervisorMcpProvider implements McpSandboxProvider {
         release();
       });
       this.live.add(sbx);
+      if (this.closed) {
+        // close() ran while this sandbox was being made: it did not see it, so kill it here.
+        await sbx.kill();
+        throw new AirlockError('BACKEND_UNAVAILABLE', 'the MCP gateway is closing');
+      }
       return sbx;
     } catch (e) {
       release();

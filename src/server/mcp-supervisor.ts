@@ -10,10 +10,11 @@
 import { request } from 'node:http';
 import { Hono } from 'hono';
 import { z } from 'zod';
-import { AirlockError, ERROR_CODES, type AirlockErrorCode } from '../core/errors.js';
+import { AirlockError } from '../core/errors.js';
 import type { SandboxSpecInput } from '../core/spec.js';
 import { parseOrThrow } from '../core/validate.js';
 import type { Airlock } from '../sandbox/airlock.js';
+import { errorFrom, parsePeer, readAll } from './client.js';
 import { SandboxViewSchema } from './contract.js';
 import { errorResponse } from './http-errors.js';
 import { sandboxView } from './local.js';
@@ -90,10 +91,10 @@ export function mcpSupervisorRoutes(airlock: Airlock): Hono {
   return app;
 }
 
-/** The front server side: the same request over the supervisor's socket. */
+/** The front server side: the same request over the supervisor's socket (the native client's decoding). */
 export function createMcpSandbox(socketPath: string, req: McpSandboxRequest): Promise<McpSandboxCreated> {
   const payload = Buffer.from(JSON.stringify(req));
-  return new Promise((resolve, reject) => {
+  return new Promise<McpSandboxCreated>((resolve, reject) => {
     const r = request(
       {
         socketPath,
@@ -102,36 +103,13 @@ export function createMcpSandbox(socketPath: string, req: McpSandboxRequest): Pr
         headers: { 'content-type': 'application/json', 'content-length': String(payload.length) },
       },
       (res) => {
-        const parts: Buffer[] = [];
-        let n = 0;
-        res.on('data', (c: Buffer) => {
-          n += c.length;
-          if (n > 4 * 1024 * 1024) res.destroy(new Error('the supervisor answered more than 4 MiB'));
-          else parts.push(c);
-        });
-        res.on('error', (e) => reject(new AirlockError('BACKEND_UNAVAILABLE', e.message, { cause: e })));
-        res.on('end', () => {
-          let v: unknown;
-          try {
-            v = JSON.parse(Buffer.concat(parts).toString('utf8'));
-          } catch {
-            return reject(new AirlockError('INTERNAL', 'the supervisor sent a body that is not JSON'));
-          }
-          if (res.statusCode === 201) {
-            const ok = McpSandboxCreatedSchema.safeParse(v);
-            return ok.success
-              ? resolve(ok.data)
-              : reject(new AirlockError('INTERNAL', 'the supervisor sent a malformed answer'));
-          }
-          const err = (v as { error?: { code?: unknown; message?: unknown; field?: unknown } }).error;
-          reject(
-            typeof err?.code === 'string' && Object.hasOwn(ERROR_CODES, err.code)
-              ? new AirlockError(err.code as AirlockErrorCode, String(err.message ?? ''), {
-                  ...(typeof err.field === 'string' ? { field: err.field } : {}),
-                })
-              : new AirlockError('INTERNAL', `the supervisor answered HTTP ${res.statusCode}`),
-          );
-        });
+        readAll(res, 4 * 1024 * 1024)
+          .then((b) => {
+            const text = b.toString('utf8');
+            if (res.statusCode !== 201) throw errorFrom(res.statusCode ?? 0, text);
+            return parsePeer(McpSandboxCreatedSchema, text, 'MCP sandbox');
+          })
+          .then(resolve, reject);
       },
     );
     r.on('error', (e) =>

@@ -12,6 +12,18 @@ export interface Usage {
   readonly cpus: number;
 }
 
+/** The library's defaults, which a sandbox without limits gets (for the quota's sums). */
+export const DEFAULT_MEMORY_BYTES = 512 * 1024 ** 2;
+export const DEFAULT_CPUS = 1;
+
+/** What a sandbox with these limits takes from its tenant's quota (API creates, builds, MCP servers). */
+export function usageOf(limits: { memoryBytes?: number; cpus?: number } | undefined): Usage {
+  return {
+    memoryBytes: limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
+    cpus: limits?.cpus ?? DEFAULT_CPUS,
+  };
+}
+
 /** A QUOTA_EXCEEDED error with when to retry (the front server sends it as Retry-After). */
 export class QuotaError extends AirlockError {
   constructor(

@@ -23,13 +23,12 @@ import {
   type TemplateView,
 } from './contract.js';
 import { templateInputOf } from './local-templates.js';
-import { QuotaError, type Quotas } from './quotas.js';
+import { QuotaError, usageOf, type Quotas } from './quotas.js';
 import type { Store, TemplateRow } from './store.js';
 
 /** Longest template name a tenant may give (its internal name adds TENANT_PREFIX_CHARS). */
 export const MAX_TENANT_TEMPLATE_NAME = 40;
 const INTERNAL_RE = /^tn-[0-9a-f]{16}-/;
-const DEFAULT_MEMORY_BYTES = 512 * 1024 ** 2;
 
 /** The library's name of `tenant`'s template `name`. */
 export function internalTemplateName(tenant: string, name: string): string {
@@ -192,10 +191,7 @@ export class TenantTemplates {
     }
     this.building.add(key);
     try {
-      const want = {
-        memoryBytes: req.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-        cpus: req.limits?.cpus ?? 1,
-      };
+      const want = usageOf(req.limits);
       let release: () => void;
       try {
         release = await this.quotas.reserve(

@@ -21,13 +21,9 @@ import type {
   TemplateEvent,
   TemplateView,
 } from './contract.js';
-import { QuotaError, type Quotas } from './quotas.js';
+import { QuotaError, usageOf, type Quotas } from './quotas.js';
 import type { SandboxRow, Store } from './store.js';
 import { TenantTemplates } from './templates.js';
-
-/** The library's defaults, which a create without limits gets (for the quota's sums). */
-export const DEFAULT_MEMORY_BYTES = 512 * 1024 ** 2;
-export const DEFAULT_CPUS = 1;
 
 export interface TenantPolicy {
   /** Let clients send network.allowPrivate (default false: private/loopback targets stay refused). */
@@ -175,10 +171,7 @@ export class TenantScopedApi implements SandboxApi {
     // id. A name is the caller's own template, else the operator's (server/templates.ts).
     const asked = req.template;
     if (asked !== undefined) req = { ...req, template: this.templates.resolve(asked, caller, 'template') };
-    const want = {
-      memoryBytes: req.limits?.memoryBytes ?? DEFAULT_MEMORY_BYTES,
-      cpus: req.limits?.cpus ?? DEFAULT_CPUS,
-    };
+    const want = usageOf(req.limits);
     let release: () => void;
     try {
       release = await this.quotas.reserve(
