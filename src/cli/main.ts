@@ -411,7 +411,10 @@ function registerServerCommands(program: Command, io: Io, setStatus: (code: numb
   keys
     .command('create')
     .description('create an API key for a tenant and print it (only this once)')
-    .requiredOption('--tenant <name>', 'the tenant the key acts for (created if new)')
+    .requiredOption(
+      '--tenant <name>',
+      'the tenant the key acts for, created if new: 1 to 63 lowercase letters, digits, ".", "_" or "-", starting with a letter or digit',
+    )
     .option('--state-dir <dir>', 'host state (default AIRLOCK_STATE_DIR or /var/lib/airlock)')
     .option('--json', 'print {id, tenant, key} as JSON')
     .action(async (flags: { tenant: string; stateDir?: string; json?: boolean }) =>
