@@ -1,9 +1,14 @@
 // S1: the sandbox server (`airlock serve`: front server + supervisor) against the
 // library in-process, all in one run:
-//   - create → exec `true` → kill, N rounds, the three ways taking turns each round: (a) the library
+//   - create → exec `true` → kill, N rounds, the ways taking turns each round: (a) the library
 //     in this process, (b) the remote TypeScript SDK over the native API (`new Airlock({ apiUrl })`:
-//     the same calls as (a)), (c) the official e2b SDK against /e2b. p50/p90 each, and the p50 that
-//     (b) and (c) add to (a), beside the issue's target (≤ 2 ms added p50 on loopback);
+//     the same calls as (a)), (c) the official e2b SDK against /e2b, and (d) the supervisor's own API
+//     on its unix socket (the front server's hop, without the front server). p50/p90 each, the p50
+//     that (b) and (c) add to (a), beside the issue's target (≤ 2 ms added p50 on loopback), and
+//     each phase (create, exec, kill) apart;
+//   - the floor of a hop, in the same rounds: an HTTP request to a bare node:http server in another
+//     process over loopback TCP and over a unix socket (keep-alive), GET /healthz of the front server
+//     and GET /v1/supervisor of the supervisor (the framework's own cost on top of the bare hop);
 //   - 100 creates at once through the API (remote SDK): wall time, p50/p99 per create, errors;
 //   - the server's memory: RSS of the front server and of the supervisor with no sandbox (at start,
 //     and after the rounds above), and with N live sandboxes; the overhead per sandbox from those
@@ -13,11 +18,13 @@
 // find better-sqlite3's native binding, so a built `airlock serve` cannot open its store yet. Its RSS
 // therefore includes the TypeScript loader.
 import { spawn, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { Airlock, Sandbox, type RemoteAirlock } from '../src/index.js';
+import { RemoteSandboxApi } from '../src/server/client.js';
 import { Store } from '../src/server/store.js';
 import { supervisorInfo, supervisorPaths } from '../src/server/supervisor-client.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE, sleepMs, type BenchContext } from './common.js';
@@ -42,11 +49,23 @@ export interface Rss {
   readonly supervisorMiB: number;
 }
 
+/** The ways create → exec → kill is timed, each phase apart. */
+export type Way = 'library' | 'remoteSdk' | 'e2b' | 'supervisor';
+export type Phase = 'create' | 'exec' | 'kill';
+/** One HTTP round trip: bare node:http over TCP and unix socket, the front server's and the supervisor's. */
+export type Hop = 'bareTcp' | 'bareUnix' | 'frontHealthz' | 'supervisorInfo';
+
 export interface ServerReport {
   readonly rounds: number;
   readonly library: Latency;
   readonly remoteSdk: Latency;
   readonly e2b: Latency;
+  /** The supervisor's native API on its unix socket (RemoteSandboxApi), no front server. */
+  readonly supervisor?: Latency;
+  /** p50 of each phase of each way. */
+  readonly phases?: Record<Way, Record<Phase, number>>;
+  /** p50 of one round trip of each kind (the floor under each hop). */
+  readonly hops?: Record<Hop, number>;
   readonly concurrent: {
     readonly n: number;
     readonly wallMs: number;
@@ -166,6 +185,40 @@ async function stopServe(s: Served): Promise<void> {
   for (let i = 0; i < 600 && !gone(s.supervisorPid); i++) await sleepMs(50);
 }
 
+/**
+ * A bare node:http server (answers `{}`) in its own process, on 127.0.0.1:0 and on a unix socket: the
+ * floor of one HTTP round trip between two processes, apart from any framework.
+ */
+async function startBareServer(): Promise<{ port: number; socketPath: string; stop: () => Promise<void> }> {
+  const socketPath = join(SERVER_STATE_DIR, 'bench-bare.sock');
+  const code = `
+    const http = require('node:http');
+    const fs = require('node:fs');
+    const serve = () => http.createServer((q, r) => { q.resume(); r.setHeader('content-type', 'application/json'); r.end('{}'); });
+    fs.rmSync(${JSON.stringify(socketPath)}, { force: true });
+    const tcp = serve().listen(0, '127.0.0.1', () =>
+      serve().listen(${JSON.stringify(socketPath)}, () => process.stdout.write(tcp.address().port + '\\n')));
+  `;
+  const child = spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    let out = '';
+    child.stdout!.setEncoding('utf8').on('data', (t: string) => {
+      out += t;
+      if (out.includes('\n')) resolve(Number(out.trim()));
+    });
+    child.once('exit', (code) => reject(new Error(`the bare HTTP server exited ${code}`)));
+  });
+  return {
+    port,
+    socketPath,
+    stop: async () => {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
 const rssOf = (s: Served): Rss => ({
   frontMiB: rssMiB(s.child.pid!),
   supervisorMiB: rssMiB(s.supervisorPid),
@@ -178,6 +231,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
   const served = await startServe();
   const library = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: LIBRARY_UIDS });
   let remote: RemoteAirlock | undefined;
+  const closers: Array<() => unknown> = [];
   try {
     await sleepMs(1000); // the server's start-up work settled
     const idleAtStart = rssOf(served);
@@ -195,33 +249,119 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       E2B_SANDBOX_URL: `${served.url}/e2b/envd`,
       E2B_DOMAIN,
     });
-    const ways = {
-      library: async () => {
-        const sbx = await Sandbox.create({}, { airlock: library });
-        await sbx.exec('true');
-        await sbx.kill();
-      },
-      remoteSdk: async () => {
-        const sbx = await Sandbox.create({}, { airlock: remote! });
-        await sbx.exec('true');
-        await sbx.kill();
-      },
-      e2b: async () => {
-        const sbx = await E2bSandbox.create({ apiKey: key, timeoutMs: 120_000 });
-        await sbx.commands.run('true');
-        await sbx.kill();
-      },
+    const supervisorApi = new RemoteSandboxApi({ socketPath: supervisorPaths(SERVER_STATE_DIR).socket });
+    closers.push(() => supervisorApi.close());
+    const SUPERVISOR_CALLER = { tenant: 'bench' };
+    const phaseSamples = {} as Record<Way, Record<Phase, number[]>>;
+    for (const w of ['library', 'remoteSdk', 'e2b', 'supervisor'] as const)
+      phaseSamples[w] = { create: [], exec: [], kill: [] };
+    /** create → exec → kill, each phase timed into `w`'s samples. */
+    const phased =
+      <S>(
+        w: Way,
+        create: () => Promise<S>,
+        exec: (s: S) => Promise<unknown>,
+        kill: (s: S) => Promise<void>,
+      ) =>
+      async (): Promise<void> => {
+        let t = performance.now();
+        const lap = (p: Phase): void => {
+          const now = performance.now();
+          phaseSamples[w][p].push(now - t);
+          t = now;
+        };
+        const sbx = await create();
+        lap('create');
+        await exec(sbx);
+        lap('exec');
+        await kill(sbx);
+        lap('kill');
+      };
+    const ways: Record<Way, () => Promise<void>> = {
+      library: phased(
+        'library',
+        () => Sandbox.create({}, { airlock: library }),
+        (s) => s.exec('true'),
+        (s) => s.kill(),
+      ),
+      remoteSdk: phased(
+        'remoteSdk',
+        () => Sandbox.create({}, { airlock: remote! }),
+        (s) => s.exec('true'),
+        (s) => s.kill(),
+      ),
+      e2b: phased(
+        'e2b',
+        () => E2bSandbox.create({ apiKey: key, timeoutMs: 120_000 }),
+        (s) => s.commands.run('true'),
+        async (s) => void (await s.kill()),
+      ),
+      supervisor: phased(
+        'supervisor',
+        () => supervisorApi.create({}, SUPERVISOR_CALLER),
+        async (v) => {
+          for await (const e of supervisorApi.exec(v.id, { cmd: 'true' }, SUPERVISOR_CALLER))
+            if (e.type === 'exit') break;
+        },
+        (v) => supervisorApi.kill(v.id, SUPERVISOR_CALLER),
+      ),
     };
+    const bare = await startBareServer();
+    closers.push(() => bare.stop());
+    const agent = new http.Agent({ keepAlive: true });
+    closers.push(() => agent.destroy());
+    const frontUrl = new URL(served.url);
+    const hopOptions: Record<Hop, http.RequestOptions> = {
+      bareTcp: { host: '127.0.0.1', port: bare.port, path: '/' },
+      bareUnix: { socketPath: bare.socketPath, path: '/' },
+      frontHealthz: { host: frontUrl.hostname, port: frontUrl.port, path: '/healthz' },
+      supervisorInfo: { socketPath: supervisorPaths(SERVER_STATE_DIR).socket, path: '/v1/supervisor' },
+    };
+    const hopSamples: Record<Hop, number[]> = {
+      bareTcp: [],
+      bareUnix: [],
+      frontHealthz: [],
+      supervisorInfo: [],
+    };
+    const hop = (o: http.RequestOptions): Promise<void> =>
+      new Promise((resolve, reject) => {
+        const req = http.request({ ...o, agent }, (res) => {
+          res.resume();
+          res.once('end', resolve);
+        });
+        req.once('error', reject);
+        req.end();
+      });
     const samples: ServerReport['samples'] = { library: [], remoteSdk: [], e2b: [], concurrent: [] };
-    c.log(`server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b in turn`);
+    const supervisorSamples: number[] = [];
+    c.log(
+      `server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b / supervisor in turn`,
+    );
     for (const f of Object.values(ways)) for (let i = 0; i < 10; i++) await f(); // warm-up
+    for (const p of Object.values(phaseSamples)) for (const k of Object.keys(p)) p[k as Phase].length = 0;
     for (let i = 0; i < rounds; i++) {
-      for (const [name, f] of Object.entries(ways) as Array<[keyof typeof ways, () => Promise<void>]>) {
+      for (const [name, f] of Object.entries(ways) as Array<[Way, () => Promise<void>]>) {
         const t0 = performance.now();
         await f();
-        samples[name].push(performance.now() - t0);
+        (name === 'supervisor' ? supervisorSamples : samples[name]).push(performance.now() - t0);
+      }
+      for (const [name, o] of Object.entries(hopOptions) as Array<[Hop, http.RequestOptions]>) {
+        const t0 = performance.now();
+        await hop(o);
+        hopSamples[name].push(performance.now() - t0);
       }
     }
+    const p50 = (xs: readonly number[]): number => summarize(xs).p50;
+    const phases = Object.fromEntries(
+      Object.entries(phaseSamples).map(([w, p]) => [
+        w,
+        { create: p50(p.create), exec: p50(p.exec), kill: p50(p.kill) },
+      ]),
+    ) as Record<Way, Record<Phase, number>>;
+    const hops = Object.fromEntries(Object.entries(hopSamples).map(([h, xs]) => [h, p50(xs)])) as Record<
+      Hop,
+      number
+    >;
 
     c.log(`server: ${CONCURRENT} creates at once through the API`);
     const t0 = performance.now();
@@ -254,6 +394,9 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       library: latency(samples.library),
       remoteSdk: latency(samples.remoteSdk),
       e2b: latency(samples.e2b),
+      supervisor: latency(supervisorSamples),
+      phases,
+      hops,
       concurrent: {
         n: CONCURRENT,
         wallMs,
@@ -272,6 +415,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
     };
   } finally {
     for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_DOMAIN']) delete process.env[k];
+    for (const close of closers) await close();
     await remote?.killAll().catch(() => {});
     await library.close();
     await stopServe(served);
@@ -284,12 +428,42 @@ export function formatServer(r: ServerReport): string {
   const line = (name: string, l: Latency): string =>
     `| ${name} | ${f(l.p50)} | ${f(l.p90)} | ${f(l.p99)} | ${f(l.min)} | ${l.n} |`;
   const m = r.memory;
+  const phaseRows = r.phases
+    ? [
+        '',
+        '| p50 per phase | create | exec `true` | kill |',
+        '|---|---|---|---|',
+        ...(
+          [
+            ['library, in-process', 'library'],
+            ['supervisor API, unix socket (no front server)', 'supervisor'],
+            ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
+            ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
+          ] as const
+        ).map(([name, w]) => {
+          const p = r.phases![w];
+          return `| ${name} | ${f(p.create)} | ${f(p.exec)} | ${f(p.kill)} |`;
+        }),
+      ]
+    : [];
+  const hopRows = r.hops
+    ? [
+        '',
+        '| one HTTP round trip, p50 (the floor under each hop) | |',
+        '|---|---|',
+        `| bare node:http, another process, loopback TCP (keep-alive) | ${f(r.hops.bareTcp)} |`,
+        `| bare node:http, another process, unix socket (keep-alive) | ${f(r.hops.bareUnix)} |`,
+        `| front server GET /healthz (TCP) | ${f(r.hops.frontHealthz)} |`,
+        `| supervisor GET /v1/supervisor (unix socket) | ${f(r.hops.supervisorInfo)} |`,
+      ]
+    : [];
   return [
     '| create → exec `true` → kill | p50 | p90 | p99 | min | n |',
     '|---|---|---|---|---|---|',
     line('library, in-process', r.library),
     line('remote TypeScript SDK, native API', r.remoteSdk),
     line('e2b SDK, /e2b', r.e2b),
+    ...(r.supervisor ? [line('supervisor API, unix socket (no front server)', r.supervisor)] : []),
     line(`one of ${r.concurrent.n} concurrent creates (API)`, r.concurrent.perCreate),
     '',
     '| RSS (MiB) | front server | supervisor |',
@@ -297,5 +471,7 @@ export function formatServer(r: ServerReport): string {
     `| no sandbox, at start | ${m.idleAtStart.frontMiB.toFixed(1)} | ${m.idleAtStart.supervisorMiB.toFixed(1)} |`,
     `| no sandbox, after the rounds | ${m.idle.frontMiB.toFixed(1)} | ${m.idle.supervisorMiB.toFixed(1)} |`,
     `| ${m.live} live sandboxes | ${m.loaded.frontMiB.toFixed(1)} | ${m.loaded.supervisorMiB.toFixed(1)} |`,
+    ...phaseRows,
+    ...hopRows,
   ].join('\n');
 }

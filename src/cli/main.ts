@@ -496,7 +496,10 @@ function isEntry(): boolean {
   const script = process.argv[1];
   if (!script) return false;
   try {
-    return realpathSync(script) === realpathSync(fileURLToPath(import.meta.url));
+    // realpathSync.native: one realpath(3) call, where the JS version lstat()s every component of
+    // both paths (measurable in a one-shot `airlock run`'s start-up).
+    const self = fileURLToPath(import.meta.url);
+    return script === self || realpathSync.native(script) === realpathSync.native(self);
   } catch {
     return false;
   }

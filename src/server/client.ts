@@ -106,6 +106,33 @@ export function parsePeer<S extends z.ZodType>(schema: S, text: string, what: st
 
 const enc = encodeURIComponent;
 
+const isExit = (e: ExecEvent): boolean => e.type === 'exit';
+
+/** Each response's "stop listening to the caller's AbortSignal", for a response left to drain. */
+const abortDetachers = new WeakMap<http.IncomingMessage, () => void>();
+
+/** What may follow a stream's last item before the response is given up on (and closed). */
+const DRAIN_MAX_BYTES = 64 * 1024;
+const DRAIN_MAX_MS = 1000;
+
+/**
+ * Read what is left of a response whose last item was consumed, so that its connection can be
+ * reused; a server that keeps sending (more than DRAIN_MAX_BYTES, or for longer than DRAIN_MAX_MS)
+ * gets the connection closed instead.
+ */
+function drainRest(res: http.IncomingMessage): void {
+  let n = 0;
+  const timer = setTimeout(() => res.destroy(), DRAIN_MAX_MS);
+  timer.unref();
+  res.on('data', (c: Buffer) => {
+    n += c.length;
+    if (n > DRAIN_MAX_BYTES) res.destroy();
+  });
+  res.once('close', () => clearTimeout(timer));
+  res.once('error', () => {});
+  res.resume();
+}
+
 export class RemoteSandboxApi implements SandboxApi {
   private readonly base: URL;
   private readonly socketPath: string | undefined;
@@ -219,7 +246,9 @@ export class RemoteSandboxApi implements SandboxApi {
       });
       req.on('response', (res) => {
         answered = true;
-        res.once('close', () => signal?.removeEventListener('abort', onAbort));
+        const detach = (): void => signal?.removeEventListener('abort', onAbort);
+        res.once('close', detach);
+        abortDetachers.set(res, detach);
         const status = res.statusCode ?? 0;
         if (status >= 200 && status < 300) {
           resolve(res);
@@ -271,17 +300,26 @@ export class RemoteSandboxApi implements SandboxApi {
     path: string,
     body: Body,
     signal: AbortSignal | undefined,
+    last?: (v: z.output<S>) => boolean,
   ): AsyncGenerator<z.output<S>> {
     const res = await this.request(method, path, body, signal);
-    yield* this.parseLines(item, res, path, signal);
+    yield* this.parseLines(item, res, path, signal, last);
   }
 
+  /**
+   * `last` names the stream's final item (an exec's `exit`): a consumer that stops once it has it
+   * lets the rest of the response (the end of the chunked body, already on its way) drain in the
+   * background, so the keep-alive connection goes back to the pool instead of being torn down (and
+   * the server seeing a disconnect). Anything else that stops early closes the connection.
+   */
   private async *parseLines<S extends z.ZodType>(
     item: S,
     res: http.IncomingMessage,
     path: string,
     signal: AbortSignal | undefined,
+    last?: (v: z.output<S>) => boolean,
   ): AsyncGenerator<z.output<S>> {
+    let finished = false;
     let buf = '';
     const decoder = new TextDecoder();
     const one = (text: string): z.output<S> => {
@@ -305,13 +343,17 @@ export class RemoteSandboxApi implements SandboxApi {
       return r.data;
     };
     try {
-      for await (const chunk of res as AsyncIterable<Buffer>) {
+      // destroyOnReturn false: the finally below decides between draining and closing.
+      for await (const chunk of res.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
         buf += decoder.decode(chunk, { stream: true });
         let nl: number;
         while ((nl = buf.indexOf('\n')) >= 0) {
           const text = buf.slice(0, nl);
           buf = buf.slice(nl + 1);
-          if (text.trim() !== '') yield one(text);
+          if (text.trim() === '') continue;
+          const v = one(text);
+          finished = last?.(v) === true;
+          yield v;
         }
         if (buf.length > MAX_LINE_BYTES)
           throw new AirlockError('INTERNAL', 'the server sent an overlong line');
@@ -323,7 +365,13 @@ export class RemoteSandboxApi implements SandboxApi {
         throw new AirlockError('ABORTED', `${path} aborted`);
       throw e;
     } finally {
-      res.destroy(); // stopping early closes the connection: the server stops (and kills) the source
+      // Stopping early closes the connection: the server stops (and kills) the source. A response
+      // already whole (or past its last item) is read to its end instead: destroying an unread
+      // response closes its socket even when nothing more can come.
+      if ((finished || res.complete) && !signal?.aborted) {
+        abortDetachers.get(res)?.(); // the caller is done with it: a later abort must not cut the drain
+        drainRest(res);
+      } else res.destroy();
     }
   }
 
@@ -367,7 +415,7 @@ export class RemoteSandboxApi implements SandboxApi {
   }
 
   exec(id: string, req: ExecRequest, _caller?: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {
-    return this.lines(ExecEventSchema, 'POST', this.sbx(id, '/exec'), { json: req }, signal);
+    return this.lines(ExecEventSchema, 'POST', this.sbx(id, '/exec'), { json: req }, signal, isExit);
   }
 
   startProcess(id: string, req: ExecRequest, _caller?: Caller): Promise<ProcessView> {
@@ -385,6 +433,7 @@ export class RemoteSandboxApi implements SandboxApi {
       this.sbx(id, `/processes/${enc(pid)}/stream`),
       undefined,
       signal,
+      isExit,
     );
   }
 

@@ -3,7 +3,6 @@
 // RemoteSandboxApi. What lives here is what may be restarted at will: API keys, tenants, quotas, the
 // SQLite store, metrics, and the native REST API for remote clients (tenant scoped by TenantScopedApi).
 // Killing this process (SIGTERM or kill -9) loses no sandbox; restarting it re-reads the store.
-import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -11,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createAdaptorServer } from '@hono/node-server';
-import { Hono, type MiddlewareHandler } from 'hono';
+import { Hono } from 'hono';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
 import type { Caller, SandboxApi } from './contract.js';
@@ -232,8 +231,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     queuedCreates: () => quotas.queued,
     supervisorUp: () => up,
   });
-  // Retry-After of a create refused for quota: set deep in TenantScopedApi, sent by the middleware.
-  const requestScope = new AsyncLocalStorage<{ retryAfter?: number }>();
   const api = new TenantScopedApi(
     inner,
     store,
@@ -250,10 +247,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
       },
       refreshBoot: () => checkSupervisor(),
       onCreate: (outcome) => metrics.creates.inc({ outcome }),
-      onQuota: (seconds) => {
-        const scope = requestScope.getStore();
-        if (scope) scope.retryAfter = seconds;
-      },
       onExecDone: (s) => metrics.execSeconds.observe(s),
       onEgress: (e) => metrics.egress(e),
     },
@@ -275,17 +268,9 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     return who ? { tenant: who.tenant } : undefined;
   };
   o.mount?.(app, { api, callerForKey, metrics });
-  // A create refused for quota answers 429 with Retry-After (set deep in TenantScopedApi).
-  const retryAfter: MiddlewareHandler<FrontEnv> = async (c, next) => {
-    const scope: { retryAfter?: number } = {};
-    await requestScope.run(scope, next);
-    if (c.res.status === 429 && scope.retryAfter !== undefined) {
-      const headers = new Headers(c.res.headers);
-      headers.set('retry-after', String(scope.retryAfter));
-      c.res = new Response(c.res.body, { status: c.res.status, headers });
-    }
-  };
-  app.use('/e2b/*', retryAfter);
+  // A create refused for quota answers 429 with Retry-After: the QuotaError carries it, and each error
+  // mapping (http-errors.ts, e2b/control.ts) sends it. (No AsyncLocalStorage per request: on Node 20
+  // it turns on promise hooks, which slow every await of the process.)
   // The E2B-compatible API (docs/e2b.md): E2B_API_URL=<url>/e2b, E2B_SANDBOX_URL=<url>/e2b/envd; its
   // X-API-Key is an Airlock API key. Every call goes through the tenant-scoped api.
   app.route(
@@ -324,7 +309,6 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     app.get('/openapi.json', (c) => c.json(openApiDocument({ extra })));
   }
   app.use('/v1/*', bearerAuth(store));
-  app.use('/v1/*', retryAfter);
   app.route(
     '/',
     nativeRoutes(api, {

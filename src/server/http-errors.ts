@@ -14,7 +14,12 @@ export function errorResponse(e: unknown, logger: Logger = silentLogger): Respon
   if (!AirlockError.isInstance(e)) {
     logger.error({ err: e instanceof Error ? (e.stack ?? e.message) : String(e) }, 'unexpected error');
   }
-  return Response.json(errorBody(e), { status: httpStatusFor(e) });
+  // A refusal for quota (QuotaError) says when to retry.
+  const retry = (e as { retryAfterSeconds?: unknown } | undefined)?.retryAfterSeconds;
+  return Response.json(errorBody(e), {
+    status: httpStatusFor(e),
+    ...(typeof retry === 'number' ? { headers: { 'retry-after': String(retry) } } : {}),
+  });
 }
 
 /** REQUEST_TOO_LARGE (413) for a body or upload over its cap. */

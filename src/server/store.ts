@@ -184,6 +184,8 @@ const rowOf = (r: RawSandbox): SandboxRow => ({
 
 export class Store {
   private readonly db: Database.Database;
+  /** Prepared once per SQL text (a prepare costs more than most of these queries). */
+  private readonly stmts = new Map<string, Database.Statement>();
 
   /** Opens (creating 0600 if needed) and migrates the database at `path`. */
   constructor(readonly path: string) {
@@ -196,10 +198,18 @@ export class Store {
     this.migrate();
   }
 
+  private stmt(sql: string): Database.Statement {
+    let st = this.stmts.get(sql);
+    if (!st) {
+      st = this.db.prepare(sql);
+      this.stmts.set(sql, st);
+    }
+    return st;
+  }
+
   private migrate(): void {
     this.db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)');
-    const row = this.db.prepare('SELECT version FROM schema_version').get() as
-      { version: number } | undefined;
+    const row = this.stmt('SELECT version FROM schema_version').get() as { version: number } | undefined;
     const current = row?.version ?? 0;
     if (current > MIGRATIONS.length) {
       throw new AirlockError(
@@ -210,14 +220,14 @@ export class Store {
     this.db
       .transaction(() => {
         for (let v = current; v < MIGRATIONS.length; v++) this.db.exec(MIGRATIONS[v]!);
-        if (row) this.db.prepare('UPDATE schema_version SET version = ?').run(MIGRATIONS.length);
-        else this.db.prepare('INSERT INTO schema_version VALUES (?)').run(MIGRATIONS.length);
+        if (row) this.stmt('UPDATE schema_version SET version = ?').run(MIGRATIONS.length);
+        else this.stmt('INSERT INTO schema_version VALUES (?)').run(MIGRATIONS.length);
       })
       .immediate();
   }
 
   schemaVersion(): number {
-    return (this.db.prepare('SELECT version FROM schema_version').get() as { version: number }).version;
+    return (this.stmt('SELECT version FROM schema_version').get() as { version: number }).version;
   }
 
   close(): void {
@@ -228,18 +238,17 @@ export class Store {
 
   ensureTenant(name: string): void {
     checkTenantName(name);
-    this.db
-      .prepare('INSERT OR IGNORE INTO tenants (name, created) VALUES (?, ?)')
-      .run(name, new Date().toISOString());
+    this.stmt('INSERT OR IGNORE INTO tenants (name, created) VALUES (?, ?)').run(
+      name,
+      new Date().toISOString(),
+    );
   }
 
   /** The tenant's own quota overrides (fields it does not set are absent). */
   quotaOverrides(tenant: string): Partial<Quota> {
-    const r = this.db
-      .prepare(
-        'SELECT max_sandboxes, max_memory_bytes, max_cpus, creates_per_minute FROM tenants WHERE name = ?',
-      )
-      .get(tenant) as
+    const r = this.stmt(
+      'SELECT max_sandboxes, max_memory_bytes, max_cpus, creates_per_minute FROM tenants WHERE name = ?',
+    ).get(tenant) as
       | {
           max_sandboxes: number | null;
           max_memory_bytes: number | null;
@@ -258,18 +267,16 @@ export class Store {
 
   setQuota(tenant: string, q: Partial<Quota>): void {
     this.ensureTenant(tenant);
-    this.db
-      .prepare(
-        `UPDATE tenants SET max_sandboxes = ?, max_memory_bytes = ?, max_cpus = ?, creates_per_minute = ?
+    this.stmt(
+      `UPDATE tenants SET max_sandboxes = ?, max_memory_bytes = ?, max_cpus = ?, creates_per_minute = ?
          WHERE name = ?`,
-      )
-      .run(
-        q.maxSandboxes ?? null,
-        q.maxMemoryBytes ?? null,
-        q.maxCpus ?? null,
-        q.createsPerMinute ?? null,
-        tenant,
-      );
+    ).run(
+      q.maxSandboxes ?? null,
+      q.maxMemoryBytes ?? null,
+      q.maxCpus ?? null,
+      q.createsPerMinute ?? null,
+      tenant,
+    );
   }
 
   // ---- API keys -----------------------------------------------------------------------------------
@@ -279,9 +286,12 @@ export class Store {
     this.ensureTenant(tenant);
     const id = randomBytes(8).toString('hex');
     const key = `alk_${id}_${randomBytes(32).toString('base64url')}`;
-    this.db
-      .prepare('INSERT INTO api_keys (id, tenant, hash, created) VALUES (?, ?, ?, ?)')
-      .run(id, tenant, sha256(key), new Date().toISOString());
+    this.stmt('INSERT INTO api_keys (id, tenant, hash, created) VALUES (?, ?, ?, ?)').run(
+      id,
+      tenant,
+      sha256(key),
+      new Date().toISOString(),
+    );
     this.event('key.created', tenant, null, { id });
     return { id, key };
   }
@@ -291,30 +301,29 @@ export class Store {
     const m = KEY_RE.exec(key);
     if (!m) return undefined;
     // Looked up by the hash of the whole key: a lookup by hash reveals nothing about the stored keys.
-    const r = this.db
-      .prepare('SELECT id, tenant FROM api_keys WHERE hash = ? AND revoked IS NULL')
-      .get(sha256(key)) as { id: string; tenant: string } | undefined;
+    const r = this.stmt('SELECT id, tenant FROM api_keys WHERE hash = ? AND revoked IS NULL').get(
+      sha256(key),
+    ) as { id: string; tenant: string } | undefined;
     return r && r.id === m[1] ? r : undefined;
   }
 
   /** Whether key `id` exists, belongs to `tenant` and is not revoked (one indexed lookup, no cache). */
   keyActive(id: string, tenant: string): boolean {
     return (
-      this.db
-        .prepare('SELECT 1 FROM api_keys WHERE id = ? AND tenant = ? AND revoked IS NULL')
-        .get(id, tenant) !== undefined
+      this.stmt('SELECT 1 FROM api_keys WHERE id = ? AND tenant = ? AND revoked IS NULL').get(id, tenant) !==
+      undefined
     );
   }
 
   listKeys(): ApiKeyRow[] {
-    return this.db
-      .prepare('SELECT id, tenant, created, revoked FROM api_keys ORDER BY created, id')
-      .all() as ApiKeyRow[];
+    return this.stmt(
+      'SELECT id, tenant, created, revoked FROM api_keys ORDER BY created, id',
+    ).all() as ApiKeyRow[];
   }
 
   /** Revoke a key by id; KEY not found → INVALID_ARGUMENT naming the id. Idempotent for a revoked key. */
   revokeKey(id: string): ApiKeyRow {
-    const r = this.db.prepare('SELECT id, tenant, created, revoked FROM api_keys WHERE id = ?').get(id) as
+    const r = this.stmt('SELECT id, tenant, created, revoked FROM api_keys WHERE id = ?').get(id) as
       ApiKeyRow | undefined;
     if (!r)
       throw new AirlockError('INVALID_ARGUMENT', `no API key with id "${id}" (see airlock keys list)`, {
@@ -322,7 +331,7 @@ export class Store {
       });
     if (r.revoked) return r;
     const revoked = new Date().toISOString();
-    this.db.prepare('UPDATE api_keys SET revoked = ? WHERE id = ?').run(revoked, id);
+    this.stmt('UPDATE api_keys SET revoked = ? WHERE id = ?').run(revoked, id);
     this.event('key.revoked', r.tenant, null, { id });
     return { ...r, revoked };
   }
@@ -331,30 +340,28 @@ export class Store {
 
   insertSandbox(r: SandboxRow): void {
     checkTenantName(r.tenant);
-    this.db
-      .prepare(
-        `INSERT INTO sandboxes (id, tenant, state, backend, template, created_at, deadline, metadata, reason,
+    this.stmt(
+      `INSERT INTO sandboxes (id, tenant, state, backend, template, created_at, deadline, metadata, reason,
            boot_id, memory_bytes, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(
-        r.id,
-        r.tenant,
-        r.state,
-        r.backend,
-        r.template,
-        r.createdAt,
-        r.deadline,
-        JSON.stringify(r.metadata),
-        r.reason,
-        r.bootId,
-        r.memoryBytes,
-        r.cpus,
-      );
+    ).run(
+      r.id,
+      r.tenant,
+      r.state,
+      r.backend,
+      r.template,
+      r.createdAt,
+      r.deadline,
+      JSON.stringify(r.metadata),
+      r.reason,
+      r.bootId,
+      r.memoryBytes,
+      r.cpus,
+    );
     this.event('sandbox.created', r.tenant, r.id, { bootId: r.bootId, deadline: r.deadline });
   }
 
   getSandbox(id: string): SandboxRow | undefined {
-    const r = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as RawSandbox | undefined;
+    const r = this.stmt('SELECT * FROM sandboxes WHERE id = ?').get(id) as RawSandbox | undefined;
     return r && rowOf(r);
   }
 
@@ -364,34 +371,33 @@ export class Store {
     const marks = states.map(() => '?').join(',');
     const rows =
       o.tenant === undefined
-        ? this.db
-            .prepare(`SELECT * FROM sandboxes WHERE state IN (${marks}) ORDER BY created_at, id`)
-            .all(...states)
-        : this.db
-            .prepare(
-              `SELECT * FROM sandboxes WHERE tenant = ? AND state IN (${marks}) ORDER BY created_at, id`,
-            )
-            .all(o.tenant, ...states);
+        ? this.stmt(`SELECT * FROM sandboxes WHERE state IN (${marks}) ORDER BY created_at, id`).all(
+            ...states,
+          )
+        : this.stmt(
+            `SELECT * FROM sandboxes WHERE tenant = ? AND state IN (${marks}) ORDER BY created_at, id`,
+          ).all(o.tenant, ...states);
     return (rows as RawSandbox[]).map(rowOf);
   }
 
   /** Move a live sandbox to `state`; false if it was not live (already ended). */
   endSandbox(id: string, state: 'killed' | 'expired' | 'lost', reason: string | null): boolean {
-    const r = this.db
-      .prepare(`UPDATE sandboxes SET state = ?, reason = ? WHERE id = ? AND state IN ('running', 'paused')`)
-      .run(state, reason, id);
+    const r = this.stmt(
+      `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ? AND state IN ('running', 'paused')`,
+    ).run(state, reason, id);
     if (r.changes) this.event(`sandbox.${state}`, this.getSandbox(id)?.tenant ?? null, id, { reason });
     return r.changes > 0;
   }
 
   setSandboxState(id: string, state: 'running' | 'paused'): void {
-    this.db
-      .prepare(`UPDATE sandboxes SET state = ? WHERE id = ? AND state IN ('running', 'paused')`)
-      .run(state, id);
+    this.stmt(`UPDATE sandboxes SET state = ? WHERE id = ? AND state IN ('running', 'paused')`).run(
+      state,
+      id,
+    );
   }
 
   setDeadline(id: string, deadline: number | null): void {
-    this.db.prepare('UPDATE sandboxes SET deadline = ? WHERE id = ?').run(deadline, id);
+    this.stmt('UPDATE sandboxes SET deadline = ? WHERE id = ?').run(deadline, id);
     this.event('sandbox.timeout', this.getSandbox(id)?.tenant ?? null, id, { deadline });
   }
 
@@ -402,9 +408,9 @@ export class Store {
   markLostExcept(bootId: string, reason: string): string[] {
     return this.db.transaction(() => {
       const ids = (
-        this.db
-          .prepare(`SELECT id FROM sandboxes WHERE state IN ('running', 'paused') AND boot_id != ?`)
-          .all(bootId) as Array<{ id: string }>
+        this.stmt(`SELECT id FROM sandboxes WHERE state IN ('running', 'paused') AND boot_id != ?`).all(
+          bootId,
+        ) as Array<{ id: string }>
       ).map((r) => r.id);
       for (const id of ids) this.endSandbox(id, 'lost', reason);
       return ids;
@@ -415,77 +421,80 @@ export class Store {
 
   recordSnapshot(id: string, tenant: string): void {
     checkTenantName(tenant);
-    this.db
-      .prepare('INSERT OR IGNORE INTO snapshots (id, tenant, created) VALUES (?, ?, ?)')
-      .run(id, tenant, new Date().toISOString());
+    this.stmt('INSERT OR IGNORE INTO snapshots (id, tenant, created) VALUES (?, ?, ?)').run(
+      id,
+      tenant,
+      new Date().toISOString(),
+    );
   }
 
   snapshotTenant(id: string): string | undefined {
-    return (
-      this.db.prepare('SELECT tenant FROM snapshots WHERE id = ?').get(id) as { tenant: string } | undefined
-    )?.tenant;
+    return (this.stmt('SELECT tenant FROM snapshots WHERE id = ?').get(id) as { tenant: string } | undefined)
+      ?.tenant;
   }
 
   forgetSnapshot(id: string): void {
-    this.db.prepare('DELETE FROM snapshots WHERE id = ?').run(id);
+    this.stmt('DELETE FROM snapshots WHERE id = ?').run(id);
   }
 
   // ---- templates ----------------------------------------------------------------------------------
 
   /** Record (or replace, on a rebuild) a template the tenant built. */
   putTemplate(r: TemplateRow): void {
-    this.db
-      .prepare(
-        `INSERT INTO templates (tenant, name, internal, digest, created_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?)
+    this.stmt(
+      `INSERT INTO templates (tenant, name, internal, digest, created_at, size_bytes) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT (tenant, name) DO UPDATE SET internal = excluded.internal, digest = excluded.digest,
            created_at = excluded.created_at, size_bytes = excluded.size_bytes`,
-      )
-      .run(r.tenant, r.name, r.internal, r.digest, r.createdAt, r.sizeBytes);
+    ).run(r.tenant, r.name, r.internal, r.digest, r.createdAt, r.sizeBytes);
     this.event('template.built', r.tenant, null, { name: r.name, digest: r.digest });
   }
 
   getTemplate(tenant: string, name: string): TemplateRow | undefined {
-    const r = this.db.prepare('SELECT * FROM templates WHERE tenant = ? AND name = ?').get(tenant, name) as
+    const r = this.stmt('SELECT * FROM templates WHERE tenant = ? AND name = ?').get(tenant, name) as
       RawTemplate | undefined;
     return r && templateRowOf(r);
   }
 
   templates(tenant: string): TemplateRow[] {
     return (
-      this.db.prepare('SELECT * FROM templates WHERE tenant = ? ORDER BY name').all(tenant) as RawTemplate[]
+      this.stmt('SELECT * FROM templates WHERE tenant = ? ORDER BY name').all(tenant) as RawTemplate[]
     ).map(templateRowOf);
   }
 
   /** Whether `tenant` built a template whose layer is `digest`. */
   ownsTemplateDigest(tenant: string, digest: string): boolean {
-    return !!this.db.prepare('SELECT 1 FROM templates WHERE tenant = ? AND digest = ?').get(tenant, digest);
+    return !!this.stmt('SELECT 1 FROM templates WHERE tenant = ? AND digest = ?').get(tenant, digest);
   }
 
   /** Whether any tenant's template has this library (internal) name. */
   isTenantTemplate(internal: string): boolean {
-    return !!this.db.prepare('SELECT 1 FROM templates WHERE internal = ?').get(internal);
+    return !!this.stmt('SELECT 1 FROM templates WHERE internal = ?').get(internal);
   }
 
   forgetTemplate(tenant: string, name: string): void {
-    this.db.prepare('DELETE FROM templates WHERE tenant = ? AND name = ?').run(tenant, name);
+    this.stmt('DELETE FROM templates WHERE tenant = ? AND name = ?').run(tenant, name);
     this.event('template.removed', tenant, null, { name });
   }
 
   // ---- events -------------------------------------------------------------------------------------
 
   event(type: string, tenant: string | null, sandboxId: string | null, data: Record<string, unknown>): void {
-    this.db
-      .prepare('INSERT INTO events (at, type, tenant, sandbox_id, data) VALUES (?, ?, ?, ?, ?)')
-      .run(new Date().toISOString(), type, tenant, sandboxId, JSON.stringify(data));
+    this.stmt('INSERT INTO events (at, type, tenant, sandbox_id, data) VALUES (?, ?, ?, ?, ?)').run(
+      new Date().toISOString(),
+      type,
+      tenant,
+      sandboxId,
+      JSON.stringify(data),
+    );
   }
 
   events(o: { sandboxId?: string } = {}): Array<{ seq: number; type: string; sandboxId: string | null }> {
     const rows = (
       o.sandboxId === undefined
-        ? this.db.prepare('SELECT seq, type, sandbox_id FROM events ORDER BY seq').all()
-        : this.db
-            .prepare('SELECT seq, type, sandbox_id FROM events WHERE sandbox_id = ? ORDER BY seq')
-            .all(o.sandboxId)
+        ? this.stmt('SELECT seq, type, sandbox_id FROM events ORDER BY seq').all()
+        : this.stmt('SELECT seq, type, sandbox_id FROM events WHERE sandbox_id = ? ORDER BY seq').all(
+            o.sandboxId,
+          )
     ) as Array<{ seq: number; type: string; sandbox_id: string | null }>;
     return rows.map((r) => ({ seq: r.seq, type: r.type, sandboxId: r.sandbox_id }));
   }

@@ -87,7 +87,15 @@ export async function ndjsonResponse<T>(
         const r = first ?? (await it.next());
         first = undefined;
         if (r.done) controller.close();
-        else controller.enqueue(line(r.value));
+        else {
+          controller.enqueue(line(r.value));
+          // An exec's `exit` is its last event: end the response with it (one write, not two), and
+          // let the source finish on its own time (e.g. a proxied stream's own end).
+          if (kind === 'exec' && (r.value as { type?: unknown }).type === 'exit') {
+            controller.close();
+            void it.return?.()?.catch(() => {});
+          }
+        }
       } catch (e) {
         // The client's own abort ends the stream quietly (there is no one to tell).
         if (!ctl.signal.aborted) controller.enqueue(errorLine(e));

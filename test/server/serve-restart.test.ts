@@ -163,6 +163,14 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: quotas (${SKIP_REASON})`, () 
     expect([err.status, err.code]).toEqual([429, 'QUOTA_EXCEEDED']);
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(err.message).toMatch(/1 of 1 live sandboxes/);
+    // The E2B API refuses the same way, Retry-After included (after its default queue wait).
+    const e2bRefused = await fetch(`${s!.url}/e2b/sandboxes`, {
+      method: 'POST',
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify({ templateID: 'base' }),
+    });
+    expect(e2bRefused.status).toBe(429);
+    expect(Number(e2bRefused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     // Queued: answered once the first is killed, well before its own deadline.
     const queued = create(s!.url, key, { queueTimeoutMs: 30_000 });
     await waitFor(async () => {

@@ -42,8 +42,9 @@ function fail(c: Context, e: unknown): Response {
     return c.json({ code: 500, message: 'internal error in the Airlock server' }, 500);
   // A sandbox that is gone is, to E2B clients, not found.
   const status = e.code === 'SANDBOX_GONE' ? 404 : httpStatusFor(e);
-  const retry = (e as { retryAfterMs?: unknown }).retryAfterMs;
-  if (typeof retry === 'number') c.header('Retry-After', String(Math.max(1, Math.ceil(retry / 1000))));
+  // A refusal for quota (QuotaError) says when to retry.
+  const retry = (e as { retryAfterSeconds?: unknown }).retryAfterSeconds;
+  if (typeof retry === 'number') c.header('Retry-After', String(Math.max(1, Math.ceil(retry))));
   return c.json({ code: status, message: e.field ? `${e.field}: ${e.message}` : e.message }, status as 400);
 }
 
