@@ -30,6 +30,8 @@ export const DEFAULT_LIB_DIRS = [
   '/lib',
   '/usr/lib',
 ];
+/** Mount points every root gets (empty): the sandbox mounts /dev, /proc, /sys and a /tmp of its own. */
+export const MOUNT_POINTS = ['/dev', '/proc', '/sys', '/tmp'];
 /** As the kernel (binfmt_script): at most this many nested `#!` interpreters. */
 const MAX_SCRIPT_DEPTH = 4;
 /** The kernel reads at most this much of a `#!` line. */
@@ -108,6 +110,20 @@ export class ClosurePlanner {
       if (e) this.add(e, 'symlink', `link on the way to ${r.entry.path}`, l.target);
     }
     this.add(r.entry, r.entry.stat.isDirectory() ? 'dir' : 'file', why);
+  }
+
+  /**
+   * Empty dirs where a sandbox mounts its own filesystems (bwrap cannot create a mount point in a
+   * read-only root). They take the mode and owner of the source's root dir; nothing from the source
+   * is copied into them.
+   */
+  addMountPoints(): void {
+    const top = this.root.resolve('/')!.entry;
+    for (const p of MOUNT_POINTS) {
+      const have = this.items.get(p);
+      if (have) have.why.add('mount point');
+      else this.items.set(p, { type: 'dir', src: { ...top, path: p }, why: new Set(['mount point']) });
+    }
   }
 
   // ---- executables ------------------------------------------------------------------------------
