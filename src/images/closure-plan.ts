@@ -126,6 +126,21 @@ export class ClosurePlanner {
     }
   }
 
+  /**
+   * Top-level links of a merged-/usr source (/bin -> usr/bin, /lib64 -> usr/lib64, …) whose target
+   * dir is already in the root: a `#!/bin/sh`-style path written later inside the sandbox then finds
+   * what the root holds. Links to dirs not in the root are not added.
+   */
+  addRootLinks(): void {
+    for (const name of this.root.readdir('/')) {
+      const e = this.root.entry(`/${name}`);
+      if (!e || !e.stat.isSymbolicLink() || this.items.has(e.path)) continue;
+      const t = this.root.resolve(e.path);
+      if (t && t.entry.stat.isDirectory() && this.items.has(t.entry.path))
+        this.add(e, 'symlink', 'top-level link', this.root.readlink(e));
+    }
+  }
+
   // ---- executables ------------------------------------------------------------------------------
 
   /** Finds a program: an absolute path as is, a bare name on the search PATH (regular, executable). */

@@ -107,6 +107,7 @@ export async function buildExecutableRoot(options: ExecutableRootOptions): Promi
   const planner = new ClosurePlanner(new SourceRoot(options.sourceLayers), searchPath, checkpoint);
   for (const name of options.executables) planner.addExecutable(name);
   for (const p of options.extraPaths ?? []) planner.addExtra(p);
+  planner.addRootLinks();
   planner.addMountPoints();
   if (planner.items.has(`/${CLOSURE_MANIFEST}`))
     throw new AirlockError('INVALID_ARGUMENT', `the source has its own /${CLOSURE_MANIFEST}: remove it`);

@@ -11,9 +11,13 @@ import { parseLdCache } from '../../src/images/ldcache.js';
 import { SourceRoot } from '../../src/images/source-root.js';
 import { cleanup, fakeElf, fakeLdCache, scratchDir, writeFile } from './fixtures.js';
 
-const HOST_PROGRAMS = ['/usr/bin/python3.11', '/usr/bin/git', '/usr/bin/bash', '/usr/bin/curl', '/usr/bin/busybox'].filter(
-  (p) => existsSync(p),
-);
+const HOST_PROGRAMS = [
+  '/usr/bin/python3.11',
+  '/usr/bin/git',
+  '/usr/bin/bash',
+  '/usr/bin/curl',
+  '/usr/bin/busybox',
+].filter((p) => existsSync(p));
 const hasBinutils = existsSync('/usr/bin/readelf');
 
 function readelfNeeded(path: string): { needed: string[]; interp: string | undefined } {
@@ -91,7 +95,12 @@ describe('hostile and foreign files', () => {
     const at = writeFile(
       dir,
       'ok.so',
-      fakeElf({ needed: ['liba.so.1', 'libb.so.2'], rpath: '/r1:/r2', runpath: '$ORIGIN/../lib', soname: 'libok.so.1' }),
+      fakeElf({
+        needed: ['liba.so.1', 'libb.so.2'],
+        rpath: '/r1:/r2',
+        runpath: '$ORIGIN/../lib',
+        soname: 'libok.so.1',
+      }),
     );
     expect(readElf(at, 'ok.so')).toEqual({
       interpreter: undefined,
@@ -109,7 +118,11 @@ describe('hostile and foreign files', () => {
       ['short', good.subarray(0, 40), /too short/],
       ['elf32', fakeElf({ elf32: true }), /64-bit/],
       ['arm64', fakeElf({ machine: 183 }), /not x86-64/],
-      ['text', Buffer.from('hello world, this is not an ELF file at all.....................................'), /not an ELF/],
+      [
+        'text',
+        Buffer.from('hello world, this is not an ELF file at all.....................................'),
+        /not an ELF/,
+      ],
     ];
     const phnum = Buffer.from(good);
     phnum.writeUInt16LE(0xffff, 56);

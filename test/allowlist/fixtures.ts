@@ -6,6 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, chmodSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { AirlockError } from '../../src/core/errors.js';
 import { libc } from '../../src/core/libc.privileged.js';
 import { TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 
@@ -208,4 +209,16 @@ export function fakeLdCache(entries: ReadonlyArray<[string, string]>): Buffer {
     b.writeUInt32LE(at[i]![1], e + 8);
   });
   return Buffer.concat([b, ...strs]);
+}
+
+/** The AirlockError a promise rejects with; fails the test if it resolves or rejects with anything else. */
+export async function failure(p: Promise<unknown>): Promise<AirlockError> {
+  let result: unknown;
+  try {
+    result = await p;
+  } catch (e) {
+    if (AirlockError.isInstance(e)) return e;
+    throw e;
+  }
+  throw new Error(`expected a typed failure, got ${JSON.stringify(result)?.slice(0, 200)}`);
 }
