@@ -139,7 +139,19 @@ export async function buildExecutableRoot(options: ExecutableRootOptions): Promi
     };
     writeFileSync(join(tmp, CLOSURE_MANIFEST), prettyJson(manifest) + '\n', { mode: 0o444 });
     checkpoint();
-    renameSync(tmp, options.destDir);
+    try {
+      renameSync(tmp, options.destDir);
+    } catch (e) {
+      // another build (or anything else) made destDir meanwhile: theirs stays, ours is removed
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `destDir ${options.destDir} appeared while building: give a new path`,
+        {
+          field: 'destDir',
+          cause: e,
+        },
+      );
+    }
     const bytes = entries.reduce((s, e) => s + (e.size ?? 0), 0);
     return { dir: options.destDir, manifest, bytes };
   } catch (e) {
