@@ -13,14 +13,12 @@ import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:f
 import { dirname, isAbsolute, join, basename } from 'node:path';
 import { prettyJson } from '../core/canonical-json.js';
 import { AirlockError } from '../core/errors.js';
+import { CLOSURE_FORMAT, CLOSURE_MANIFEST } from './closure-manifest.js';
 import { ClosurePlanner, DEFAULT_SEARCH_PATH, type MissingLibrary } from './closure-plan.js';
 import { writeClosure, type ClosureEntry, type LinkMode } from './closure-write.privileged.js';
 import { SourceRoot } from './source-root.js';
 
-/** The manifest's file name, at the top of the built root. */
-export const CLOSURE_MANIFEST = '.airlock-closure.json';
-/** The manifest's `format`: bumped when its meaning changes. */
-export const CLOSURE_FORMAT = 'airlock-closure/1';
+export { CLOSURE_FORMAT, CLOSURE_MANIFEST };
 
 export interface ExecutableRootOptions {
   /** Absolute dirs, BOTTOM first: an image's unpacked layers (ResolvedImage.layers), or `['/']` for the host root. */

@@ -5,7 +5,8 @@ import { existsSync, lstatSync, readFileSync, readdirSync, statSync } from 'node
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/core/errors.js';
-import { buildExecutableRoot, CLOSURE_MANIFEST, type ClosureManifest } from '../../src/images/closure.js';
+import { buildExecutableRoot, CLOSURE_MANIFEST } from '../../src/images/closure.js';
+import { ClosureManifestSchema, readClosureManifest } from '../../src/images/closure-manifest.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 import { cleanup, failure, runInRoot, scratchDir, strays, writeFile } from './fixtures.js';
 
@@ -50,7 +51,7 @@ describe.skipIf(!canRunNamespaces)(`executable roots over the host root (${SKIP_
 
   it('keeps every link on the way: /usr/bin/python3 -> python3.11 and the loader path /lib64', () => {
     expect(lstatSync(join(py, 'usr/bin/python3')).isSymbolicLink()).toBe(true);
-    const m = JSON.parse(readFileSync(join(py, CLOSURE_MANIFEST), 'utf8')) as ClosureManifest;
+    const m = readClosureManifest(py)!; // the schema a reader uses accepts what the builder wrote
     const at = (p: string) => m.entries.find((e) => e.path === p);
     expect(at('/usr/bin/python3')).toMatchObject({ type: 'symlink', target: 'python3.11' });
     expect(at('/usr/bin/python3.11')?.why).toContain('executable');
@@ -152,6 +153,23 @@ describe.skipIf(!canRunNamespaces)(`executable roots over the host root (${SKIP_
     expect(strays(dir).filter((n) => n.startsWith('.'))).toEqual([]);
   });
 
+  it('two builds racing for one destDir: one wins whole, the other is a typed error, nothing stray', async () => {
+    const d = join(dir, 'race');
+    const [a, b] = await Promise.allSettled([
+      buildExecutableRoot({ sourceLayers: ['/'], executables: ['bash'], destDir: d }),
+      buildExecutableRoot({ sourceLayers: ['/'], executables: ['python3'], destDir: d }),
+    ]);
+    const won = [a, b].filter((x) => x.status === 'fulfilled');
+    const lost = [a, b].filter((x): x is PromiseRejectedResult => x.status === 'rejected');
+    expect(won).toHaveLength(1);
+    expect(lost).toHaveLength(1);
+    expect(AirlockError.is(lost[0]!.reason, 'INVALID_ARGUMENT')).toBe(true);
+    // the winner's root is complete: its manifest matches its files
+    const m = readClosureManifest(d)!;
+    for (const e of m.entries) expect(existsSync(join(d, e.path)) || e.type === 'symlink', e.path).toBe(true);
+    expect(strays(dir).filter((n) => n.startsWith('.'))).toEqual([]);
+  });
+
   it('the manifest is deterministic: two builds of the same input are byte-identical', async () => {
     const build = async (name: string, o: { hash?: boolean; link?: 'copy' | 'hardlink' }, exes: string[]) => {
       await buildExecutableRoot({ sourceLayers: ['/'], executables: exes, destDir: join(dir, name), ...o });
@@ -164,7 +182,7 @@ describe.skipIf(!canRunNamespaces)(`executable roots over the host root (${SKIP_
     const ha = await build('det-c', { hash: true }, ['bash']);
     const hb = await build('det-d', { hash: true, link: 'copy' }, ['bash']);
     expect(ha.equals(hb)).toBe(true);
-    const m = JSON.parse(ha.toString()) as ClosureManifest;
+    const m = ClosureManifestSchema.parse(JSON.parse(ha.toString()));
     const paths = m.entries.map((e) => e.path);
     expect(paths).toEqual([...paths].sort());
     expect(m.entries.find((e) => e.path === '/usr/bin/bash')?.sha256).toMatch(/^[0-9a-f]{64}$/);
