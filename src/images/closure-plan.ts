@@ -147,6 +147,11 @@ export class ClosurePlanner {
   findExecutable(name: string): Resolved {
     if (name.includes('/')) {
       const r = name.startsWith('/') ? this.root.resolve(name) : undefined;
+      if (r && r.entry.stat.isFile() && (r.entry.stat.mode & 0o111) === 0)
+        throw new AirlockError(
+          'EXECUTABLE_INVALID',
+          `${name}: not executable (no x bit) in ${this.root.describe()}`,
+        );
       if (r && r.entry.stat.isFile()) return r;
       throw new AirlockError('EXECUTABLE_NOT_FOUND', `${name}: no such file in ${this.root.describe()}`);
     }

@@ -9,6 +9,7 @@ import {
   closeSync,
   constants,
   copyFileSync,
+  fstatSync,
   lchownSync,
   linkSync,
   mkdirSync,
@@ -16,6 +17,7 @@ import {
   readSync,
   symlinkSync,
 } from 'node:fs';
+import { AirlockError } from '../core/errors.js';
 import type { PlanItem } from './closure-plan.js';
 
 /** One entry of the manifest: what is at `path` in the root and why it is there. */
@@ -56,6 +58,21 @@ function sha256Of(hostPath: string): string {
     closeSync(fd);
   }
   return h.digest('hex');
+}
+
+/**
+ * Copies a regular file without following a symlink that replaced it since it was planned: the
+ * source is opened O_NOFOLLOW, checked to be a regular file, and copied through its fd.
+ */
+function copyRegular(hostPath: string, at: string): void {
+  const fd = openSync(hostPath, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    if (!fstatSync(fd).isFile())
+      throw new AirlockError('EXECUTABLE_INVALID', `${hostPath} changed while building`);
+    copyFileSync(`/proc/self/fd/${fd}`, at, constants.COPYFILE_EXCL | constants.COPYFILE_FICLONE);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**
@@ -106,7 +123,7 @@ export async function writeClosure(
         }
       }
       if (!linked) {
-        copyFileSync(item.src.hostPath, at, constants.COPYFILE_EXCL | constants.COPYFILE_FICLONE);
+        copyRegular(item.src.hostPath, at);
         if (asRoot) lchownSync(at, st.uid, st.gid); // before chmod: chown clears setuid bits anyway
         chmodSync(at, mode);
       }

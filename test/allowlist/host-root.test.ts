@@ -124,10 +124,12 @@ describe.skipIf(!canRunNamespaces)(`executable roots over the host root (${SKIP_
     writeFile(src, 'data.bin', 'just text\n', 0o755);
     writeFile(src, 'relative.sh', '#!bin/sh\n', 0o755);
     writeFile(src, 'gone.sh', '#!/usr/bin/no-such-interp-x9\n', 0o755);
+    writeFile(src, 'noexec.sh', '#!/bin/sh\n', 0o644);
     const build = (exe: string) =>
       failure(buildExecutableRoot({ sourceLayers: ['/'], executables: [exe], destDir: join(dir, 'b') }));
     expect((await build(join(src, 'data.bin'))).code).toBe('EXECUTABLE_INVALID');
     expect((await build(join(src, 'relative.sh'))).code).toBe('EXECUTABLE_INVALID');
+    expect((await build(join(src, 'noexec.sh'))).message).toMatch(/not executable/);
     const gone = await build(join(src, 'gone.sh'));
     expect(gone.code).toBe('EXECUTABLE_NOT_FOUND');
     expect(gone.message).toContain('/usr/bin/no-such-interp-x9');
