@@ -155,6 +155,22 @@ describe.skipIf(!canRunNamespaces)(`executable roots over the host root (${SKIP_
     expect(strays(dir).filter((n) => n.startsWith('.'))).toEqual([]);
   });
 
+  it('an abort while files are being written removes the half-written root', async () => {
+    const ac = new AbortController();
+    const d = join(dir, 'aborted');
+    const p = buildExecutableRoot({
+      sourceLayers: ['/'],
+      executables: ['python3'],
+      destDir: d,
+      signal: ac.signal,
+    });
+    // planning is synchronous; the writer yields to the loop every few hundred entries: abort there
+    setImmediate(() => ac.abort());
+    expect((await failure(p)).code).toBe('ABORTED');
+    expect(existsSync(d)).toBe(false);
+    expect(strays(dir).filter((n) => n.startsWith('.'))).toEqual([]);
+  });
+
   it('two builds racing for one destDir: one wins whole, the other is a typed error, nothing stray', async () => {
     const d = join(dir, 'race');
     const [a, b] = await Promise.allSettled([
