@@ -153,3 +153,12 @@ export { guardToolResult, redactText, type GuardOptions, type GuardReport } from
 export { findCredentials } from './guard/credentials.js';
 export { decideCall, compileToolRules, type CallVerdict, type ToolRules } from './policy/mcp.js';
 export type { McpAuditEvent, AuditEvent } from './mcp/audit.js';
+export {
+  buildExecutableRoot,
+  CLOSURE_MANIFEST,
+  type ExecutableRootOptions,
+  type ExecutableRoot,
+  type ClosureManifest,
+} from './images/closure.js';
+export type { ClosureEntry, LinkMode } from './images/closure-write.privileged.js';
+export type { MissingLibrary } from './images/closure-plan.js';

@@ -28,6 +28,14 @@ export const ERROR_CODES = {
   TEMPLATE_NOT_FOUND: { exit: 3, http: 404 },
   /** A template step failed (non-zero exit, timeout, limit): see the step index and stderr tail. */
   TEMPLATE_BUILD_FAILED: { exit: 1, http: 422 },
+  /** An allowlisted executable not found on the PATH of the source root (the message names the PATH searched). */
+  EXECUTABLE_NOT_FOUND: { exit: 3, http: 404 },
+  /** An allowlisted file that is neither an x86-64 ELF nor a `#!` script, or that cannot be read or parsed. */
+  EXECUTABLE_INVALID: { exit: 1, http: 422 },
+  /** A shared library an executable needs is not in the source root (the message names who needs it). */
+  LIBRARY_NOT_FOUND: { exit: 1, http: 422 },
+  /** A symlink in the source root that escapes the root (`..` past `/`) or loops: fix the image or layer. */
+  ROOT_LINK_UNSAFE: { exit: 1, http: 422 },
   /** A JSON-RPC message that is not exactly one well-formed, unambiguous object (MCP gateway). */
   MCP_INVALID_MESSAGE: { exit: 1, http: 400 },
   /** A gateway config, lockfile or tool rule that cannot be used as written. */

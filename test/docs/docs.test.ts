@@ -38,6 +38,7 @@ import {
 import { EgressPolicySchema, NetworkPolicySchema, SecretSpecSchema } from '../../src/policy/network.js';
 import { parseTemplate, TemplateFileSchema, TemplateStepSchema } from '../../src/core/template.js';
 import { ServerConfigSchema } from '../../src/server/front.js';
+import { ClosureManifestSchema } from '../../src/images/closure-manifest.js';
 import { canRunNamespaces, residue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
 import { blockName, docFiles, extractBlocks, type Block } from './blocks.js';
 
@@ -53,6 +54,7 @@ const SCHEMAS: Record<string, (v: unknown) => unknown> = {
   policy: (v) => EgressPolicySchema.parse(v),
   template: (v) => parseTemplate(v),
   server: (v) => ServerConfigSchema.parse(v),
+  'closure-manifest': (v) => ClosureManifestSchema.parse(v),
 };
 
 interface Run {
