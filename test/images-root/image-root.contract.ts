@@ -1,0 +1,179 @@
+// One suite of image-root cases, run against every tier (namespaces.test.ts, gvisor.test.ts): a
+// sandbox on an image sees the image, never the host's /usr; writes land in its own upper dir and
+// vanish with it; the image's config (env, working dir, user) applies; Airlock's own commands work
+// on a shell-less image.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Airlock, type Sandbox } from '../../src/index.js';
+import type { BackendName } from '../../src/core/spec.js';
+import { NO_RESIDUE, TEST_STATE_DIR, TEST_UID_RANGE, settledResidue } from '../helpers.js';
+import { buildFixtures, type Fixtures } from './fixtures.js';
+
+const BUSYBOX = 'example.com/test/busybox:1';
+const PYTHON = 'example.com/test/python:3.11';
+const PY_ONLY = 'example.com/test/python-only:3.11';
+
+export function imageRootContract(backend: BackendName): void {
+  describe(`image root: ${backend}`, () => {
+    let fx: Fixtures;
+    let airlock: Airlock;
+    const before: Record<string, string> = {};
+    const create = (image: string, extra: Record<string, unknown> = {}): Promise<Sandbox> =>
+      airlock.create({ backend, image, ...extra });
+
+    beforeAll(() => {
+      fx = buildFixtures(mkdtempSync(join(`${TEST_STATE_DIR}-fixtures-`)));
+      for (const [k, d] of Object.entries(fx.layers)) before[k] = fx.hash(d);
+      airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE, images: fx.resolver });
+    }, 120_000);
+    afterAll(async () => {
+      await airlock?.close();
+      if (fx) rmSync(fx.root, { recursive: true, force: true });
+    });
+
+    it("the host's /usr is not visible; the image's files are", async () => {
+      const sbx = await create(BUSYBOX);
+      try {
+        const r = await sbx.exec('test -e /usr/bin/perl && echo host || echo absent; cat /etc/passwd');
+        expect(r.stdout).toContain('absent');
+        expect(r.exitCode).toBe(0);
+        expect((await sbx.exec(['ls', '/opt/lower'])).stdout.split('\n').filter(Boolean)).toEqual(['c']);
+        expect(sbx.info.image).toEqual({ ref: BUSYBOX, digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) });
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('a whiteout hides a lower file, an opaque dir hides the lower contents', async () => {
+      const sbx = await create(BUSYBOX);
+      try {
+        const r = await sbx.exec('test -e /etc/motd && echo motd; ls -a /opt/lower');
+        expect(r.stdout).not.toContain('motd');
+        expect(r.stdout).not.toMatch(/^a$|^b$/m);
+        expect(r.stdout).toMatch(/^c$/m);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('runs python from the image, not from the host', async () => {
+      const sbx = await create(PYTHON);
+      try {
+        const r = await sbx.exec(['python3', '-c', 'import sys; print(1, sys.executable)']);
+        expect(r.stderr).toBe('');
+        expect(r.stdout.trim()).toBe('1 /usr/bin/python3');
+        // The host has perl; the image does not.
+        expect((await sbx.exec(['perl', '-e', '1'])).exitCode).toBe(127);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('writes land in the upper dir: other sandboxes never see them, the layers stay unchanged, kill leaves nothing', async () => {
+      const a = await create(BUSYBOX);
+      const b = await create(BUSYBOX);
+      try {
+        // The image user (app) owns /srv/data in the image: as the sandbox user it may write there.
+        const w = await a.exec('echo mine > /srv/data/owned-by-app && echo new > /srv/data/new && rm /srv/data/owned-by-app && echo again > /srv/data/owned-by-app && cat /srv/data/owned-by-app /srv/data/new');
+        expect(w.stderr).toBe('');
+        expect(w.stdout).toBe('again\nnew\n');
+        expect((await a.exec('echo x > /srv/data/owned-by-root')).exitCode).not.toBe(0);
+        const r = await b.exec('cat /srv/data/owned-by-app; test -e /srv/data/new && echo leaked');
+        expect(r.stdout).toBe('app data\n');
+      } finally {
+        await a.kill();
+        await b.kill();
+      }
+      for (const [k, d] of Object.entries(fx.layers)) expect(fx.hash(d), k).toBe(before[k]);
+      await airlock.close();
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
+    });
+
+    it('the image user is the sandbox uid (never root), with the image env and working dir', async () => {
+      const sbx = await create(BUSYBOX, { env: { OVERRIDDEN: 'spec' } });
+      try {
+        const r = await sbx.exec('id -u; id -un; pwd; echo $IMAGE_VAR $OVERRIDDEN $USER; grep -c ":x:1000:" /etc/passwd');
+        expect(r.stdout.split('\n')).toEqual(['1000', 'app', '/srv/app', 'from-image spec app', '1', '']);
+        expect((await sbx.exec('pwd', { cwd: '/tmp' })).stdout).toBe('/tmp\n');
+        expect(sbx.info.hostUid).toBeGreaterThanOrEqual(TEST_UID_RANGE.first);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('setuid in a layer has no effect (nosuid)', async () => {
+      const sbx = await create(PYTHON);
+      try {
+        const r = await sbx.exec(['/opt/suid/python3', '-c', 'import os; print(os.geteuid(), oct(os.stat("/opt/suid/python3").st_mode))']);
+        expect(r.stdout.trim()).toBe('1000 0o104755');
+        const m = await sbx.exec(['cat', '/proc/self/mountinfo']);
+        const root = m.stdout.split('\n').find((l) => l.split(' ')[4] === '/');
+        expect(root).toMatch(/nosuid/);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('exec, files and kill work on an image with no shell', async () => {
+      const sbx = await create(PY_ONLY);
+      try {
+        expect((await sbx.exec(['python3', '-c', 'print(6*7)'])).stdout).toBe('42\n');
+        const sh = await sbx.exec(['sh', '-c', 'echo hi']);
+        expect(sh.exitCode).toBe(127);
+        expect(sh.stderr).toContain('sh: command not found');
+        expect((await sbx.exec('echo from a shell string')).exitCode).toBe(127);
+        await sbx.files.write('/workspace/d/f.txt', 'content');
+        expect(await sbx.files.read('/workspace/d/f.txt')).toBe('content');
+        expect(await sbx.files.exists('/workspace/d/f.txt')).toBe(true);
+        const list = await sbx.files.list('/workspace/d');
+        expect(list.map((e) => [e.name, e.type, e.size])).toEqual([['f.txt', 'file', 7]]);
+        await sbx.files.remove('/workspace/d');
+        expect(await sbx.files.exists('/workspace/d')).toBe(false);
+        await expect(sbx.files.read('/nope')).rejects.toMatchObject({ code: 'FILE_NOT_FOUND' });
+        const bg = await sbx.exec(['python3', '-c', 'import time; time.sleep(60)'], { background: true });
+        await sbx.kill();
+        expect((await bg.wait()).killedBy).toBeDefined();
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it("a layer's symlink to a host path resolves inside the sandbox root", async () => {
+      const sbx = await create(BUSYBOX);
+      try {
+        const r = await sbx.exec('cat /shadow-link; echo; test -e /perl-link && echo perl');
+        expect(r.stdout).not.toContain('perl');
+        expect(r.stdout).not.toContain('root:');
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('limits still apply: the disk limit holds writes to the image root', async () => {
+      const sbx = await create(BUSYBOX, { limits: { diskBytes: 4 * 1024 * 1024 } });
+      try {
+        const r = await sbx.exec('dd if=/dev/zero of=/srv/data/big bs=1M count=8');
+        expect(r.exitCode).not.toBe(0);
+        expect(r.stderr).toMatch(/No space left/);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('snapshots of a sandbox on an image are refused with a typed error', async () => {
+      const sbx = await create(BUSYBOX);
+      try {
+        await expect(sbx.snapshot()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    it('the pull policy reaches the resolver', async () => {
+      const sbx = await create(BUSYBOX, { pull: 'never' });
+      await sbx.kill();
+      expect(fx.resolver.calls.at(-1)).toEqual({ ref: BUSYBOX, pull: 'never' });
+    });
+  });
+}
