@@ -2,8 +2,8 @@
 // sandbox on an image sees the image, never the host's /usr; writes land in its own upper dir and
 // vanish with it; the image's config (env, working dir, user) applies; Airlock's own commands work
 // on a shell-less image.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
 import type { BackendName } from '../../src/core/spec.js';
@@ -107,9 +107,15 @@ export function imageRootContract(backend: BackendName): void {
       try {
         const r = await sbx.exec(['/opt/suid/python3', '-c', 'import os; print(os.geteuid(), oct(os.stat("/opt/suid/python3").st_mode))']);
         expect(r.stdout.trim()).toBe('1000 0o104755');
-        const m = await sbx.exec(['cat', '/proc/self/mountinfo']);
-        const root = m.stdout.split('\n').find((l) => l.split(' ')[4] === '/');
-        expect(root).toMatch(/nosuid/);
+        // On the host: the root overlay and every layer view are nosuid, nodev (the views read-only).
+        const mine = readFileSync('/proc/self/mountinfo', 'utf8')
+          .split('\n')
+          .filter((l) => (l.split(' ')[4] ?? '').includes(`/${sbx.id}/`))
+          .map((l) => ({ at: basename(l.split(' ')[4]!), opts: l.split(' ')[5]!.split(',') }))
+          .filter((m) => m.at === 'root' || m.at.startsWith('img-'));
+        expect(mine.map((m) => m.at).sort()).toEqual(['img-0', 'img-1', 'img-2', 'root']);
+        for (const m of mine) expect(m.opts, m.at).toEqual(expect.arrayContaining(['nosuid', 'nodev']));
+        for (const m of mine.filter((x) => x.at !== 'root')) expect(m.opts, m.at).toContain('ro');
       } finally {
         await sbx.kill();
       }
