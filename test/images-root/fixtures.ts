@@ -27,7 +27,9 @@ import { libc } from '../../src/core/libc.privileged.js';
 
 export interface Fixtures {
   readonly root: string;
-  readonly layers: { busybox: string; mask: string; python: string };
+  readonly layers: { busybox: string; mask: string; python: string; hostile: string };
+  /** What the hostile layer's links point at on the host. */
+  readonly hostDir: string;
   readonly resolver: ImageResolver & { calls: Array<{ ref: string; pull?: PullPolicy }> };
   /** sha256 over every entry of a layer dir (type, mode, owner, content, link target). */
   hash(dir: string): string;
@@ -69,7 +71,18 @@ function maskLayer(dir: string): void {
   // Symlinks to host paths: they must resolve inside the sandbox's root.
   symlinkSync('/usr/bin/perl', join(dir, 'perl-link'));
   symlinkSync('/etc/shadow', join(dir, 'shadow-link'));
-  mkdirSync(join(dir, 'workspace-link-parent'), { mode: 0o755 });
+}
+
+/**
+ * A hostile layer: mount points and /etc/passwd as symlinks to host paths. `hostDir` is a host dir
+ * the sandbox must never reach; `hostPasswd` a host file naming a user "evil" with uid 0.
+ */
+function hostileLayer(dir: string, hostDir: string, hostPasswd: string): void {
+  for (const m of ['tmp', 'workspace', 'proc']) symlinkSync(hostDir, join(dir, m));
+  mkdirSync(join(dir, 'home'), { mode: 0o755 });
+  symlinkSync(hostDir, join(dir, 'home/user'));
+  mkdirSync(join(dir, 'etc'), { mode: 0o755 });
+  symlinkSync(hostPasswd, join(dir, 'etc/passwd'));
 }
 
 function pythonLayer(dir: string): void {
@@ -106,11 +119,21 @@ function pythonLayer(dir: string): void {
 export function buildFixtures(root: string): Fixtures {
   rmSync(root, { recursive: true, force: true });
   mkdirSync(root, { recursive: true, mode: 0o755 });
-  const layers = { busybox: join(root, 'busybox'), mask: join(root, 'mask'), python: join(root, 'python') };
+  const layers = {
+    busybox: join(root, 'busybox'),
+    mask: join(root, 'mask'),
+    python: join(root, 'python'),
+    hostile: join(root, 'hostile'),
+  };
   for (const d of Object.values(layers)) mkdirSync(d, { mode: 0o755 });
+  const hostDir = join(root, 'host-only');
+  mkdirSync(hostDir, { mode: 0o777 });
+  chmodSync(hostDir, 0o777);
+  put(join(root, 'host-passwd'), 'evil:x:0:0::/:/bin/sh\n');
   busyboxLayer(layers.busybox);
   maskLayer(layers.mask);
   pythonLayer(layers.python);
+  hostileLayer(layers.hostile, hostDir, join(root, 'host-passwd'));
   const images: Record<string, { layers: string[]; config: ImageConfig }> = {
     'example.com/test/busybox:1': {
       layers: [layers.busybox, layers.mask],
@@ -126,6 +149,16 @@ export function buildFixtures(root: string): Fixtures {
       layers: [layers.busybox, layers.mask, layers.python],
       config: { ...BASE_CONFIG, env: ['PATH=/usr/bin:/bin'] },
     },
+    'example.com/test/hostile:1': { layers: [layers.busybox, layers.hostile], config: BASE_CONFIG },
+    'example.com/test/hostile-user:1': {
+      layers: [layers.busybox, layers.hostile],
+      config: { ...BASE_CONFIG, user: 'evil' },
+    },
+    'example.com/test/numeric-user:1': {
+      layers: [layers.busybox],
+      config: { ...BASE_CONFIG, user: '1001:1001' },
+    },
+    'example.com/test/unknown-user:1': { layers: [layers.busybox], config: { ...BASE_CONFIG, user: 'nobody-here' } },
     // No shell, no coreutils: only python.
     'example.com/test/python-only:3.11': {
       layers: [layers.python],
@@ -147,7 +180,7 @@ export function buildFixtures(root: string): Fixtures {
       };
     },
   };
-  return { root, layers, resolver, hash: hashTree };
+  return { root, layers, hostDir, resolver, hash: hashTree };
 }
 
 function hashTree(dir: string): string {

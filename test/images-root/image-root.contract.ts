@@ -2,7 +2,7 @@
 // sandbox on an image sees the image, never the host's /usr; writes land in its own upper dir and
 // vanish with it; the image's config (env, working dir, user) applies; Airlock's own commands work
 // on a shell-less image.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
@@ -154,6 +154,41 @@ export function imageRootContract(backend: BackendName): void {
       } finally {
         await sbx.kill();
       }
+    });
+
+    it('a layer whose mount points and /etc/passwd are symlinks to host paths reaches nothing on the host', async () => {
+      const sbx = await create('example.com/test/hostile:1');
+      try {
+        const r = await sbx.exec(
+          'for d in /tmp /workspace /home/user; do echo x > $d/planted || echo "no $d"; done; ls /proc/self >/dev/null && echo proc; id -u; grep -c evil /etc/passwd',
+        );
+        expect(r.stdout).toBe('proc\n1000\n0\n');
+        expect(readdirSync(fx.hostDir)).toEqual([]);
+      } finally {
+        await sbx.kill();
+      }
+      // The image user is looked up without following the layer's symlink to the host's file.
+      await expect(create('example.com/test/hostile-user:1')).rejects.toMatchObject({
+        code: 'INVALID_SPEC',
+        field: 'image',
+      });
+      await airlock.close(); // the warm slot too: a failed create leaves nothing beside it
+      expect(await settledResidue()).toEqual(NO_RESIDUE);
+    });
+
+    it('a numeric image user maps to the sandbox uid; an unknown user name is a typed error', async () => {
+      const sbx = await create('example.com/test/numeric-user:1');
+      try {
+        const r = await sbx.exec('id -u; id -un; echo x > /srv/data/owned-by-app && echo wrote');
+        expect(r.stderr).toBe('');
+        expect(r.stdout).toBe('1000\napp\nwrote\n');
+      } finally {
+        await sbx.kill();
+      }
+      await expect(create('example.com/test/unknown-user:1')).rejects.toMatchObject({
+        code: 'INVALID_SPEC',
+        message: expect.stringContaining('nobody-here'),
+      });
     });
 
     it('limits still apply: the disk limit holds writes to the image root', async () => {

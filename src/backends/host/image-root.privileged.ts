@@ -44,7 +44,7 @@ import { dirname, join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import type { Rootfs } from '../../core/spec.js';
 import { libc } from '../../core/libc.privileged.js';
-import { mountIdmappedAll } from './idmap.privileged.js';
+import { mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
 import { OPAQUE_XATTR } from './layer-capture.privileged.js';
 import { mountOverlay } from './mount.privileged.js';
 import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from './rootfs.js';
@@ -57,6 +57,7 @@ const MOUNT_DIRS = ['proc', 'dev/shm', 'dev/pts', 'sys', 'tmp', 'home/user', 'wo
 /** Mount points that are files. */
 const MOUNT_FILES = [IMAGE_HELPER_PATH.slice(1), 'etc/ssl/certs/airlock-egress-ca.pem', 'etc/ssl/certs/ca-certificates.crt'];
 const MAX_ETC_FILE_BYTES = 1024 * 1024;
+const NOBODY = 65534;
 
 /** Who the image's processes run as, resolved from its config's `user` and its /etc/passwd. */
 export interface ImageUser {
@@ -229,7 +230,11 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   // Layer views, top first (overlayfs takes its lowers top first).
   const views = [...layers].reverse().map((source, i) => ({ source, target: join(r.dir, `img-${i}`) }));
   for (const v of views) mkdirSync(v.target, { mode: 0o755 });
-  const failed = await mountIdmappedAll(views, { uid: user.uid, gid: user.gid }, r.hostUid, true);
+  // The image's root (when it is not the image user) → the host's nobody: a root-owned dir then has a
+  // valid owner, so overlayfs can copy it up when the sandbox writes below it (else EOVERFLOW).
+  const extra: Array<[number, number]> = user.uid !== 0 && user.gid !== 0 ? [[0, NOBODY]] : [];
+  const usernsFd = await mappingUserns(user.uid, user.gid, r.hostUid, extra);
+  const failed = await mountIdmappedAll(views, { uid: user.uid, gid: user.gid }, r.hostUid, true, usernsFd);
   if (failed !== undefined) {
     throw new AirlockError(
       'BACKEND_UNAVAILABLE',
