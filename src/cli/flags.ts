@@ -188,7 +188,9 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
 
 function parsePull(text: string, image: string | undefined): 'never' | 'missing' | 'always' {
   if (image === undefined)
-    throw new AirlockError('INVALID_ARGUMENT', '--pull needs --image (it says when to pull it)', { field: '--pull' });
+    throw new AirlockError('INVALID_ARGUMENT', '--pull needs --image (it says when to pull it)', {
+      field: '--pull',
+    });
   if (text !== 'never' && text !== 'missing' && text !== 'always') {
     throw new AirlockError('INVALID_ARGUMENT', `--pull: "${text}" is not never, missing or always`, {
       field: '--pull',
@@ -198,7 +200,9 @@ function parsePull(text: string, image: string | undefined): 'never' | 'missing'
 }
 
 /** What `airlock run --image REF` with no CMD runs: the image's entrypoint followed by its cmd. */
-export function imageCommand(config: { entrypoint: readonly string[]; cmd: readonly string[] } | undefined): string[] {
+export function imageCommand(
+  config: { entrypoint: readonly string[]; cmd: readonly string[] } | undefined,
+): string[] {
   const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
   if (argv.length === 0) {
     throw new AirlockError(

@@ -207,7 +207,10 @@ export const RootfsSchema = z
       .min(1, 'rootfs.layers lists at least one layer')
       .max(MAX_IMAGE_LAYERS, `an image has at most ${MAX_IMAGE_LAYERS} layers`),
     config: ImageConfigSchema,
-    image: z.object({ ref: z.string().min(1), digest: z.string().regex(DIGEST_RE) }).strict().optional(),
+    image: z
+      .object({ ref: z.string().min(1), digest: z.string().regex(DIGEST_RE) })
+      .strict()
+      .optional(),
   })
   .strict();
 export type Rootfs = z.output<typeof RootfsSchema>;

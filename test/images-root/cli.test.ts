@@ -6,7 +6,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { planRun } from '../../src/cli/flags.js';
 import { runPlan } from '../../src/cli/run.js';
-import { canRunNamespaces, NO_RESIDUE, runCli, settledResidue, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
+import {
+  canRunNamespaces,
+  NO_RESIDUE,
+  runCli,
+  settledResidue,
+  SKIP_REASON,
+  TEST_STATE_DIR,
+  TEST_UID_RANGE,
+} from '../helpers.js';
 import { buildFixtures, type Fixtures } from './fixtures.js';
 
 describe.skipIf(!canRunNamespaces)(`airlock run --image (${SKIP_REASON})`, () => {
@@ -20,7 +28,10 @@ describe.skipIf(!canRunNamespaces)(`airlock run --image (${SKIP_REASON})`, () =>
     if (fx) rmSync(fx.root, { recursive: true, force: true });
   });
 
-  const run = async (args: string[], flags: Record<string, unknown>): Promise<{ status: number; out: string; err: string }> => {
+  const run = async (
+    args: string[],
+    flags: Record<string, unknown>,
+  ): Promise<{ status: number; out: string; err: string }> => {
     let out = '';
     let err = '';
     const io = { out: (s: string) => void (out += s), err: (s: string) => void (err += s) };

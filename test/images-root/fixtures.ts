@@ -86,7 +86,9 @@ function hostileLayer(dir: string, hostDir: string, hostPasswd: string): void {
 }
 
 function pythonLayer(dir: string): void {
-  const files = execFileSync('dpkg', ['-L', 'python3.11-minimal', 'libpython3.11-minimal'], { encoding: 'utf8' })
+  const files = execFileSync('dpkg', ['-L', 'python3.11-minimal', 'libpython3.11-minimal'], {
+    encoding: 'utf8',
+  })
     .split('\n')
     .filter((f) => f.startsWith('/usr/'));
   const libs = execFileSync('ldd', ['/usr/bin/python3.11'], { encoding: 'utf8' })
@@ -158,7 +160,10 @@ export function buildFixtures(root: string): Fixtures {
       layers: [layers.busybox],
       config: { ...BASE_CONFIG, user: '1001:1001' },
     },
-    'example.com/test/unknown-user:1': { layers: [layers.busybox], config: { ...BASE_CONFIG, user: 'nobody-here' } },
+    'example.com/test/unknown-user:1': {
+      layers: [layers.busybox],
+      config: { ...BASE_CONFIG, user: 'nobody-here' },
+    },
     // No shell, no coreutils: only python.
     'example.com/test/python-only:3.11': {
       layers: [layers.python],
@@ -171,7 +176,8 @@ export function buildFixtures(root: string): Fixtures {
     async resolve(ref: string, o: { pull?: PullPolicy } = {}): Promise<ResolvedImage> {
       calls.push({ ref, ...(o.pull ? { pull: o.pull } : {}) });
       const img = images[ref];
-      if (!img) throw new AirlockError('INVALID_SPEC', `no image ${ref} in the test fixtures`, { field: 'image' });
+      if (!img)
+        throw new AirlockError('INVALID_SPEC', `no image ${ref} in the test fixtures`, { field: 'image' });
       return {
         ref,
         digest: `sha256:${createHash('sha256').update(ref).digest('hex')}`,

@@ -39,7 +39,10 @@ export function imageRootContract(backend: BackendName): void {
         expect(r.stdout).toContain('absent');
         expect(r.exitCode).toBe(0);
         expect((await sbx.exec(['ls', '/opt/lower'])).stdout.split('\n').filter(Boolean)).toEqual(['c']);
-        expect(sbx.info.image).toEqual({ ref: BUSYBOX, digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/) });
+        expect(sbx.info.image).toEqual({
+          ref: BUSYBOX,
+          digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),
+        });
       } finally {
         await sbx.kill();
       }
@@ -75,7 +78,9 @@ export function imageRootContract(backend: BackendName): void {
       const b = await create(BUSYBOX);
       try {
         // The image user (app) owns /srv/data in the image: as the sandbox user it may write there.
-        const w = await a.exec('echo mine > /srv/data/owned-by-app && echo new > /srv/data/new && rm /srv/data/owned-by-app && echo again > /srv/data/owned-by-app && cat /srv/data/owned-by-app /srv/data/new');
+        const w = await a.exec(
+          'echo mine > /srv/data/owned-by-app && echo new > /srv/data/new && rm /srv/data/owned-by-app && echo again > /srv/data/owned-by-app && cat /srv/data/owned-by-app /srv/data/new',
+        );
         expect(w.stderr).toBe('');
         expect(w.stdout).toBe('again\nnew\n');
         expect((await a.exec('echo x > /srv/data/owned-by-root')).exitCode).not.toBe(0);
@@ -93,7 +98,9 @@ export function imageRootContract(backend: BackendName): void {
     it('the image user is the sandbox uid (never root), with the image env and working dir', async () => {
       const sbx = await create(BUSYBOX, { env: { OVERRIDDEN: 'spec' } });
       try {
-        const r = await sbx.exec('id -u; id -un; pwd; echo $IMAGE_VAR $OVERRIDDEN $USER; grep -c ":x:1000:" /etc/passwd');
+        const r = await sbx.exec(
+          'id -u; id -un; pwd; echo $IMAGE_VAR $OVERRIDDEN $USER; grep -c ":x:1000:" /etc/passwd',
+        );
         expect(r.stdout.split('\n')).toEqual(['1000', 'app', '/srv/app', 'from-image spec app', '1', '']);
         expect((await sbx.exec('pwd', { cwd: '/tmp' })).stdout).toBe('/tmp\n');
         expect(sbx.info.hostUid).toBeGreaterThanOrEqual(TEST_UID_RANGE.first);
@@ -105,7 +112,11 @@ export function imageRootContract(backend: BackendName): void {
     it('setuid in a layer has no effect (nosuid)', async () => {
       const sbx = await create(PYTHON);
       try {
-        const r = await sbx.exec(['/opt/suid/python3', '-c', 'import os; print(os.geteuid(), oct(os.stat("/opt/suid/python3").st_mode))']);
+        const r = await sbx.exec([
+          '/opt/suid/python3',
+          '-c',
+          'import os; print(os.geteuid(), oct(os.stat("/opt/suid/python3").st_mode))',
+        ]);
         expect(r.stdout.trim()).toBe('1000 0o104755');
         // On the host: the root overlay and every layer view are nosuid, nodev (the views read-only).
         const mine = readFileSync('/proc/self/mountinfo', 'utf8')

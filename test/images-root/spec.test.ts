@@ -15,7 +15,9 @@ describe('image spec fields', () => {
     expect(() => parseSandboxSpec({ image: 'a', pull: 'sometimes' })).toThrow(
       expect.objectContaining({ code: 'INVALID_SPEC', field: 'pull' }),
     );
-    expect(() => parseSandboxSpec({ image: 'has space' })).toThrow(expect.objectContaining({ field: 'image' }));
+    expect(() => parseSandboxSpec({ image: 'has space' })).toThrow(
+      expect.objectContaining({ field: 'image' }),
+    );
   });
 
   it('refuses image together with a template or snapshot layers', () => {

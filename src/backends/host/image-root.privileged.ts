@@ -55,7 +55,11 @@ const HOST_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 /** Mount points every tier binds over (their dirs made in the upper). */
 const MOUNT_DIRS = ['proc', 'dev/shm', 'dev/pts', 'sys', 'tmp', 'home/user', 'workspace', '.airlock/bin'];
 /** Mount points that are files. */
-const MOUNT_FILES = [IMAGE_HELPER_PATH.slice(1), 'etc/ssl/certs/airlock-egress-ca.pem', 'etc/ssl/certs/ca-certificates.crt'];
+const MOUNT_FILES = [
+  IMAGE_HELPER_PATH.slice(1),
+  'etc/ssl/certs/airlock-egress-ca.pem',
+  'etc/ssl/certs/ca-certificates.crt',
+];
 const MAX_ETC_FILE_BYTES = 1024 * 1024;
 const NOBODY = 65534;
 
@@ -147,7 +151,8 @@ export function resolveImageUser(layers: readonly string[], user: string): Image
     gid = entry && ID_RE.test(entry[3] ?? '') ? Number(entry[3]) : uid;
   } else {
     const entry = passwd.find((e) => e[0] === u);
-    if (!entry || !ID_RE.test(entry[2] ?? '') || !ID_RE.test(entry[3] ?? '')) bad('not in the image\'s /etc/passwd');
+    if (!entry || !ID_RE.test(entry[2] ?? '') || !ID_RE.test(entry[3] ?? ''))
+      bad("not in the image's /etc/passwd");
     [name, uid, gid] = [u, Number(entry![2]), Number(entry![3])];
   }
   if (g !== undefined && g !== '') {
@@ -249,7 +254,11 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   put(upper, 'etc/passwd', ids.passwd);
   put(upper, 'etc/group', ids.group);
   put(upper, 'etc/hostname', `${SANDBOX_HOSTNAME}\n`);
-  put(upper, 'etc/hosts', `127.0.0.1\tlocalhost ${SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n`);
+  put(
+    upper,
+    'etc/hosts',
+    `127.0.0.1\tlocalhost ${SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
+  );
   put(upper, 'etc/resolv.conf', 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n');
   if (!findInImage(layers, 'etc/nsswitch.conf'))
     put(upper, 'etc/nsswitch.conf', 'passwd: files\ngroup: files\nhosts: files dns\n');
@@ -291,7 +300,13 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
  * layer views show it: the image user's → the sandbox's host uid, any other → root), since overlayfs
  * shows a merged dir with the upper's attributes.
  */
-function matchImageDirs(upper: string, rel: string, layers: readonly string[], user: ImageUser, hostUid: number): void {
+function matchImageDirs(
+  upper: string,
+  rel: string,
+  layers: readonly string[],
+  user: ImageUser,
+  hostUid: number,
+): void {
   for (const name of readdirSync(join(upper, rel))) {
     const r = rel ? `${rel}/${name}` : name;
     const p = join(upper, r);
@@ -322,7 +337,8 @@ export function ensureImageHelper(
   } catch {
     return { reason: `${source} not found: apt-get install busybox-static` };
   }
-  if (!isStaticElf(bin)) return { reason: `${source} is not statically linked: apt-get install busybox-static` };
+  if (!isStaticElf(bin))
+    return { reason: `${source} is not statically linked: apt-get install busybox-static` };
   const dir = join(stateRoot, `helper-${createHash('sha256').update(bin).digest('hex').slice(0, 16)}`);
   const path = join(dir, 'busybox');
   if (existsSync(path)) return { path };

@@ -61,7 +61,8 @@ export function bwrapOptions(
     a.push('--ro-bind', image.helper, IMAGE_HELPER_PATH);
   } else {
     for (const d of SYSTEM_RO) a.push('--ro-bind', d, d);
-    for (const [target, link] of USR_SYMLINKS) if (existsSync(`/${target}`)) a.push('--symlink', target, link);
+    for (const [target, link] of USR_SYMLINKS)
+      if (existsSync(`/${target}`)) a.push('--symlink', target, link);
     a.push('--ro-bind', layout.etcDir, '/etc');
   }
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
