@@ -91,10 +91,19 @@ function pythonLayer(dir: string): void {
   })
     .split('\n')
     .filter((f) => f.startsWith('/usr/'));
-  const libs = execFileSync('ldd', ['/usr/bin/python3.11'], { encoding: 'utf8' })
-    .split('\n')
-    .map((l) => /(\/\S+)\s+\(/.exec(l)?.[1])
-    .filter((l): l is string => l !== undefined);
+  // The interpreter's libraries, and those of its TLS and hash modules (ssl works in the image).
+  const dynload = '/usr/lib/python3.11/lib-dynload';
+  const modules = readdirSync(dynload)
+    .filter((n) => /^_(ssl|hashlib)\./.test(n))
+    .map((n) => join(dynload, n));
+  const libs = [
+    ...new Set(
+      execFileSync('ldd', ['/usr/bin/python3.11', ...modules], { encoding: 'utf8' })
+        .split('\n')
+        .map((l) => /(\/\S+)\s+\(/.exec(l)?.[1])
+        .filter((l): l is string => l !== undefined),
+    ),
+  ];
   for (const f of [...files, ...libs]) {
     let st;
     try {
