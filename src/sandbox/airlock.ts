@@ -249,7 +249,7 @@ export class Airlock {
   readonly templates!: Templates;
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
-  readonly images: ImageResolver | undefined;
+  private readonly imageResolver: ImageResolver | undefined;
 
   /**
    * A runtime on this host; with `apiUrl` (and `apiKey`), a runtime on that server instead: the
@@ -269,7 +269,7 @@ export class Airlock {
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
-    this.images = opts.images;
+    this.imageResolver = opts.images;
     // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
     const nofile = raiseOpenFileLimit();
     this.fdBudget = new FdBudget(
@@ -447,14 +447,14 @@ export class Airlock {
    * (and is pulled, per `pull`) here, once; the digest that runs is recorded with it.
    */
   private async withImage(spec: SandboxSpec): Promise<SandboxSpec> {
-    if (!this.images) {
+    if (!this.imageResolver) {
       throw new AirlockError(
         'BACKEND_UNAVAILABLE',
         'images are not available in this runtime: it has no image store (the `images` option of new Airlock())',
         { field: 'image' },
       );
     }
-    const img = await this.images.resolve(spec.image!, spec.pull !== undefined ? { pull: spec.pull } : {});
+    const img = await this.imageResolver.resolve(spec.image!, spec.pull !== undefined ? { pull: spec.pull } : {});
     // Checked like any spec field: the resolver is a seam (absolute layer dirs, a well-formed config).
     const rootfs = parseOrThrow(
       RootfsSchema,

@@ -2,7 +2,7 @@
 // sandbox on an image sees the image, never the host's /usr; writes land in its own upper dir and
 // vanish with it; the image's config (env, working dir, user) applies; Airlock's own commands work
 // on a shell-less image.
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
@@ -153,6 +153,30 @@ export function imageRootContract(backend: BackendName): void {
         expect((await bg.wait()).killedBy).toBeDefined();
       } finally {
         await sbx.kill();
+      }
+    });
+
+    it('workspace.diff works on a shell-less image (the helper lists the tree)', async () => {
+      const host = mkdtempSync('/var/tmp/airlock-ir-ws-');
+      writeFileSync(join(host, 'kept.txt'), 'same\n');
+      writeFileSync(join(host, 'changed.txt'), 'old\n');
+      const sbx = await create(PY_ONLY, { workspace: { hostDir: host, mode: 'cow' } });
+      try {
+        const w = await sbx.exec([
+          'python3',
+          '-c',
+          'open("/workspace/changed.txt","w").write("new\\n"); open("/workspace/added.txt","w").write("a\\n")',
+        ]);
+        expect(w.stderr).toBe('');
+        const d = await sbx.workspace.diff();
+        expect(d.changes.map((c) => [c.path, c.kind]).sort()).toEqual([
+          ['added.txt', 'added'],
+          ['changed.txt', 'modified'],
+        ]);
+        expect(d.patch).toContain('+new');
+      } finally {
+        await sbx.kill();
+        rmSync(host, { recursive: true, force: true });
       }
     });
 
