@@ -39,6 +39,11 @@ export function imageRootContract(backend: BackendName): void {
         expect(r.stdout).toContain('absent');
         expect(r.exitCode).toBe(0);
         expect((await sbx.exec(['ls', '/opt/lower'])).stdout.split('\n').filter(Boolean)).toEqual(['c']);
+        // Its owner.json names the image layers it runs on (an image store checks it before removing one).
+        const owner = JSON.parse(
+          readFileSync(join(TEST_STATE_DIR, 'sandboxes', sbx.id, 'owner.json'), 'utf8'),
+        ) as { imageLayers?: string[] };
+        expect(owner.imageLayers).toEqual([fx.layers.busybox, fx.layers.mask]);
         expect(sbx.info.image).toEqual({
           ref: BUSYBOX,
           digest: expect.stringMatching(/^sha256:[0-9a-f]{64}$/),

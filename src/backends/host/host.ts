@@ -432,6 +432,13 @@ export class SandboxHost {
       // On an image: its layers and the sandbox's upper dir become "/" (host/image-root.privileged.ts).
       let imageRoot: SandboxLayout['imageRoot'];
       if (spec.rootfs) {
+        writeOwnerFile(dir, {
+          id,
+          uid,
+          owner: selfOwner(),
+          ...(layers.length ? { layers } : {}),
+          imageLayers: spec.rootfs.layers,
+        });
         const helper = (this.imageHelper ??= ensureImageHelper(this.ctx.stateDir));
         if (helper.path === undefined) {
           throw new AirlockError('BACKEND_UNAVAILABLE', `sandboxes on an image need ${helper.reason}`, {

@@ -72,6 +72,11 @@ export interface OwnerFile {
   readonly owner: Owner;
   /** Snapshot layers the sandbox runs on (written before it opens them; see LayerStore.remove). */
   readonly layers?: readonly string[];
+  /**
+   * Host dirs of the image layers its root is made of (written before they are mounted), so that an
+   * image store never deletes a layer a live sandbox is about to mount or runs on.
+   */
+  readonly imageLayers?: readonly string[];
 }
 
 export function writeOwnerFile(dir: string, meta: OwnerFile): void {
