@@ -14,8 +14,9 @@
 //                             name, plus the sandbox user (the image user's name, uid/gid 1000, home
 //                             /home/user); root and nobody are added if the image lacks them
 //   /etc/hosts, /etc/hostname, /etc/resolv.conf   Airlock's (the sandbox's network is Airlock's)
-//   /etc/nsswitch.conf, /etc/ssl/certs/ca-certificates.crt   only where the image has none (the
-//                             host's public CA bundle)
+//   /etc/nsswitch.conf        only where the image has none
+//   /etc/ssl/certs/ca-certificates.crt   the host's public CA bundle, where the image has no such
+//                             plain file (none, or a symlink)
 //   mount points              /proc /dev /sys /tmp /home/user /workspace /.airlock/bin/busybox, the
 //                             egress CA file, and every read-only mount's target: always real dirs
 //                             and files of the upper, so a symlink in an image can never redirect a
@@ -262,7 +263,10 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   put(upper, 'etc/resolv.conf', 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n');
   if (!findInImage(layers, 'etc/nsswitch.conf'))
     put(upper, 'etc/nsswitch.conf', 'passwd: files\ngroup: files\nhosts: files dns\n');
-  const hasBundle = findInImage(layers, MOUNT_FILES[2]!) !== undefined;
+  // The image's own bundle if it is a plain file; one that is a symlink (or none) is replaced by the
+  // host's, so that the egress CA bundle can always be bound onto a real file (a bind onto a symlink
+  // would follow it outside the sandbox's root while bwrap or runsc sets the root up).
+  const hasBundle = findInImage(layers, MOUNT_FILES[2]!)?.st.isFile() === true;
   for (const d of MOUNT_DIRS) mkdirSync(join(upper, d), { recursive: true, mode: 0o755 });
   for (const m of r.mountTargets) {
     const p = join(upper, m.path);
