@@ -454,7 +454,10 @@ export class Airlock {
         { field: 'image' },
       );
     }
-    const img = await this.imageResolver.resolve(spec.image!, spec.pull !== undefined ? { pull: spec.pull } : {});
+    const img = await this.imageResolver.resolve(
+      spec.image!,
+      spec.pull !== undefined ? { pull: spec.pull } : {},
+    );
     // Checked like any spec field: the resolver is a seam (absolute layer dirs, a well-formed config).
     const rootfs = parseOrThrow(
       RootfsSchema,
