@@ -79,6 +79,26 @@ describe.skipIf(!tiers.length)('egress and secrets on an image root', () => {
   });
 
   for (const backend of tiers) {
+    it(`${backend}: an image whose CA bundle is a symlink gets a real one (the egress CA bind lands on it)`, async () => {
+      const sbx = await airlock.create({
+        backend,
+        image: 'example.com/test/python-symlink-ca:3.11',
+        network: { allow: [SECRET_HOST.name] },
+        secrets: [{ name: 'TOKEN', value: { fromEnv: 'TOKEN_SRC' }, hosts: [SECRET_HOST.name] }],
+      });
+      try {
+        const r = await sbx.exec(['python3', '-c', FETCH, SECRET_HOST.name, `symlink-ca-${backend}`], {
+          timeoutMs: 30_000,
+        });
+        expect(r.stderr).toBe('');
+        expect(servers.seen.find((s) => s.url === `/symlink-ca-${backend}`)?.headers.authorization).toBe(
+          `Bearer ${TOKEN}`,
+        );
+      } finally {
+        await sbx.kill();
+      }
+    });
+
     it(`${backend}: TLS through the proxy verifies against Airlock's CA; the secret is swapped in`, async () => {
       const sbx = await airlock.create({
         backend,

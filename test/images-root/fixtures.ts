@@ -27,7 +27,7 @@ import { libc } from '../../src/core/libc.privileged.js';
 
 export interface Fixtures {
   readonly root: string;
-  readonly layers: { busybox: string; mask: string; python: string; hostile: string };
+  readonly layers: { busybox: string; mask: string; python: string; hostile: string; symlinkCa: string };
   /** What the hostile layer's links point at on the host. */
   readonly hostDir: string;
   readonly resolver: ImageResolver & { calls: Array<{ ref: string; pull?: PullPolicy }> };
@@ -71,6 +71,13 @@ function maskLayer(dir: string): void {
   // Symlinks to host paths: they must resolve inside the sandbox's root.
   symlinkSync('/usr/bin/perl', join(dir, 'perl-link'));
   symlinkSync('/etc/shadow', join(dir, 'shadow-link'));
+}
+
+/** An image whose CA bundle is a symlink (as on Fedora-style images). */
+function symlinkCaLayer(dir: string): void {
+  mkdirSync(join(dir, 'etc/ssl/certs'), { recursive: true, mode: 0o755 });
+  put(join(dir, 'etc/pki/bundle.crt'), '');
+  symlinkSync('/etc/pki/bundle.crt', join(dir, 'etc/ssl/certs/ca-certificates.crt'));
 }
 
 /**
@@ -135,6 +142,7 @@ export function buildFixtures(root: string): Fixtures {
     mask: join(root, 'mask'),
     python: join(root, 'python'),
     hostile: join(root, 'hostile'),
+    symlinkCa: join(root, 'symlink-ca'),
   };
   for (const d of Object.values(layers)) mkdirSync(d, { mode: 0o755 });
   const hostDir = join(root, 'host-only');
@@ -145,6 +153,7 @@ export function buildFixtures(root: string): Fixtures {
   maskLayer(layers.mask);
   pythonLayer(layers.python);
   hostileLayer(layers.hostile, hostDir, join(root, 'host-passwd'));
+  symlinkCaLayer(layers.symlinkCa);
   const images: Record<string, { layers: string[]; config: ImageConfig }> = {
     'example.com/test/busybox:1': {
       layers: [layers.busybox, layers.mask],
@@ -172,6 +181,10 @@ export function buildFixtures(root: string): Fixtures {
     'example.com/test/unknown-user:1': {
       layers: [layers.busybox],
       config: { ...BASE_CONFIG, user: 'nobody-here' },
+    },
+    'example.com/test/python-symlink-ca:3.11': {
+      layers: [layers.python, layers.symlinkCa],
+      config: { ...BASE_CONFIG, env: ['PATH=/usr/bin'] },
     },
     // No shell, no coreutils: only python.
     'example.com/test/python-only:3.11': {

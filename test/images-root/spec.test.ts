@@ -44,6 +44,30 @@ describe('image spec fields', () => {
     expect(r.success).toBe(false);
   });
 
+  it("a resolver's answer is checked like a spec (relative layer dirs are refused before any host work)", async () => {
+    const airlock = new Airlock({
+      stateDir: TEST_STATE_DIR,
+      uidRange: TEST_UID_RANGE,
+      warmPool: 0,
+      images: {
+        resolve: async (ref) => ({
+          ref,
+          digest: `sha256:${'b'.repeat(64)}`,
+          layers: ['relative/layer'],
+          config: CONFIG,
+        }),
+      },
+    });
+    try {
+      await expect(airlock.create({ image: 'example.com/a/b:1' })).rejects.toMatchObject({
+        code: 'INVALID_SPEC',
+        field: 'layers.0',
+      });
+    } finally {
+      await airlock.close();
+    }
+  });
+
   it('without an image store, image is refused with BACKEND_UNAVAILABLE naming the field', async () => {
     const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE, warmPool: 0 });
     try {
