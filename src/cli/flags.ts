@@ -20,6 +20,10 @@ export interface RunFlags extends EgressFlags {
   ttl?: string;
   workspace?: string;
   template?: string;
+  /** Run on this image (an image reference); without CMD, its entrypoint + cmd run. */
+  image?: string;
+  /** When to pull --image: missing (default), always, never. */
+  pull?: string;
   env: string[];
   maxOutput?: string;
   json?: boolean;
@@ -28,8 +32,11 @@ export interface RunFlags extends EgressFlags {
 
 export interface RunPlan {
   readonly spec: SandboxSpecInput;
-  /** A shell string (run with /bin/sh -c) or an argv array. */
-  readonly command: string | string[];
+  /**
+   * A shell string (run with /bin/sh -c) or an argv array; undefined with --image and no CMD: the
+   * image's entrypoint + cmd (known once it is resolved; see imageCommand).
+   */
+  readonly command: string | string[] | undefined;
   readonly timeoutMs: number;
   readonly maxOutputBytes: number;
   /** The network part of the spec and where each secret came from (for error messages). */
@@ -170,10 +177,41 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
     limits,
     ...(f.workspace !== undefined ? { workspace: parseWorkspace(f.workspace, cwd) } : {}),
     ...(f.template !== undefined ? { template: f.template } : {}),
+    ...(f.image !== undefined ? { image: f.image } : {}),
+    ...(f.pull !== undefined ? { pull: parsePull(f.pull, f.image) } : {}),
     env: parseEnvPairs(f.env),
     ...(egress.network ? { network: egress.network, secrets: egress.secrets } : {}),
   };
-  return { spec, command: commandFromArgs(args), timeoutMs, maxOutputBytes, egress };
+  const command = f.image !== undefined && args.length === 0 ? undefined : commandFromArgs(args);
+  return { spec, command, timeoutMs, maxOutputBytes, egress };
+}
+
+function parsePull(text: string, image: string | undefined): 'never' | 'missing' | 'always' {
+  if (image === undefined)
+    throw new AirlockError('INVALID_ARGUMENT', '--pull needs --image (it says when to pull it)', {
+      field: '--pull',
+    });
+  if (text !== 'never' && text !== 'missing' && text !== 'always') {
+    throw new AirlockError('INVALID_ARGUMENT', `--pull: "${text}" is not never, missing or always`, {
+      field: '--pull',
+    });
+  }
+  return text;
+}
+
+/** What `airlock run --image REF` with no CMD runs: the image's entrypoint followed by its cmd. */
+export function imageCommand(
+  config: { entrypoint: readonly string[]; cmd: readonly string[] } | undefined,
+): string[] {
+  const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
+  if (argv.length === 0) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      'the image sets no entrypoint or cmd; give the command: airlock run --image REF -- CMD [ARGS...]',
+      { field: 'CMD' },
+    );
+  }
+  return argv;
 }
 
 /** `AIRLOCK_UID_RANGE=FIRST:COUNT` picks the host uids handed to sandboxes (default 3000000:65536). */
@@ -205,6 +243,8 @@ const FLAG_FOR_FIELD: Array<[RegExp, string]> = [
   [/^env(\.|$)/, '--env'],
   [/^backend$/, '--backend'],
   [/^template$/, '--template'],
+  [/^image$/, '--image'],
+  [/^pull$/, '--pull'],
   [/^command$/, 'CMD'],
   [/^network\.allow(\.|$)/, '--allow'],
   [/^network\.deny(\.|$)/, '--deny'],

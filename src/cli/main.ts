@@ -185,7 +185,10 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .command('run')
     .description('run one command in a fresh sandbox, then destroy it')
     .usage('[flags] [--] CMD [ARGS...]')
-    .argument('<CMD...>', 'command and arguments (see "Command" below)')
+    .argument(
+      '[CMD...]',
+      'command and arguments (see "Command" below); with --image, default: its entrypoint + cmd',
+    )
     .addOption(
       new Option(
         '--backend <name>',
@@ -195,6 +198,17 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .option(
       '--template <NAME|DIGEST>',
       'start from a built template (airlock template ls): its name, or a layer digest sha256:…',
+    )
+    .option(
+      '--image <REF>',
+      "run on this image's root filesystem instead of the host's /usr (e.g. registry.example.com/team/py:3.12)",
+    )
+    .addOption(
+      new Option('--pull <policy>', 'when to pull --image (default: missing)').choices([
+        'missing',
+        'always',
+        'never',
+      ]),
     )
     .option('--memory <size>', 'memory limit, e.g. 256m (default 512m)')
     .option('--cpus <n>', 'CPU limit, e.g. 0.5 (default 1)')

@@ -9,7 +9,14 @@ import { ExecOptionsSchema, parseCommand, parseSandboxSpec } from '../core/spec.
 import { parseOrThrow } from '../core/validate.js';
 import { formatBytes } from '../core/units.js';
 import { checkSecretSources, relabelSecretError } from './egress-flags.js';
-import { checkWorkspaceDir, formatDuration, planRun, type RunFlags, type RunPlan } from './flags.js';
+import {
+  checkWorkspaceDir,
+  formatDuration,
+  imageCommand,
+  planRun,
+  type RunFlags,
+  type RunPlan,
+} from './flags.js';
 import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
 
 import { processIo, type Io } from './defaults.js';
@@ -48,13 +55,13 @@ export async function runCommand(
 export function warmUpForCache(): void {
   const plan = planRun(['true'], { env: [] }, '/');
   parseSandboxSpec(plan.spec);
-  parseCommand(plan.command);
+  parseCommand(plan.command!);
   parseOrThrow(ExecOptionsSchema, { timeoutMs: plan.timeoutMs }, 'exec options', 'INVALID_ARGUMENT');
 }
 
 /** How a planned command runs (see runPlan): the runtime's options, where output goes, what follows. */
 export interface RunPlanSteps {
-  readonly airlock: Pick<AirlockOptions, 'maxSpillBytes'>;
+  readonly airlock: Pick<AirlockOptions, 'maxSpillBytes' | 'images'>;
   readonly output: Pick<ExecOptions, 'onStdout' | 'onStderr'>;
   /**
    * After the command, before the sandbox is killed (e.g. print the result, take a diff).
@@ -81,7 +88,7 @@ export async function runPlan(
       throw relabelTemplateError(relabelSecretError(e, plan.egress));
     });
     if (trap.exitCode !== undefined) return trap.exitCode;
-    const result = await sbx.exec(plan.command, {
+    const result = await sbx.exec(plan.command ?? imageCommand(sbx.spec.rootfs?.config), {
       timeoutMs: plan.timeoutMs,
       maxOutputBytes: plan.maxOutputBytes,
       signal: trap.signal,

@@ -6,6 +6,7 @@ import { AirlockError } from './errors.js';
 import { parseOrThrow } from './validate.js';
 import { NetworkPolicySchema, SecretsSchema, secretHostReachable } from './network-spec.js';
 import { BACKEND_NAMES, type BackendName } from './backend-names.js';
+import { PULL_POLICIES, type PullPolicy } from './image.js';
 
 export { parseOrThrow };
 
@@ -174,6 +175,46 @@ export const LimitsSchema = z
   })
   .strict();
 
+/** Image layers a sandbox's root is an overlay of (at most this many lowers). */
+export const MAX_IMAGE_LAYERS = 128;
+
+/** An image config as the tiers use it (core/image.ts ImageConfig). */
+const ImageConfigSchema = z
+  .object({
+    env: z.array(z.string().regex(/^[^=\0]+=[^\0]*$/, 'image env entries are KEY=value')),
+    workingDir: z.string().refine((p) => p === '' || p.startsWith('/'), 'workingDir is absolute or empty'),
+    user: z.string().refine((u) => !u.includes('\0') && !u.includes('\n'), 'user has no NUL or newline'),
+    entrypoint: z.array(z.string()),
+    cmd: z.array(z.string()),
+    labels: z.record(z.string(), z.string()),
+  })
+  .strict();
+
+/**
+ * Internal (set by `Airlock.create` from `image`, never accepted from a remote client): the root
+ * filesystem is an overlay of these unpacked image layers plus the sandbox's own upper dir.
+ */
+export const RootfsSchema = z
+  .object({
+    /** Absolute host dirs of the unpacked layers, BOTTOM first (ResolvedImage.layers). */
+    layers: z
+      .array(
+        z
+          .string()
+          .refine((p) => isAbsolute(p) && normalize(p) === p, 'rootfs.layers are absolute, normalised paths')
+          .refine((p) => !/[,:\\\0]/.test(p), "rootfs.layers paths cannot hold ',', ':' or '\\'"),
+      )
+      .min(1, 'rootfs.layers lists at least one layer')
+      .max(MAX_IMAGE_LAYERS, `an image has at most ${MAX_IMAGE_LAYERS} layers`),
+    config: ImageConfigSchema,
+    image: z
+      .object({ ref: z.string().min(1), digest: z.string().regex(DIGEST_RE) })
+      .strict()
+      .optional(),
+  })
+  .strict();
+export type Rootfs = z.output<typeof RootfsSchema>;
+
 /** The zod schema of a sandbox spec (`Sandbox.create`). */
 export const SandboxSpecSchema = z
   .object({
@@ -217,6 +258,21 @@ export const SandboxSpecSchema = z
         { error: 'template is a name, a digest "sha256:<64 hex>", or { name?, digest }' },
       )
       .optional(),
+    /**
+     * Run on an image's root filesystem instead of the host's /usr: a reference (`name:tag`,
+     * `registry.example.com/team/py@sha256:…`) resolved by the runtime's image resolver at create.
+     * After create, `sbx.info.image` is `{ ref, digest }`: the digest that ran.
+     */
+    image: z
+      .string()
+      .min(1, 'image is an image reference, e.g. "registry.example.com/team/py:3.12"')
+      .max(1024)
+      .refine((r) => !/[\s\0]/.test(r), 'image references hold no whitespace or NUL')
+      .optional(),
+    /** When to contact the registry for `image`: `missing` (default), `always`, or `never`. */
+    pull: z.enum(PULL_POLICIES as [PullPolicy, ...PullPolicy[]]).optional(),
+    /** Internal (set from `image` at create): see RootfsSchema. */
+    rootfs: RootfsSchema.optional(),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
     network: NetworkPolicySchema.optional(),
     /** Credentials the sandbox may use without seeing them (needs `network`). */
@@ -246,6 +302,18 @@ export const SandboxSpecSchema = z
   })
   .strict()
   .superRefine((spec, ctx) => {
+    if (spec.pull !== undefined && spec.image === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['pull'], message: 'pull needs image (it says when to pull it)' });
+    }
+    for (const f of ['template', 'layers'] as const) {
+      if ((spec.image !== undefined || spec.rootfs !== undefined) && spec[f] !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [spec.image !== undefined ? 'image' : 'rootfs'],
+          message: `image cannot be combined with ${f} (a sandbox on an image starts fresh from it)`,
+        });
+      }
+    }
     if (spec.template !== undefined && spec.layers !== undefined) {
       ctx.addIssue({
         code: 'custom',

@@ -16,10 +16,13 @@ import type { BackendProbe, BackendSandbox, BackendV1, Logger, PreparePlan } fro
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
+import type { ImageResolver } from '../core/image.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   DIGEST_RE,
+  parseOrThrow,
   parseSandboxSpec,
+  RootfsSchema,
   type BackendName,
   type SandboxSpec,
   type SandboxSpecInput,
@@ -189,6 +192,11 @@ export interface AirlockOptions {
    * refused, each with its reason, before they could take the fds kept for exec and create.
    */
   readonly fdBudget?: FdBudgetOptions;
+  /**
+   * Resolves `image` references of sandbox specs to unpacked layers (the image store). Without one,
+   * a spec with `image` is refused (BACKEND_UNAVAILABLE).
+   */
+  readonly images?: ImageResolver;
 }
 
 /** Where Airlock keeps host state unless `AIRLOCK_STATE_DIR` or `stateDir` says otherwise. */
@@ -240,6 +248,8 @@ export class Airlock {
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
   readonly templates!: Templates;
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
+  /** The image resolver `image` references go through (undefined: images are not available). */
+  private readonly imageResolver: ImageResolver | undefined;
 
   /**
    * A runtime on this host; with `apiUrl` (and `apiKey`), a runtime on that server instead: the
@@ -259,6 +269,7 @@ export class Airlock {
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
+    this.imageResolver = opts.images;
     // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
     const nofile = raiseOpenFileLimit();
     this.fdBudget = new FdBudget(
@@ -381,6 +392,7 @@ export class Airlock {
 
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     let spec = parseSandboxSpec(input);
+    if (spec.image !== undefined) spec = await this.withImage(spec);
     if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
     else if (spec.layers?.length && input.backend === undefined) {
       // On snapshot layers with no tier named: the tier the top layer was taken on, not the default.
@@ -428,6 +440,31 @@ export class Airlock {
     this.live.set(id, sbx);
     if (net?.redaction) this.redactions.set(id, net.redaction);
     return sbx;
+  }
+
+  /**
+   * A spec naming an image → the spec of a sandbox on its root (`rootfs`): the reference resolves
+   * (and is pulled, per `pull`) here, once; the digest that runs is recorded with it.
+   */
+  private async withImage(spec: SandboxSpec): Promise<SandboxSpec> {
+    if (!this.imageResolver) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        'images are not available in this runtime: it has no image store (the `images` option of new Airlock())',
+        { field: 'image' },
+      );
+    }
+    const img = await this.imageResolver.resolve(
+      spec.image!,
+      spec.pull !== undefined ? { pull: spec.pull } : {},
+    );
+    // Checked like any spec field: the resolver is a seam (absolute layer dirs, a well-formed config).
+    const rootfs = parseOrThrow(
+      RootfsSchema,
+      { layers: [...img.layers], config: img.config, image: { ref: img.ref, digest: img.digest } },
+      `image ${spec.image}`,
+    );
+    return { ...spec, rootfs };
   }
 
   /**

@@ -20,6 +20,7 @@ import { OutputCapture, collectBytes } from './output.js';
 import { SandboxFiles } from './files.js';
 import { SandboxWorkspace } from './workspace.js';
 import { checkedArgv } from './exec-check.js';
+import { imageCheckedArgv, imageHelperArgv } from './image-tools.js';
 import type { SnapshotBase } from './snapshot.js';
 
 /** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
@@ -118,6 +119,8 @@ export interface SandboxInfo {
   readonly layers: readonly string[];
   /** The template it started from: the digest that ran (and the name it was asked by, if any). */
   readonly template?: { readonly name?: string; readonly digest: string };
+  /** The image its root is: the reference it was asked by and the digest that ran. */
+  readonly image?: { readonly ref: string; readonly digest: string };
 }
 
 export interface SandboxHooks {
@@ -191,6 +194,7 @@ export class SandboxBase {
       metadata: this.spec.metadata,
       hostUid: this.backend.hostUid,
       layers: this.spec.layers ?? [],
+      ...(this.spec.rootfs?.image ? { image: { ...this.spec.rootfs.image } } : {}),
       ...(typeof this.spec.template === 'object' ? { template: this.spec.template } : {}),
     };
   }
@@ -234,9 +238,9 @@ export class SandboxBase {
     const egressMark = this.hooks.egressQuiet?.mark();
     const env = this.envWith(o.env);
     const proc = await this.backend.spawn({
-      argv: typeof cmd === 'string' ? argv : checkedArgv(argv, env),
+      argv: this.execArgv(cmd, argv, env),
       env,
-      cwd: o.cwd,
+      cwd: opts.cwd === undefined ? this.defaultCwd : o.cwd,
       stdin: opts.stdin !== undefined,
     });
     const run = this.supervise(proc, execId, {
@@ -279,9 +283,9 @@ export class SandboxBase {
     const before = await this.backend.counters();
     const env = this.envWith(o.env);
     const proc = await this.backend.spawn({
-      argv: typeof cmd === 'string' ? argv : checkedArgv(argv, env),
+      argv: this.execArgv(cmd, argv, env),
       env,
-      cwd: o.cwd,
+      cwd: opts.cwd === undefined ? this.defaultCwd : o.cwd,
       stdin: true,
     });
     let killedBy: KilledBy | undefined;
@@ -421,7 +425,8 @@ export class SandboxBase {
   ): Promise<{ exitCode: number | null; stdout: Buffer; stderr: string }> {
     this.assertRunnable();
     const proc = await this.backend.spawn({
-      argv,
+      // On an image root Airlock's helpers run on its static helper, not on the image's programs.
+      argv: this.spec.rootfs ? imageHelperArgv(argv) : argv,
       env: this.envWith({}),
       cwd: '/',
       stdin: o.stdin !== undefined,
@@ -451,7 +456,33 @@ export class SandboxBase {
 
   /** The complete environment of a process: defaults, runtime additions, spec.env, then `extra`. */
   private envWith(extra: Readonly<Record<string, string>>): Record<string, string> {
-    return { ...defaultEnv(), ...this.hooks.env, ...this.spec.env, ...extra };
+    return { ...defaultEnv(), ...this.imageEnv, ...this.hooks.env, ...this.spec.env, ...extra };
+  }
+
+  /** What a sandbox on an image starts with from its config (before Airlock's and the spec's env). */
+  private get imageEnv(): Record<string, string> {
+    const config = this.spec.rootfs?.config;
+    if (!config) return {};
+    const env: Record<string, string> = {};
+    for (const kv of config.env) {
+      const i = kv.indexOf('=');
+      if (i > 0 && /^[A-Za-z_][A-Za-z0-9_]*$/.test(kv.slice(0, i))) env[kv.slice(0, i)] = kv.slice(i + 1);
+    }
+    // The image's user by name (host/image-root.privileged.ts names the sandbox user after it).
+    const name = config.user.split(':')[0] ?? '';
+    if (name !== '' && name !== 'root' && !/^\d+$/.test(name)) env.USER = name;
+    return env;
+  }
+
+  /** Where a command runs when it names no cwd: the image's working dir, else /workspace. */
+  private get defaultCwd(): string {
+    return this.spec.rootfs?.config.workingDir || '/workspace';
+  }
+
+  /** The argv that runs a command: behind the exec check (a shell string too, on an image root). */
+  private execArgv(cmd: ExecCommand, argv: string[], env: Readonly<Record<string, string>>): string[] {
+    if (this.spec.rootfs) return imageCheckedArgv(argv, env);
+    return typeof cmd === 'string' ? argv : checkedArgv(argv, env);
   }
 
   /** Egress attempts so far (newest last; at most the latest 10,000). */

@@ -117,10 +117,14 @@ export class GvisorBackend implements BackendV1 {
 
   /** The live sandbox over prepared host state; a fork of a snapshot with memory restores its processes. */
   private async makeSandbox(parts: HostSandboxParts): Promise<GvisorSandbox> {
-    const rootfs = makeRootfs(
-      join(parts.res.dir, 'rootfs'),
-      (parts.layout.roMounts ?? []).map(([host, path]) => ({ path, file: !statSync(host).isDirectory() })),
-    );
+    // On an image root the overlay is the bundle root (its mount points are made in it); else an
+    // empty read-only root of mount points.
+    const rootfs =
+      parts.layout.imageRoot?.dir ??
+      makeRootfs(
+        join(parts.res.dir, 'rootfs'),
+        (parts.layout.roMounts ?? []).map(([host, path]) => ({ path, file: !statSync(host).isDirectory() })),
+      );
     const sbx = new GvisorSandbox(parts, {
       runsc: this.runscPath!,
       platform: this.platform!,

@@ -1,13 +1,14 @@
 // SECURITY-CRITICAL: the OCI bundle that defines what a gVisor-sandboxed process can see. It mirrors
 // the bubblewrap command line of the namespaces tier (src/backends/namespaces/bwrap.ts): a read-only
-// root that holds only mount points, read-only /usr and the generated /etc, the sandbox's own
+// root that holds only mount points, read-only /usr and the generated /etc (on an image root: the
+// sandbox's writable overlay of the image instead, host/image-root.privileged.ts), the sandbox's own
 // writable dirs on its size-capped disk, no capabilities, no_new_privs, and the same syscall deny
 // list (enforced by the sentry: runsc --oci-seccomp). Every namespace is new; the user namespace maps
 // sandbox uid 1000 to the sandbox's leased host uid (files it creates on the host belong to that uid)
 // and root to nobody.
 import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { SandboxLayout } from '../host/layout.js';
+import { IMAGE_HELPER_PATH, type SandboxLayout } from '../host/layout.js';
 import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
 import { DENIED_SYSCALLS } from '../host/seccomp.privileged.js';
 
@@ -121,10 +122,13 @@ function seccompProfile(): Record<string, unknown> {
 /** config.json of one container (one exec). */
 export function ociConfig(o: OciOptions): Record<string, unknown> {
   const l = o.layout;
+  const image = l.imageRoot;
   const mounts: Mount[] = [
     { destination: '/proc', type: 'proc', source: 'proc' },
-    bind('/usr', '/usr', true),
-    bind(l.etcDir, '/etc', true),
+    // On an image root, "/" is the sandbox's overlay of the image with Airlock's /etc files in it.
+    ...(image
+      ? [bind(image.helper, IMAGE_HELPER_PATH, true)]
+      : [bind('/usr', '/usr', true), bind(l.etcDir, '/etc', true)]),
     bind(l.shmDir, '/dev/shm', false),
     bind(l.tmpDir, '/tmp', false),
     bind(l.homeDir, SANDBOX_HOME, false),
@@ -150,7 +154,8 @@ export function ociConfig(o: OciOptions): Record<string, unknown> {
         { type: 'RLIMIT_NPROC', hard: o.pids, soft: o.pids },
       ],
     },
-    root: { path: o.rootfs, readonly: true },
+    // An image root is writable: the overlay's upper dir is on the sandbox's size-capped disk.
+    root: { path: image ? image.dir : o.rootfs, readonly: !image },
     hostname: SANDBOX_HOSTNAME,
     mounts,
     linux: {

@@ -4,7 +4,7 @@
 // state (disk, workspace and home mounts, read-only mounts, netns, cgroup) from a warm slot and hands
 // it to the tier, which makes the live sandbox (HostTier.makeSandbox).
 import { createHash, randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type {
   BackendContext,
@@ -19,6 +19,8 @@ import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../core/sandbox-socket
 import type { SnapshotRecord } from '../../core/snapshot.js';
 import { LimitsSchema, type BackendName, type Limits, type SandboxSpec } from '../../core/spec.js';
 import { createCgroup, detectCgroups, type CgroupLayout } from './cgroups.privileged.js';
+import { bindReadOnly } from './idmap.privileged.js';
+import { ensureImageHelper, mountImageRoot } from './image-root.privileged.js';
 import { hostChecks } from './probe.js';
 import { reapOrphans } from './reap.js';
 import { onProcessExit, releaseOwnedSync } from './exit-release.privileged.js';
@@ -116,6 +118,8 @@ export class SandboxHost {
   private readonly teardowns: Teardowns;
   /** Cgroup names are `<prefix><id>`: several state dirs on one host never reap each other's. */
   private readonly cgPrefix: string;
+  /** The static helper bound into sandboxes on an image root (made at the first one). */
+  private imageHelper: ReturnType<typeof ensureImageHelper> | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -425,6 +429,36 @@ export class SandboxHost {
         homeSource = { area: 'home', kind: 'diff', dir: slot.homeDir };
       }
       const roMounts = mountReadOnly(spec, dir, realpathOr(this.ctx.stateDir));
+      // On an image: its layers and the sandbox's upper dir become "/" (host/image-root.privileged.ts).
+      let imageRoot: SandboxLayout['imageRoot'];
+      if (spec.rootfs) {
+        writeOwnerFile(dir, {
+          id,
+          uid,
+          owner: selfOwner(),
+          ...(layers.length ? { layers } : {}),
+          imageLayers: spec.rootfs.layers,
+        });
+        const helper = (this.imageHelper ??= ensureImageHelper(this.ctx.stateDir));
+        if (helper.path === undefined) {
+          throw new AirlockError('BACKEND_UNAVAILABLE', `sandboxes on an image need ${helper.reason}`, {
+            field: 'image',
+          });
+        }
+        const root = await mountImageRoot({
+          rootfs: spec.rootfs,
+          dir,
+          disk,
+          hostUid: uid,
+          mountTargets: roMounts.map(([host, path]) => ({ path, file: !statSync(host).isDirectory() })),
+        });
+        // A read-only bind inside the sandbox dir, so that the launch namespace gets it like any
+        // other mount of the sandbox (addMount below).
+        const at = join(dir, 'helper');
+        writeFileSync(at, '', { mode: 0o444 });
+        bindReadOnly(helper.path, at);
+        imageRoot = { dir: root.dir, helper: at };
+      }
       // What bwrap binds that was mounted under the sandbox dir since the slot was prepared goes
       // into the launch namespace made then (an overlay's lowers need not: its mount holds them).
       // If that fails, the first exec makes a new namespace.
@@ -432,6 +466,7 @@ export class SandboxHost {
         ...(workspaceDir === join(dir, 'ws') && !ahead ? [workspaceDir] : []),
         ...(homeDir !== slot.homeDir ? [homeDir] : []),
         ...roMounts.map(([host]) => host),
+        ...(imageRoot ? [imageRoot.dir, imageRoot.helper] : []),
       ];
       if (res.launchNs !== undefined && added.length) {
         try {
@@ -452,6 +487,7 @@ export class SandboxHost {
         homeDir,
         shmDir: slot.shmDir,
         ptsDir: slot.ptsDir,
+        ...(imageRoot ? { imageRoot } : {}),
         inSandboxNetns: true,
       };
       return await make({

@@ -29,7 +29,13 @@ const HELPER_WAIT_MS = 5000;
  * forked by the user namespace helper (userns.privileged.ts), or where that cannot run, an exec'd
  * `unshare`.
  */
-export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
+export async function mappingUserns(
+  ownerUid: number,
+  ownerGid: number,
+  hostUid: number,
+  /** More single-id mappings (uid and gid alike): [id in the view's source, host id]. */
+  extra: ReadonlyArray<readonly [number, number]> = [],
+): Promise<number> {
   const helper = usernsHelper();
   if (helper) {
     let pid: number | undefined;
@@ -40,24 +46,36 @@ export async function mappingUserns(ownerUid: number, ownerGid: number, hostUid:
     }
     if (pid !== undefined) {
       try {
-        return openMapped(pid, ownerUid, ownerGid, hostUid);
+        return openMapped(pid, ownerUid, ownerGid, hostUid, extra);
       } finally {
         helper.release(pid);
       }
     }
   }
-  return unshareUserns(ownerUid, ownerGid, hostUid);
+  return unshareUserns(ownerUid, ownerGid, hostUid, extra);
 }
 
 /** Map the (still unmapped) user namespace of `pid` and open it. */
-function openMapped(pid: number, ownerUid: number, ownerGid: number, hostUid: number): number {
-  writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n`);
-  writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n`);
+function openMapped(
+  pid: number,
+  ownerUid: number,
+  ownerGid: number,
+  hostUid: number,
+  extra: ReadonlyArray<readonly [number, number]> = [],
+): number {
+  const more = extra.map(([a, b]) => `${a} ${b} 1\n`).join('');
+  writeFileSync(`/proc/${pid}/uid_map`, `${ownerUid} ${hostUid} 1\n${more}`);
+  writeFileSync(`/proc/${pid}/gid_map`, `${ownerGid} ${hostUid} 1\n${more}`);
   return openSync(`/proc/${pid}/ns/user`, 'r');
 }
 
 /** mappingUserns by exec'ing `unshare --user cat` (about 2 ms of CPU). */
-export async function unshareUserns(ownerUid: number, ownerGid: number, hostUid: number): Promise<number> {
+export async function unshareUserns(
+  ownerUid: number,
+  ownerGid: number,
+  hostUid: number,
+  extra: ReadonlyArray<readonly [number, number]> = [],
+): Promise<number> {
   // `unshare --user` leaves the new namespace unmapped; as root we write its maps from outside.
   // Started with posix_spawn (spawn.privileged.ts): forking Airlock would block it for milliseconds.
   // unshare execs cat once it is inside the new namespace; cat echoing a byte back says so, with no
@@ -80,7 +98,7 @@ export async function unshareUserns(ownerUid: number, ownerGid: number, hostUid:
       stdout.once('close', () => (clearTimeout(timer), reject(new Error('user namespace helper exited'))));
       stdin.write('.');
     });
-    return openMapped(child.pid, ownerUid, ownerGid, hostUid);
+    return openMapped(child.pid, ownerUid, ownerGid, hostUid, extra);
   } finally {
     stdin.destroy();
     stdout.destroy();

@@ -1,5 +1,8 @@
 // What one sandbox is made of on the host, as paths: the dirs and mounts a tier shows its processes
 // (bwrap binds them, runsc's OCI bundle mounts them). Host state (host/) fills it in at create.
+/** Where the static helper (busybox) is bound in a sandbox on an image root. */
+export const IMAGE_HELPER_PATH = '/.airlock/bin/busybox';
+
 export interface SandboxLayout {
   /** Generated /etc, bound read-only. */
   readonly etcDir: string;
@@ -22,6 +25,13 @@ export interface SandboxLayout {
   readonly devDir?: string;
   /** A devpts instance of the sandbox's own (capped number of ptys); absent: bwrap's uncapped one. */
   readonly ptsDir?: string;
+  /**
+   * The sandbox runs on an image root (host/image-root.privileged.ts): `dir` (an overlay of the
+   * image's layers and the sandbox's upper dir, writable) is its "/" instead of a read-only root
+   * with the host's /usr and the generated /etc; `helper` (a read-only bind of a static busybox) is
+   * bound at IMAGE_HELPER_PATH.
+   */
+  readonly imageRoot?: { readonly dir: string; readonly helper: string };
   /** True when processes start inside the sandbox's persistent netns. */
   readonly inSandboxNetns: boolean;
 }

@@ -43,7 +43,10 @@ export class HostResources {
     this.launchNs = undefined;
     await unmount('ws');
     await unmount('home');
-    for (const name of names) if (/^(ro|layer)-\d+$/.test(name)) await unmount(name);
+    // An image root: the overlay, its helper bind, then the layer views under it.
+    await unmount('root');
+    await unmount('helper');
+    for (const name of names) if (/^(ro|layer|img)-\d+$/.test(name)) await unmount(name);
     await unmount('lower');
     await unmount('disk');
     // Held by an fd (its dir entry is only a symlink), or a reaped orphan's: then possibly the
@@ -69,6 +72,11 @@ export interface OwnerFile {
   readonly owner: Owner;
   /** Snapshot layers the sandbox runs on (written before it opens them; see LayerStore.remove). */
   readonly layers?: readonly string[];
+  /**
+   * Host dirs of the image layers its root is made of (written before they are mounted), so that an
+   * image store never deletes a layer a live sandbox is about to mount or runs on.
+   */
+  readonly imageLayers?: readonly string[];
 }
 
 export function writeOwnerFile(dir: string, meta: OwnerFile): void {

@@ -223,6 +223,17 @@ export class HostSandbox {
    */
   snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
     if (this.destroyed) return Promise.reject(gone(this.id));
+    if (this.p.spec.rootfs) {
+      // A snapshot records the workspace and home only: a fork would lose what was written to the
+      // image root (its upper dir), so it is refused rather than silently incomplete.
+      return Promise.reject(
+        new AirlockError(
+          'INVALID_ARGUMENT',
+          `sandbox ${this.id} runs on an image: snapshots of image sandboxes are not supported yet; ` +
+            'keep state in /workspace and start a new sandbox on the same image instead',
+        ),
+      );
+    }
     if ((this.p.spec.layers?.length ?? 0) >= MAX_LAYERS) {
       return Promise.reject(
         new AirlockError(

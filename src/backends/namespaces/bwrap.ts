@@ -1,10 +1,11 @@
 // SECURITY-CRITICAL: the bubblewrap command line that defines what a sandboxed process can see.
 // Every namespace is new; nothing of the host is visible except read-only /usr (and its /bin, /lib*
-// symlinks), a generated /etc, and the sandbox's own writable dirs. bwrap runs as the sandbox's
+// symlinks), a generated /etc, and the sandbox's own writable dirs. On an image root, not even /usr:
+// "/" is the sandbox's overlay of the image (host/image-root.privileged.ts). bwrap runs as the sandbox's
 // unprivileged host uid (never root), so the user namespace maps sandbox uid 1000 to that uid only.
 import { existsSync } from 'node:fs';
 import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
-import type { SandboxLayout } from '../host/layout.js';
+import { IMAGE_HELPER_PATH, type SandboxLayout } from '../host/layout.js';
 
 /** The bwrap view of a sandbox is the host layout every tier shares (host/layout.ts). */
 export type BwrapLayout = SandboxLayout;
@@ -52,9 +53,18 @@ export function bwrapOptions(
     '--cap-drop',
     'ALL',
   ];
-  for (const d of SYSTEM_RO) a.push('--ro-bind', d, d);
-  for (const [target, link] of USR_SYMLINKS) if (existsSync(`/${target}`)) a.push('--symlink', target, link);
-  a.push('--ro-bind', layout.etcDir, '/etc');
+  const image = layout.imageRoot;
+  if (image) {
+    // An image root: the sandbox's own overlay (image layers + its upper dir on its disk) is "/",
+    // with Airlock's generated /etc files and every mount point already in it (image-root.privileged.ts).
+    a.push('--bind', image.dir, '/');
+    a.push('--ro-bind', image.helper, IMAGE_HELPER_PATH);
+  } else {
+    for (const d of SYSTEM_RO) a.push('--ro-bind', d, d);
+    for (const [target, link] of USR_SYMLINKS)
+      if (existsSync(`/${target}`)) a.push('--symlink', target, link);
+    a.push('--ro-bind', layout.etcDir, '/etc');
+  }
   a.push('--proc', '/proc'); // procfs of the sandbox's own pid namespace
   // Minimal: null, zero, full, random, urandom, tty, pts, shm. Read-only: device nodes still open
   // for writing; no files can be created.
@@ -64,14 +74,15 @@ export function bwrapOptions(
   if (layout.ptsDir) a.push('--dev-bind', layout.ptsDir, '/dev/pts');
   if (!layout.devDir) a.push('--remount-ro', '/dev');
   a.push('--bind', layout.tmpDir, '/tmp');
-  a.push('--dir', '/home');
+  if (!image) a.push('--dir', '/home');
   a.push('--bind', layout.homeDir, SANDBOX_HOME);
   a.push(layout.workspaceReadOnly ? '--ro-bind' : '--bind', layout.workspaceDir, '/workspace');
   // bwrap's root is an unbounded tmpfs: once every mount point exists, make it read-only so that
   // the only writable places are the ones on the sandbox's size-capped disk.
   for (const [host, inside] of layout.extraRoFiles ?? []) a.push('--ro-bind', host, inside);
   for (const [host, inside] of layout.roMounts ?? []) a.push('--ro-bind', host, inside);
-  a.push('--remount-ro', '/');
+  // An image root stays writable: it is the overlay on the sandbox's disk, not bwrap's tmpfs.
+  if (!image) a.push('--remount-ro', '/');
   a.push('--chdir', cwd);
   a.push('--clearenv');
   for (const [k, v] of Object.entries(env)) a.push('--setenv', k, v);
