@@ -82,18 +82,23 @@ function findingsFromHits(f: Field, folded: Folded, hits: Hit[], out: Finding[])
   const byRule = new Map<RuleId, Hit[]>();
   for (const h of hits) byRule.set(h.ruleId, [...(byRule.get(h.ruleId) ?? []), h]);
   for (const [ruleId, group] of byRule) {
-    const first = group.reduce((a, b) => (b.index < a.index ? b : a));
+    const first = group.reduce((a, b) => ((b.index >= 0 && b.index < a.index) || a.index < 0 ? b : a));
     const severity = group.reduce<Severity>((s, h) => (RANK[h.severity] > RANK[s] ? h.severity : s), 'low');
     const phrases = [
-      ...new Set(group.map((h) => folded.text.slice(h.index, h.index + h.length).toLowerCase())),
+      ...new Set(
+        group.filter((h) => h.index >= 0).map((h) => folded.text.slice(h.index, h.index + h.length).toLowerCase()),
+      ),
     ].sort();
-    const [start, end] = originalSpan(f.text, folded, first.index, first.length);
+    const [start, end] =
+      first.index >= 0
+        ? originalSpan(f.text, folded, first.index, first.length)
+        : [0, Math.min(f.text.length, 60)];
     out.push({
       ruleId,
       severity,
       location: f.location,
       excerpt: excerptOf(f.text, start, end),
-      message: `${first.what}: ${phrases.map((p) => JSON.stringify(p)).join(', ')}`,
+      message: phrases.length ? `${first.what}: ${phrases.map((p) => JSON.stringify(p)).join(', ')}` : first.what,
     });
   }
 }
@@ -102,7 +107,7 @@ function findingsFromHits(f: Field, folded: Folded, hits: Hit[], out: Finding[])
 function viewFindings(f: Field, text: string, depth: number, out: Finding[]): void {
   for (const v of hiddenViews(text)) {
     const folded = fold(v.text);
-    const hits = textHits(folded.text);
+    const hits = textHits(folded.text, light(v.text));
     if (hits.length > 0) {
       const kinds = [...new Set(hits.map((h) => h.what))].slice(0, 3).join('; ');
       out.push({
@@ -117,6 +122,12 @@ function viewFindings(f: Field, text: string, depth: number, out: Finding[]): vo
     if (depth + 1 < SCAN_LIMITS.maxDecodeDepth) viewFindings(f, folded.text, depth + 1, out);
   }
 }
+
+/** NFKC without the look-alike table (for the lexicon: Cyrillic must stay Cyrillic), bounded. */
+function light(s: string): string {
+  return s.slice(0, SCAN_LIMITS.maxPhraseScanChars).normalize('NFKC').replace(INVISIBLE, '');
+}
+const INVISIBLE = /[\u00AD\u034F\u200B-\u200F\u2060-\u2064\u202A-\u202E\u2066-\u2069\uFEFF\u180E]/g;
 
 function codePointLength(s: string): number {
   let n = 0;
@@ -207,7 +218,7 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
     if (long) local.push(long);
     if (f.kind !== 'name') {
       const folded = fold(f.text);
-      const hits = textHits(folded.text);
+      const hits = textHits(folded.text, light(f.text));
       // Zero-width characters between words: read them as spaces too.
       if (ZERO_WIDTH.test(f.text)) {
         const spaced = fold(f.text.replace(ZERO_WIDTH, ' '));
@@ -274,18 +285,21 @@ function paramFindings(
   const desc = p.description === undefined ? undefined : fold(p.description);
   const suspicious = isSideChannelName(p.name);
   if (desc && p.description !== undefined) {
-    const ask = asksForSource(desc.text) ?? (suspicious ? v1SideChannelAsk(desc.text) : null);
+    const v2 = asksForSource(desc.text);
+    const ask = v2 ?? (suspicious ? v1SideChannelAsk(desc.text) : null);
     if (ask) {
       const secret = SECRET_WORD.test(ask[0]);
       // A parameter that says what it is (apiKey: "your API key", messages: "the chat history") is
       // asking openly; the attack is a harmless-sounding name that asks for secrets or the conversation.
       const open = secret ? CREDENTIAL_NAME.test(p.name) : CONVERSATION_NAME.test(p.name);
+      // v1's reading (a side-channel name asking for conversation content) stays medium.
+      const severity: Severity = v2 || secret ? 'high' : 'medium';
       if (!open || suspicious) {
         const [start, end] = originalSpan(p.description, desc, ask.index, ask[0].length);
         return [
           {
             ruleId: 'side-channel-parameter',
-            severity: 'high',
+            severity,
             location: p.location,
             excerpt: excerptOf(p.description, start, end),
             message: `Parameter ${JSON.stringify(p.name)} asks for ${secret ? 'secrets or file contents' : 'conversation content'} (${JSON.stringify(ask[0].toLowerCase())}); a tool never needs them in a side field`,

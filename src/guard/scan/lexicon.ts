@@ -114,13 +114,19 @@ const LANGS: Lang[] = [
 
 /** Lower-cased, Latin diacritics removed; same length as the input where it matters for offsets. */
 function plain(text: string): string {
-  return text.toLowerCase().normalize('NFD').replace(/[\u0300-\u036f]/g, '').replace(/[\u2019\u02bc]/g, "'");
+  // Only Latin letters lose their marks: Cyrillic й, Hangul syllables and kana with dakuten stay whole.
+  return text
+    .toLowerCase()
+    .normalize('NFD')
+    .replace(/([a-z])[\u0300-\u036f]+/g, '$1')
+    .normalize('NFC')
+    .replace(/[\u2019\u02bc]/g, "'");
 }
 
-/** Multilingual hits in `text`; offsets are into `text` when the plain form kept its length. */
+/** Multilingual hits in `text` (NFKC, not look-alike folded); their index is -1 (see textHits). */
 export function lexiconHits(text: string, out: Hit[]): void {
   const p = plain(text);
-  const at = (i: number) => (p.length === text.length ? i : 0);
+  const at = (_i: number) => -1;
   for (const l of LANGS) {
     const o = l.override.exec(p);
     if (o)

@@ -127,6 +127,7 @@ const V2_RULES: PhraseRule[] = [
       /\b(?:act|behave|pretend|respond|answer) as (?:if|though)\b[^.!?\n]{0,50}\b(?:never|not|didn't|did not|wasn't|was not)\b/i,
       /\b(?:conceal|hide|mask|obscure|cover up)\b[^.!?\n]{0,60}\bfrom (?:the )?(?:user|human|person|operator|people|anyone|them)\b/i,
       /\b(?:make sure|ensure) (?:that )?(?:the )?(?:user|human|person|operator)s? (?:does not|doesn't|do not|never|won't|will not|cannot)\b/i,
+      /\b(?:and|but|yet|or) (?:do |does |must |should )?not (?:tell|inform|notify|mention|alert|show)\b[^.!?\n]{0,20}\b(?:user|human|anyone|them|operator)s?\b/i,
       /\bsay nothing (?:about|of|regarding|to)\b|\bdon'?t (?:bring up|talk about|discuss|draw attention)\b[^.!?\n]{0,40}\b(?:user|human|person)\b/i,
       /\b(?:so as not|in order not|not) to (?:alarm|worry|alert|concern)\b/i,
     ],
@@ -154,40 +155,43 @@ const MOVE =
   /\b(?:send|sends|sending|pass|passes|passing|put|puts|include|includes|including|insert|append|attach|paste|copy|forward|forwards|upload|uploads|embed|post|transmit|provide|supply|submit|leak|exfiltrate|record|prefix|prepend|dump|place|email|relay|mirror|carry|carries|fill|add|adds|set|write|share)\b/gi;
 const SOURCE = new RegExp(
   [
-    String.raw`\b(?:passwords?|passphrases?|credentials?|api[ _-]?keys?|secret (?:keys?|tokens?)|access (?:keys?|tokens?)|auth(?:entication)? tokens?|bearer tokens?|session (?:tokens?|cookies?)|private keys?|ssh keys?|seed phrases?|mnemonic|card numbers?|credit cards?|bank accounts?|account numbers?|social security|environment variables?|env vars?|printenv|the (?:full |whole |entire )?environment\b)`,
+    String.raw`\b(?:passwords?|passphrases?|credentials?|api[ _-]?keys?|secret (?:keys?|tokens?)|access (?:keys?|tokens?)|auth(?:entication)? tokens?|bearer tokens?|session (?:tokens?|cookies?)|private keys?|ssh keys?|seed phrases?|mnemonic|card numbers?|credit cards?|bank accounts?|account numbers?|social security|environment variables?|env vars?|printenv|(?:full|whole|entire) environment\b)`,
     String.raw`\b[A-Z0-9]+_(?:API_)?(?:KEY|TOKEN|SECRET|PASSWORD)\b`,
     String.raw`\b(?:the user'?s?|your|their|all|any|every)(?: \w+){0,2} (?:tokens|keys|secrets)\b`,
-    String.raw`\b(?:conversation(?! thread)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past|last) (?:messages?|turns?|prompts?|responses?|exchanges?)|message history|system prompt|developer (?:instructions|message)|chain of thought|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last |latest |previous )?(?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails|(?:saved|stored) passwords)\b`,
+    String.raw`\b(?:conversation(?! thread)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past|last) (?:messages?|turns?|prompts?|exchanges?)|message history|system prompt|developer (?:instructions|message)|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last |latest |previous )?(?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails|(?:saved|stored) passwords)\b`,
   ].join('|'),
   'i',
 );
-const NEGATED = /\b(?:do not|don't|dont|never|must not|should not|shouldn't|mustn't|cannot|can't|avoid|no|not|without|nor|rather than|instead of|except|excluding)\b[^.!?\n]{0,30}$/i;
+const NEGATED = /\b(?:do not|don't|dont|never|must not|should not|shouldn't|mustn't|cannot|can't|avoid|no|not|without|nor|rather than|instead of|except|excluding)\b[^.!?\n]{0,60}$/i;
+/** A negation right before the source: "pass only the text, not the whole conversation". */
+const NEGATED_SOURCE = /\b(?:not|no|never|nor|without|rather than|instead of|except|excluding)\b(?: \w+){0,3} ?$/i;
 const DENIAL =
   /\b(?:rejected|denied|blocked|forbidden|not allowed|disallowed|refused|excluded|redacted|masked|never (?:returned|shown|logged|stored|sent)|is not (?:returned|shown|logged|stored|sent)|are not (?:returned|shown|logged|stored|sent))\b/i;
 const URL_WITH_QUERY = /https?:\/\/[^\s"'<>]+[?&][\w-]+=/i;
 const RECIPIENT = /\b(?:b?cc|to|recipient|destination|address)\s*:?\s*[\w.+-]+@[\w-]+(?:\.[\w-]+)+/i;
+const RECIPIENT_VERB = new RegExp(`${MOVE.source}|\\b(?:call|invoke|use|run)\\b`, 'gi');
 const EXAMPLE_BEFORE = /\b(?:e\.g\.|eg|such as|for example|like|example)\W{0,4}$/i;
 
 function sentences(text: string): Array<{ at: number; text: string }> {
   const out: Array<{ at: number; text: string }> = [];
-  const re = /[^.!?\n;。！？]+(?:[.!?;。！？]+(?=\s|$)|[。！？]|\n|$)?/g;
-  for (const m of text.matchAll(re)) {
-    if (m[0].trim() !== '') out.push({ at: m.index, text: m[0] });
-    if (m[0] === '') break;
-  }
+  // A terminator only ends a sentence when a space follows ("~/.ssh", "e.g.x", URLs stay whole).
+  const re = /(?:[^.!?;\n。！？]|[.!?;](?=[^\s.!?;]))+[.!?;。！？]*/g;
+  for (const m of text.matchAll(re)) if (m[0].trim() !== '') out.push({ at: m.index, text: m[0] });
   return out;
 }
 
 function movementHits(text: string, out: Hit[]): void {
   for (const s of sentences(text)) {
     if (s.text.length < 8 || DENIAL.test(s.text)) continue;
-    const src = SOURCE.exec(s.text) ?? sensitivePathIn(s.text);
+    let src = SOURCE.exec(s.text) ?? sensitivePathIn(s.text);
+    if (src && NEGATED_SOURCE.test(s.text.slice(0, src.index))) src = null;
     const recipient = RECIPIENT.exec(s.text);
     const url = URL_WITH_QUERY.exec(s.text);
     if (!src && !recipient) continue;
     if (recipient && EXAMPLE_BEFORE.test(s.text.slice(0, recipient.index))) continue;
-    for (const m of s.text.matchAll(MOVE)) {
+    for (const m of s.text.matchAll(src ? MOVE : RECIPIENT_VERB)) {
       if (NEGATED.test(s.text.slice(0, m.index))) continue;
+      if (src && Math.abs(src.index - m.index) > 100) continue;
       if (src || url) {
         out.push({
           ruleId: 'exfiltration',
@@ -231,18 +235,21 @@ function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[]): voi
 }
 
 function sentenceAround(text: string, index: number): string {
-  const start = Math.max(text.lastIndexOf('.', index), text.lastIndexOf('\n', index), 0);
-  const end = text.slice(index).search(/[.\n]/);
-  return text.slice(start, end < 0 ? text.length : index + end);
+  const s = sentences(text).find((x) => x.at <= index && index < x.at + x.text.length);
+  return s?.text ?? text.slice(Math.max(0, index - 100), index + 100);
 }
 
-/** Every rule hit in `text` (folded text), v1 phrases, v2 structure and the multilingual lexicon. */
-export function textHits(text: string): Hit[] {
+/**
+ * Every rule hit in `text` (folded text): v1 phrases, v2 structure, and the multilingual lexicon on
+ * `raw` (the text before look-alike folding, which would turn Cyrillic into Latin; lexicon hits carry
+ * index -1, as their offsets are not into `text`).
+ */
+export function textHits(text: string, raw: string = text): Hit[] {
   const out: Hit[] = [];
   applyRules(PHRASE_RULES, text, out);
   applyRules(V2_RULES, text, out);
   movementHits(text, out);
-  lexiconHits(text, out);
+  lexiconHits(raw, out);
   return out;
 }
 
