@@ -4,7 +4,7 @@
 // SDK client, lists tools, prompts, resources and resource templates, and NEVER calls a tool. Run it
 // inside a network namespace with only loopback, e.g.
 //   unshare -n sh -c 'ip link set lo up; npx tsx scripts/scan-corpus-harvest.ts /var/tmp/scan-npm/pkgs OUT'
-// Servers that do not start (missing config, native module, ...) are skipped and logged to stderr.
+// HARVEST_TIMEOUT_MS (default 20000) bounds the start-up. Servers that do not start (missing config, native module, ...) are skipped and logged to stderr.
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -134,7 +134,7 @@ async function harvest(dir: string, outDir: string): Promise<void> {
   });
   const client = new Client({ name: 'airlock-scan-corpus', version: '1' });
   try {
-    await client.connect(transport, { timeout: 20_000 });
+    await client.connect(transport, { timeout: Number(process.env.HARVEST_TIMEOUT_MS ?? 20_000) });
     const caps = client.getServerCapabilities() ?? {};
     const safe = async (m: string, k: string) => paged(client, m, k).catch(() => []);
     const result = {

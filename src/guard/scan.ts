@@ -311,10 +311,11 @@ function paramFindings(
   if (p.name.length < 3) return [];
   const escaped = p.name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   const ref = new RegExp(`(?<![\\w-])${escaped}(?![\\w-])`, 'i');
-  const hit = (flagged.get(p.owner) ?? []).find(
-    (e) => (suspicious || e.strong) && !e.location.startsWith(p.location) && ref.test(e.text),
-  );
-  if (!hit || !(suspicious || aggravated.has(p.owner))) return [];
+  // Only a side-channel name (sidenote, notes, context, ...) named by flagged text: every parameter a
+  // long flagged description mentions would otherwise be reported.
+  if (!suspicious) return [];
+  const hit = (flagged.get(p.owner) ?? []).find((e) => !e.location.startsWith(p.location) && ref.test(e.text));
+  if (!hit) return [];
   const m = ref.exec(hit.text)!;
   return [
     {

@@ -3,7 +3,7 @@
 // "Permanently deletes every object" as `readOnlyHint: true` lies to get past the user. The check reads
 // the description's leading verb (what the tool does), not every verb it mentions ("never deletes
 // anything" and "Runs a read-only query" stay quiet). Pure.
-import type { Finding, ScanInput } from '../scan.js';
+import type { Finding, ScanInput, Severity } from '../scan.js';
 import { isRecord, label, list } from './collect.js';
 import { excerptOf, fold } from './text.js';
 
@@ -28,10 +28,10 @@ export function annotationFindings(input: ScanInput): Finding[] {
     const text = fold(tool.description).text.trim();
     if (SOFTENED.test(text)) return;
     const owner = `tools[${label(tool.name, i)}]`;
-    const flag = (hint: string, value: boolean, m: RegExpExecArray, says: string) =>
+    const flag = (hint: string, value: boolean, m: RegExpExecArray, says: string, severity: Severity = 'high') =>
       out.push({
         ruleId: 'annotation-mismatch',
-        severity: 'high',
+        severity,
         location: `${owner}.annotations.${hint}`,
         excerpt: excerptOf(text, 0, Math.min(text.length, m[0].length + 40)),
         message: `Annotation ${hint}: ${value} contradicts the description, which says the tool ${says} (${JSON.stringify(m[1]!.toLowerCase())}); clients may skip confirmation because of this hint`,
@@ -41,7 +41,9 @@ export function annotationFindings(input: ScanInput): Finding[] {
     const destructive = DESTRUCTIVE_LEAD.exec(text);
     if (a.destructiveHint === false && destructive) flag('destructiveHint', false, destructive, 'destroys data');
     const external = EXTERNAL_LEAD.exec(text);
-    if (a.openWorldHint === false && external) flag('openWorldHint', false, external, 'reaches outside');
+    // "Outside" is fuzzy (a server's own service?): medium.
+    if (a.openWorldHint === false && external)
+      flag('openWorldHint', false, external, 'reaches outside', 'medium');
   });
   return out;
 }

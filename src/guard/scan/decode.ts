@@ -84,7 +84,11 @@ function encodingViews(s: string, out: View[]): void {
     if (text !== s && budget()) push(out, how, 'encoding', text);
   }
   // rot13: only when the rotated text reads more like English than the original does.
-  if (/[a-z]{4,}/i.test(s) && englishScore(rot13(s)) > englishScore(s) + 2) push(out, 'rot13', 'encoding', rot13(s));
+  // (Cheap gate first: common English words as rot13 spells them.)
+  if (/\b(?:gur|naq|lbh|gb|vf|guvf|gung|nyy|nal|hfre|svyr|fraq|pnyy|gbby)\b/i.test(s)) {
+    const r = rot13(s);
+    if (englishScore(r) > englishScore(s) + 2) push(out, 'rot13', 'encoding', r);
+  }
 }
 
 function safeUri(m: string): string {

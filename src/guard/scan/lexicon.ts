@@ -112,9 +112,14 @@ const LANGS: Lang[] = [
   },
 ];
 
+/** Non-ASCII text, or ASCII text with function words of the Latin-script languages above. */
+const FOREIGN =
+  /[^\x00-\x7f]|\b(?:las|los|del|que|por|para|todas|les|des|une|pas|sans|toutes|der|die|das|und|nicht|dem|den|ohne|alle|nao|voce|todas|della|delle|gli|il|non|senza|tutte|instrucciones|instructions precedentes|anweisungen|instrucoes|istruzioni)\b/i;
+
 /** Lower-cased, Latin diacritics removed; same length as the input where it matters for offsets. */
 function plain(text: string): string {
   // Only Latin letters lose their marks: Cyrillic й, Hangul syllables and kana with dakuten stay whole.
+  if (!/[^\x00-\x7f]/.test(text)) return text.toLowerCase();
   return text
     .toLowerCase()
     .normalize('NFD')
@@ -125,6 +130,7 @@ function plain(text: string): string {
 
 /** Multilingual hits in `text` (NFKC, not look-alike folded); their index is -1 (see textHits). */
 export function lexiconHits(text: string, out: Hit[]): void {
+  if (!FOREIGN.test(text)) return;
   const p = plain(text);
   const at = (_i: number) => -1;
   for (const l of LANGS) {

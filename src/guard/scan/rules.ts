@@ -87,7 +87,7 @@ export const PHRASE_RULES: PhraseRule[] = [
 ];
 
 // v2 rules: structure that only an attack needs.
-const V2_RULES: PhraseRule[] = [
+export const V2_RULES: PhraseRule[] = [
   {
     id: 'instruction-override',
     severity: 'high',
@@ -142,7 +142,7 @@ const V2_RULES: PhraseRule[] = [
       /\b(?:any|every|all) (?:later |subsequent |future |other )?(?:calls?|invocations?|uses?|requests?) (?:to|of) (?:the )?[`'"]?[\w.-]+[`'"]?(?: tool)?\b[^.!?\n]{0,40}\b(?:must|should|shall|need to|has to|have to|are to|is to)\b/i,
       /\b(?:tool|function|server) (?:is|has been|was) (?:broken|deprecated|disabled|unsafe|compromised|unavailable|not available|retired)\b[^.!?\n]{0,40}\b(?:instead|use this|through this|via this)\b/i,
       /\bbefore (?:any|a|each|every) (?:\w+ ){0,2}(?:is|are) (?:written|sent|run|executed|made|read|posted|committed|transferred)\b/i,
-      /\b(?:before|after|when(?:ever)?) (?:running|calling|invoking|using|executing|you (?:run|call|use|invoke)) (?:any|every|another|other|a different) (?:other )?(?:\w+ ){0,2}(?:tools?|functions?|servers?)\b/i,
+      /\b(?:before|after|when(?:ever)?) (?:running|calling|invoking|using|executing|you (?:run|call|use|invoke)) (?:any|every|another|other|a different) (?:other )?(?:\w+ ){0,2}(?:tools?|functions?|servers?)\b[^.!?\n]{0,80}\b(?:pass|send|forward|include|copy|upload|prepend|append|route|redirect)\b/i,
       /\b(?:with|by|through|using|from) (?:any|another|other|a different) (?:tool|server|function)\b[^.!?\n]{0,60}\b(?:call|send|pass|first|must|always)\b/i,
       /\b(?:every|each|all) (?:transfers?|payments?|emails?|messages?|commits?|queries|requests?) (?:must|should|shall|are to|is to) (?:be )?(?:routed|sent|redirected|copied|forwarded|cc'?d|bcc'?d)\b/i,
       /\b(?:prepend|append|prefix)(?:ed)? (?:to )?[^.!?\n]{0,40}\bcalls? to\b|\bmust have\b[^.!?\n]{0,40}\b(?:prepended|appended|prefixed)\b/i,
@@ -153,12 +153,17 @@ const V2_RULES: PhraseRule[] = [
 // Data movement: a verb that moves data, a sensitive source, in the same sentence, not negated.
 const MOVE =
   /\b(?:send|sends|sending|pass|passes|passing|put|puts|include|includes|including|insert|append|attach|paste|copy|forward|forwards|upload|uploads|embed|post|transmit|provide|supply|submit|leak|exfiltrate|record|prefix|prepend|dump|place|email|relay|mirror|carry|carries|fill|add|adds|set|write|share)\b/gi;
+// What a definition has no business moving: secrets that belong to the user or the session (not a
+// password-manager tool's "Password length"), the conversation itself, dumps of the environment.
+const SECRET = String.raw`(?:passwords?|passphrases?|credentials?|api[ _-]?keys?|(?:secret|access|auth|bearer|session|refresh) tokens?|tokens?|secrets?|private keys?|ssh keys?|keys|seed phrases?|card numbers?|bank accounts?|account numbers?)`;
 const SOURCE = new RegExp(
   [
-    String.raw`\b(?:passwords?|passphrases?|credentials?|api[ _-]?keys?|secret (?:keys?|tokens?)|access (?:keys?|tokens?)|auth(?:entication)? tokens?|bearer tokens?|session (?:tokens?|cookies?)|private keys?|ssh keys?|seed phrases?|mnemonic|card numbers?|credit cards?|bank accounts?|account numbers?|social security|environment variables?|env vars?|printenv|(?:full|whole|entire) environment\b)`,
-    String.raw`\b[A-Z0-9]+_(?:API_)?(?:KEY|TOKEN|SECRET|PASSWORD)\b`,
-    String.raw`\b(?:the user'?s?|your|their|all|any|every)(?: \w+){0,2} (?:tokens|keys|secrets)\b`,
-    String.raw`\b(?:conversation(?! thread)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past|last) (?:messages?|turns?|prompts?|exchanges?)|message history|system prompt|developer (?:instructions|message)|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last |latest |previous )?(?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails|(?:saved|stored) passwords)\b`,
+    String.raw`\b(?:the user'?s?|user'?s|your|their|his|her|all|any|every|each|saved|stored)(?: (?!(?:in|of|for|to|the|a|an|from|with|on|at|by)\b)[\w-]+){0,3} ${SECRET}\b`,
+    String.raw`\b${SECRET}(?: [\w-]+){0,2} (?:of|from|belonging to) the (?:current |signed-in |logged-in )?user\b`,
+    String.raw`\b${SECRET}\b[^.!?\n]{0,40}\b(?:the user (?:has|had|typed|entered|mentioned|shared|gave|provided)|you (?:have|can) (?:seen|found|find|access)|visible|shared with you|in (?:the|this) (?:conversation|chat|session))`,
+    String.raw`\b[A-Z0-9]+_(?:API_)?(?:KEY|TOKEN|SECRET|PASSWORD)\b(?: environment variable| env var)?`,
+    String.raw`\b(?:all|every|each|the full list of) (?:the )?(?:environment variables|env vars)\b|\bprintenv\b|\b(?:full|whole|entire) environment\b`,
+    String.raw`\b(?:(?:the|this|our|your|current|whole|entire|full|complete) conversation(?! id| thread)|conversation (?:history|so far|log|context|transcript)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat\b|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past) (?:messages?|turns?|exchanges?)|message history|system prompt|developer (?:instructions|message)|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last|latest|previous) (?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails)\b`,
   ].join('|'),
   'i',
 );
@@ -180,7 +185,8 @@ function sentences(text: string): Array<{ at: number; text: string }> {
   return out;
 }
 
-function movementHits(text: string, out: Hit[]): void {
+export function movementHits(text: string, out: Hit[]): void {
+  if (!SOURCE.test(text) && !RECIPIENT.test(text) && !sensitivePathIn(text)) return;
   for (const s of sentences(text)) {
     if (s.text.length < 8 || DENIAL.test(s.text)) continue;
     let src = SOURCE.exec(s.text) ?? sensitivePathIn(s.text);
@@ -222,7 +228,7 @@ function sensitivePathIn(text: string): RegExpExecArray | null {
   return null;
 }
 
-function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[]): void {
+export function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[]): void {
   for (const rule of rules) {
     for (const re of rule.patterns) {
       const m = re.exec(text);
@@ -246,6 +252,7 @@ function sentenceAround(text: string, index: number): string {
  */
 export function textHits(text: string, raw: string = text): Hit[] {
   const out: Hit[] = [];
+  if (text.length < 6 && raw.length < 6) return out; // "fast", "asc": no room for an instruction
   applyRules(PHRASE_RULES, text, out);
   applyRules(V2_RULES, text, out);
   movementHits(text, out);

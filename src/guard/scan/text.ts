@@ -191,11 +191,29 @@ export function excerptOf(s: string, start: number, end: number): string {
 export interface Folded {
   /** Tag characters decoded to ASCII, invisibles dropped, NFKC + look-alikes folded, spaces collapsed. */
   text: string;
-  /** For each UTF-16 unit of `text`, the index of the code point in the original it came from. */
-  origin: number[];
+  /**
+   * For each UTF-16 unit of `text`, the index of the code point in the original it came from. Built on
+   * first use (only findings need it), by the full fold; `source` is what it was folded from.
+   */
+  readonly origin: number[];
 }
 
+/** The folded text of `s`; an ASCII-only string takes a fast path (origins are computed lazily). */
 export function fold(s: string): Folded {
+  if (!/[^\x00-\x7f]/.test(s)) {
+    const head = s.length > SCAN_LIMITS.maxPhraseScanChars ? s.slice(0, SCAN_LIMITS.maxPhraseScanChars) : s;
+    let origin: number[] | undefined;
+    return {
+      text: head.replace(/^\s+/, '').replace(/\s+/g, ' '),
+      get origin() {
+        return (origin ??= slowFold(s).origin);
+      },
+    };
+  }
+  return slowFold(s);
+}
+
+function slowFold(s: string): Folded {
   const limit = Math.min(s.length, SCAN_LIMITS.maxPhraseScanChars);
   const parts: string[] = [];
   const origin: number[] = [];
