@@ -164,7 +164,9 @@ function lengthFinding(f: Field, maxChars: number): Finding | undefined {
 /** A tool the MCP SDK's schema rejects (e.g. an inputSchema without `"type": "object"`). */
 function invalidToolFindings(input: ScanInput, out: Finding[]): void {
   list(input.tools).forEach((tool, i) => {
-    const parsed = ToolSchema.safeParse(tool);
+    // A missing inputSchema is left to the caller (scan inputs built by hand often omit it); one that is
+    // there but malformed, like a bare {"$schema": ...}, is what breaks clients.
+    const parsed = ToolSchema.safeParse(isRecord(tool) ? { inputSchema: { type: 'object' }, ...tool } : tool);
     if (parsed.success) return;
     const issues = parsed.error.issues
       .slice(0, 3)
@@ -225,6 +227,9 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
         const seen = new Set(hits.map((h) => h.ruleId));
         for (const h of textHits(spaced.text)) if (!seen.has(h.ruleId)) hits.push({ ...h, index: 0, length: 0 });
       }
+      // A credential path as the value of a URI or a default is used as is: high.
+      if (/\.(?:uri|uriTemplate|default)$|\.default\[/.test(f.location))
+        for (const h of hits) if (h.ruleId === 'sensitive-path') h.severity = 'high';
       const before = local.length;
       findingsFromHits(f, folded, hits, local);
       viewFindings(f, folded.text, 0, local);
@@ -258,8 +263,9 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
   // Instructions aimed at the model next to an attack (anywhere in the same definition) are high.
   const aggravated = new Set<string>();
   for (const f of findings) {
-    if (f.severity === 'high' && (STRONG.has(f.ruleId) || f.ruleId === 'sensitive-path'))
-      aggravated.add(owners.get(f) ?? '');
+    // (An override is itself the instruction: it does not make its own phrasing any worse.)
+    const attack = STRONG.has(f.ruleId) && f.ruleId !== 'instruction-override';
+    if (f.severity === 'high' && (attack || f.ruleId === 'sensitive-path')) aggravated.add(owners.get(f) ?? '');
   }
   for (const f of findings) {
     if (f.ruleId === 'hidden-instruction' && f.severity !== 'high' && aggravated.has(owners.get(f) ?? '')) {
@@ -292,8 +298,8 @@ function paramFindings(
       // A parameter that says what it is (apiKey: "your API key", messages: "the chat history") is
       // asking openly; the attack is a harmless-sounding name that asks for secrets or the conversation.
       const open = secret ? CREDENTIAL_NAME.test(p.name) : CONVERSATION_NAME.test(p.name);
-      // v1's reading (a side-channel name asking for conversation content) stays medium.
-      const severity: Severity = v2 || secret ? 'high' : 'medium';
+      // Conversation content asked for by a parameter whose name says so (history, chat) is medium.
+      const severity: Severity = secret || (v2 && !open) ? 'high' : 'medium';
       if (!open || suspicious) {
         const [start, end] = originalSpan(p.description, desc, ask.index, ask[0].length);
         return [

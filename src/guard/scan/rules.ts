@@ -172,6 +172,9 @@ const NEGATED = /\b(?:do not|don't|dont|never|must not|should not|shouldn't|must
 const NEGATED_SOURCE = /\b(?:not|no|never|nor|without|rather than|instead of|except|excluding)\b(?: \w+){0,3} ?$/i;
 const DENIAL =
   /\b(?:rejected|denied|blocked|forbidden|not allowed|disallowed|refused|excluded|redacted|masked|never (?:returned|shown|logged|stored|sent)|is not (?:returned|shown|logged|stored|sent)|are not (?:returned|shown|logged|stored|sent))\b/i;
+/** A verb that reads, uses or moves what follows it (within the same sentence). */
+const GOVERNED =
+  /\b(?:read|reads|reading|load|loads|loading|open|opens|cat|send|sends|upload|uploads|use|uses|using|access|accesses|look(?:s)? at|attach|include|copy|paste|pass|forward|fetch|grab|collect|extract|exfiltrate|parse|print|dump|output|sync|syncs|from|in|of|at|with)\b[^!?\n]{0,50}$/i;
 const URL_WITH_QUERY = /https?:\/\/[^\s"'<>]+[?&][\w-]+=/i;
 const RECIPIENT = /\b(?:b?cc|to|recipient|destination|address)\s*:?\s*[\w.+-]+@[\w-]+(?:\.[\w-]+)+/i;
 const RECIPIENT_VERB = new RegExp(`${MOVE.source}|\\b(?:call|invoke|use|run)\\b`, 'gi');
@@ -233,9 +236,18 @@ export function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[
     for (const re of rule.patterns) {
       const m = re.exec(text);
       if (!m) continue;
-      // A credential path named only to say it is refused is not a reference to it.
-      if (rule.id === 'sensitive-path' && DENIAL.test(sentenceAround(text, m.index))) continue;
-      out.push({ ruleId: rule.id, severity: rule.severity, what: rule.what, index: m.index, length: m[0].length });
+      let severity = rule.severity;
+      if (rule.id === 'sensitive-path') {
+        // A credential path named only to say it is refused is not a reference to it; one named without
+        // a verb that reads or moves it (a search example: "config files: ".env", "tsconfig.json"") is
+        // only medium.
+        const sentence = sentenceAround(text, m.index);
+        if (DENIAL.test(sentence)) continue;
+        const before = text.slice(Math.max(0, m.index - 60), m.index);
+        const listed = /["'`]$/.test(before) && (sentence.match(/["'`][^"'`\s]{1,40}["'`]/g)?.length ?? 0) >= 3;
+        if (!GOVERNED.test(before) || listed) severity = 'medium';
+      }
+      out.push({ ruleId: rule.id, severity, what: rule.what, index: m.index, length: m[0].length });
     }
   }
 }
