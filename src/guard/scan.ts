@@ -232,7 +232,7 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
         for (const h of hits) if (h.ruleId === 'sensitive-path') h.severity = 'high';
       const before = local.length;
       findingsFromHits(f, folded, hits, local);
-      viewFindings(f, folded.text, 0, local);
+      viewFindings(f, f.text, 0, local); // the original: markdown comments need their line breaks
       const textual = local.slice(before);
       if (textual.length > 0) {
         const strong = textual.some((p) => STRONG.has(p.ruleId));

@@ -124,7 +124,7 @@ export const V2_RULES: PhraseRule[] = [
       /\brefrain from (?:mentioning|telling|informing|disclosing|revealing|showing)\b/i,
       /\b(?:remain|stay|be kept|kept|keep (?:the )?(?:user|human|person)s?)\b[^.!?\n]{0,20}\b(?:unaware|in the dark|uninformed|ignorant)\b/i,
       /\bleave (?:this|it|that|these|those|the \w+)(?: \w+){0,3} out of (?:your|the) (?:reply|answer|response|summary|output|report)/i,
-      /\b(?:act|behave|pretend|respond|answer) as (?:if|though)\b[^.!?\n]{0,50}\b(?:never|not|didn't|did not|wasn't|was not)\b/i,
+      /\b(?:act|behave|pretend|respond|answer|reply) as (?:if|though)\b[^.!?\n]{0,50}\b(?:never|not|didn't|did not|wasn't|was not|nothing|no other|only)\b/i,
       /\b(?:conceal|hide|mask|obscure|cover up)\b[^.!?\n]{0,60}\bfrom (?:the )?(?:user|human|person|operator|people|anyone|them)\b/i,
       /\b(?:make sure|ensure) (?:that )?(?:the )?(?:user|human|person|operator)s? (?:does not|doesn't|do not|never|won't|will not|cannot)\b/i,
       /\b(?:and|but|yet|or) (?:do |does |must |should )?not (?:tell|inform|notify|mention|alert|show)\b[^.!?\n]{0,20}\b(?:user|human|anyone|them|operator)s?\b/i,
@@ -144,7 +144,7 @@ export const V2_RULES: PhraseRule[] = [
       /\bbefore (?:any|a|each|every) (?:\w+ ){0,2}(?:is|are) (?:written|sent|run|executed|made|read|posted|committed|transferred)\b/i,
       /\b(?:before|after|when(?:ever)?) (?:running|calling|invoking|using|executing|you (?:run|call|use|invoke)) (?:any|every|another|other|a different) (?:other )?(?:\w+ ){0,2}(?:tools?|functions?|servers?)\b[^.!?\n]{0,80}\b(?:pass|send|forward|include|copy|upload|prepend|append|route|redirect)\b/i,
       /\b(?:with|by|through|using|from) (?:any|another|other|a different) (?:tool|server|function)\b[^.!?\n]{0,60}\b(?:call|send|pass|first|must|always)\b/i,
-      /\b(?:every|each|all) (?:transfers?|payments?|emails?|messages?|commits?|queries|requests?) (?:must|should|shall|are to|is to) (?:be )?(?:routed|sent|redirected|copied|forwarded|cc'?d|bcc'?d)\b/i,
+      /\b(?:every|each|all) (?:transfers?|payments?|emails?|messages?|commits?|queries|requests?|orders?|deployments?)(?: [\w-]+){0,6}? (?:must|should|shall|are to|is to|will) (?:be |always be |now be )?(?:routed|sent|redirected|copied|forwarded|cc'?d|bcc'?d|mirrored|duplicated)\b/i,
       /\b(?:prepend|append|prefix)(?:ed)? (?:to )?[^.!?\n]{0,40}\bcalls? to\b|\bmust have\b[^.!?\n]{0,40}\b(?:prepended|appended|prefixed)\b/i,
     ],
   },
@@ -163,7 +163,7 @@ const SOURCE = new RegExp(
     String.raw`\b${SECRET}\b[^.!?\n]{0,40}\b(?:the user (?:has|had|typed|entered|mentioned|shared|gave|provided)|you (?:have|can) (?:seen|found|find|access)|visible|shared with you|in (?:the|this) (?:conversation|chat|session))`,
     String.raw`\b[A-Z0-9]+_(?:API_)?(?:KEY|TOKEN|SECRET|PASSWORD)\b(?: environment variable| env var)?`,
     String.raw`\b(?:all|every|each|the full list of) (?:the )?(?:environment variables|env vars)\b|\bprintenv\b|\b(?:full|whole|entire) environment\b`,
-    String.raw`\b(?:(?:the|this|our|your|current|whole|entire|full|complete) conversation(?! id| thread)|conversation (?:history|so far|log|context|transcript)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat\b|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past) (?:messages?|turns?|exchanges?)|message history|system prompt|developer (?:instructions|message)|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last|latest|previous) (?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails)\b`,
+    String.raw`\b(?:(?:the|this|our|your|current|whole|entire|full|complete) conversation(?! id| thread)|conversation (?:history|so far|log|context|transcript)|chat (?:history|log|so far|transcript)|(?:full|whole|entire|complete) chat\b|(?:session|conversation|chat) transcript|transcript of the (?:session|conversation|chat)|(?:previous|prior|earlier|past) (?:messages?|turns?|exchanges?)|message history|system prompt|developer (?:instructions|message)|tool results|(?:each|every|all) prior message|(?:user|person)'?s? (?:last|latest|previous) (?:messages?|requests?|prompts?)|everything the user (?:has )?(?:said|typed|written|shared)|(?:every|each|all)(?: of the)? messages? (?:the user|you|they) (?:has |have )?(?:sent|written|typed|received)|what the user (?:said|asked|wrote|typed)|files? you (?:have )?(?:read|opened|seen)|every file you|names and emails)\b`,
   ].join('|'),
   'i',
 );
@@ -198,6 +198,17 @@ export function movementHits(text: string, out: Hit[]): void {
     const url = URL_WITH_QUERY.exec(s.text);
     if (!src && !recipient) continue;
     if (recipient && EXAMPLE_BEFORE.test(s.text.slice(0, recipient.index))) continue;
+    if (recipient && !src && /^b?cc\b/i.test(recipient[0])) {
+      // "cc: someone@example.org on every message": the copy is the action.
+      out.push({
+        ruleId: 'exfiltration',
+        severity: 'high',
+        what: `Copies messages to a fixed recipient ${JSON.stringify(recipient[0])}`,
+        index: s.at + recipient.index,
+        length: recipient[0].length,
+      });
+      return;
+    }
     for (const m of s.text.matchAll(src ? MOVE : RECIPIENT_VERB)) {
       if (NEGATED.test(s.text.slice(0, m.index))) continue;
       if (src && Math.abs(src.index - m.index) > 100) continue;
