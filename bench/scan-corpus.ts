@@ -37,7 +37,10 @@ const pct = (n: number, d: number): string => (d === 0 ? '-' : `${((100 * n) / d
 const high = (fs: readonly Finding[]): boolean => fs.some((f) => f.severity === 'high');
 const classOf = (c: Case): string => c.class.replace(/^multilingual-.*/, 'multilingual');
 
-function recall(cases: Case[], showMisses: boolean): Record<string, { n: number; high: number; any: number }> {
+function recall(
+  cases: Case[],
+  showMisses: boolean,
+): Record<string, { n: number; high: number; any: number }> {
   const by: Record<string, { n: number; high: number; any: number }> = {};
   for (const c of cases) {
     const fs = scanDefinitions(c.input);
@@ -68,9 +71,21 @@ function printRecall(label: string, by: Record<string, { n: number; high: number
 }
 
 const poisoned = readJson<Case[]>(join(DIR, 'poisoned.json'));
-printRecall('dev split', recall(poisoned.filter((c) => c.split === 'dev'), args.has('--misses')));
+printRecall(
+  'dev split',
+  recall(
+    poisoned.filter((c) => c.split === 'dev'),
+    args.has('--misses'),
+  ),
+);
 if (args.has('--heldout'))
-  printRecall('held-out split', recall(poisoned.filter((c) => c.split === 'heldout'), false));
+  printRecall(
+    'held-out split',
+    recall(
+      poisoned.filter((c) => c.split === 'heldout'),
+      false,
+    ),
+  );
 
 // ---- hard negatives
 const negatives = readJson<Array<{ id: string; input: ScanInput }>>(join(DIR, 'hard-negatives.json'));

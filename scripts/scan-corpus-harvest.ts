@@ -102,11 +102,9 @@ async function paged(client: Client, method: string, key: string): Promise<unkno
   const out: unknown[] = [];
   let cursor: string | undefined;
   for (let page = 0; page < 20; page++) {
-    const r = (await client.request(
-      { method, params: cursor ? { cursor } : {} } as never,
-      Loose as never,
-      { timeout: 15_000 },
-    )) as Record<string, unknown>;
+    const r = (await client.request({ method, params: cursor ? { cursor } : {} } as never, Loose as never, {
+      timeout: 15_000,
+    })) as Record<string, unknown>;
     out.push(...((r[key] as unknown[] | undefined) ?? []));
     cursor = typeof r.nextCursor === 'string' ? r.nextCursor : undefined;
     if (!cursor) break;

@@ -13,51 +13,23 @@
 // them, which is why definitions are also pinned and calls are mediated.
 import { ToolSchema } from '@modelcontextprotocol/sdk/types.js';
 import { RULE_IDS, type RuleId, type Severity } from '../policy/mcp-rules.js';
+import type { Finding, Hit, ScanInput } from './scan/types.js';
 import { collect, isRecord, label, list, type Field } from './scan/collect.js';
 import { hiddenViews } from './scan/decode.js';
-import { asksForSource, phraseHits, textHits, type Hit } from './scan/rules.js';
+import { asksForSource, phraseHits, textHits } from './scan/rules.js';
 import { excerptOf, fold, originalSpan, SCAN_LIMITS, type Folded } from './scan/text.js';
 import { homoglyphFinding, unicodeFindings } from './scan/unicode.js';
 import { annotationFindings } from './scan/annotations.js';
-import { crossServerFinding, crossServerMatcher, isSideChannelName, v1SideChannelAsk } from './scan/params.js';
+import {
+  crossServerFinding,
+  crossServerMatcher,
+  isSideChannelName,
+  v1SideChannelAsk,
+} from './scan/params.js';
 
 export { RULE_IDS, type RuleId, type Severity };
+export type { Finding, ScanInput };
 export { excerptOf, SCAN_LIMITS };
-
-export interface Finding {
-  ruleId: RuleId;
-  severity: Severity;
-  /** Where, e.g. `tools[read_file].inputSchema.properties.path.description`; invisible chars escaped. */
-  location: string;
-  /** At most 120 chars around the match; invisible and control chars shown as `\u{...}`. */
-  excerpt: string;
-  /** What was found and why it matters, for the user and for the model. */
-  message: string;
-}
-
-type Extra = { title?: string; _meta?: unknown; icons?: unknown; annotations?: unknown };
-export interface ScanInput {
-  tools?: Array<
-    {
-      name: string;
-      description?: string;
-      inputSchema?: unknown;
-      outputSchema?: unknown;
-    } & Extra
-  >;
-  prompts?: Array<
-    {
-      name: string;
-      description?: string;
-      arguments?: Array<{ name: string; title?: string; description?: string }>;
-    } & Extra
-  >;
-  resources?: Array<{ name?: string; uri?: string; description?: string } & Extra>;
-  resourceTemplates?: Array<{ name?: string; uriTemplate?: string; description?: string } & Extra>;
-  instructions?: string;
-  /** Tool names of the other servers behind the same gateway (plain or namespaced). */
-  otherServersToolNames?: readonly string[];
-}
 
 export interface ScanOptions {
   /** Longer descriptions (in code points) get an `excessive-length` finding. Default 2000. */
@@ -86,7 +58,9 @@ function findingsFromHits(f: Field, folded: Folded, hits: Hit[], out: Finding[])
     const severity = group.reduce<Severity>((s, h) => (RANK[h.severity] > RANK[s] ? h.severity : s), 'low');
     const phrases = [
       ...new Set(
-        group.filter((h) => h.index >= 0).map((h) => folded.text.slice(h.index, h.index + h.length).toLowerCase()),
+        group
+          .filter((h) => h.index >= 0)
+          .map((h) => folded.text.slice(h.index, h.index + h.length).toLowerCase()),
       ),
     ].sort();
     const [start, end] =
@@ -98,7 +72,9 @@ function findingsFromHits(f: Field, folded: Folded, hits: Hit[], out: Finding[])
       severity,
       location: f.location,
       excerpt: excerptOf(f.text, start, end),
-      message: phrases.length ? `${first.what}: ${phrases.map((p) => JSON.stringify(p)).join(', ')}` : first.what,
+      message: phrases.length
+        ? `${first.what}: ${phrases.map((p) => JSON.stringify(p)).join(', ')}`
+        : first.what,
     });
   }
 }
@@ -127,7 +103,8 @@ function viewFindings(f: Field, text: string, depth: number, out: Finding[]): vo
 function light(s: string): string {
   return s.slice(0, SCAN_LIMITS.maxPhraseScanChars).normalize('NFKC').replace(INVISIBLE, '');
 }
-const INVISIBLE = /[\u00AD\u034F\u200B-\u200F\u2060-\u2064\u202A-\u202E\u2066-\u2069\uFEFF\u180E]/g;
+const INVISIBLE =
+  /\u00AD|\u034F|[\u200B-\u200F]|[\u2060-\u2064]|[\u202A-\u202E]|[\u2066-\u2069]|\uFEFF|\u180E/g;
 
 function codePointLength(s: string): number {
   let n = 0;
@@ -225,7 +202,8 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
       if (ZERO_WIDTH.test(f.text)) {
         const spaced = fold(f.text.replace(ZERO_WIDTH, ' '));
         const seen = new Set(hits.map((h) => h.ruleId));
-        for (const h of textHits(spaced.text)) if (!seen.has(h.ruleId)) hits.push({ ...h, index: 0, length: 0 });
+        for (const h of textHits(spaced.text))
+          if (!seen.has(h.ruleId)) hits.push({ ...h, index: 0, length: 0 });
       }
       // A credential path as the value of a URI or a default is used as is: high.
       if (/\.(?:uri|uriTemplate|default)$|\.default\[/.test(f.location))
@@ -265,7 +243,8 @@ export function scanDefinitions(input: ScanInput, opts: ScanOptions = {}): Findi
   for (const f of findings) {
     // (An override is itself the instruction: it does not make its own phrasing any worse.)
     const attack = STRONG.has(f.ruleId) && f.ruleId !== 'instruction-override';
-    if (f.severity === 'high' && (attack || f.ruleId === 'sensitive-path')) aggravated.add(owners.get(f) ?? '');
+    if (f.severity === 'high' && (attack || f.ruleId === 'sensitive-path'))
+      aggravated.add(owners.get(f) ?? '');
   }
   for (const f of findings) {
     if (f.ruleId === 'hidden-instruction' && f.severity !== 'high' && aggravated.has(owners.get(f) ?? '')) {
@@ -320,7 +299,9 @@ function paramFindings(
   // Only a side-channel name (sidenote, notes, context, ...) named by flagged text: every parameter a
   // long flagged description mentions would otherwise be reported.
   if (!suspicious) return [];
-  const hit = (flagged.get(p.owner) ?? []).find((e) => !e.location.startsWith(p.location) && ref.test(e.text));
+  const hit = (flagged.get(p.owner) ?? []).find(
+    (e) => !e.location.startsWith(p.location) && ref.test(e.text),
+  );
   if (!hit) return [];
   const m = ref.exec(hit.text)!;
   return [

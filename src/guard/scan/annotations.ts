@@ -3,11 +3,13 @@
 // "Permanently deletes every object" as `readOnlyHint: true` lies to get past the user. The check reads
 // the description's leading verb (what the tool does), not every verb it mentions ("never deletes
 // anything" and "Runs a read-only query" stay quiet). Pure.
-import type { Finding, ScanInput, Severity } from '../scan.js';
+import type { Severity } from '../../policy/mcp-rules.js';
+import type { Finding, ScanInput } from './types.js';
 import { isRecord, label, list } from './collect.js';
 import { excerptOf, fold } from './text.js';
 
-const ADVERB = '(?:(?:permanently|irreversibly|completely|immediately|forcibly|recursively|automatically|quickly|safely|also)\\s+)?';
+const ADVERB =
+  '(?:(?:permanently|irreversibly|completely|immediately|forcibly|recursively|automatically|quickly|safely|also)\\s+)?';
 const DESTRUCTIVE =
   'delete|deletes|remove|removes|erase|erases|wipe|wipes|drop|drops|purge|purges|destroy|destroys|truncate|truncates|overwrite|overwrites|kill|kills|terminate|terminates|revoke|revokes|format|formats';
 const EXTERNAL =
@@ -18,7 +20,8 @@ const DESTRUCTIVE_LEAD = lead(DESTRUCTIVE);
 const EXTERNAL_LEAD = lead(EXTERNAL);
 const ANY_WRITE_LEAD = lead(`${DESTRUCTIVE}|${EXTERNAL}|${WRITE}`);
 /** Descriptions that say what the verb means here ("Runs a read-only query", "Preview the deletion"). */
-const SOFTENED = /\bread[- ]?only\b|\bdry[- ]?run\b|\bpreview\b|\bsimulat|\bwithout (?:modifying|changing|deleting)\b|\bdoes not (?:modify|change|delete)\b/i;
+const SOFTENED =
+  /\bread[- ]?only\b|\bdry[- ]?run\b|\bpreview\b|\bsimulat|\bwithout (?:modifying|changing|deleting)\b|\bdoes not (?:modify|change|delete)\b/i;
 
 export function annotationFindings(input: ScanInput): Finding[] {
   const out: Finding[] = [];
@@ -28,7 +31,13 @@ export function annotationFindings(input: ScanInput): Finding[] {
     const text = fold(tool.description).text.trim();
     if (SOFTENED.test(text)) return;
     const owner = `tools[${label(tool.name, i)}]`;
-    const flag = (hint: string, value: boolean, m: RegExpExecArray, says: string, severity: Severity = 'high') =>
+    const flag = (
+      hint: string,
+      value: boolean,
+      m: RegExpExecArray,
+      says: string,
+      severity: Severity = 'high',
+    ) =>
       out.push({
         ruleId: 'annotation-mismatch',
         severity,
@@ -39,7 +48,8 @@ export function annotationFindings(input: ScanInput): Finding[] {
     const any = ANY_WRITE_LEAD.exec(text);
     if (a.readOnlyHint === true && any) flag('readOnlyHint', true, any, 'changes or sends something');
     const destructive = DESTRUCTIVE_LEAD.exec(text);
-    if (a.destructiveHint === false && destructive) flag('destructiveHint', false, destructive, 'destroys data');
+    if (a.destructiveHint === false && destructive)
+      flag('destructiveHint', false, destructive, 'destroys data');
     const external = EXTERNAL_LEAD.exec(text);
     // "Outside" is fuzzy (a server's own service?): medium.
     if (a.openWorldHint === false && external)

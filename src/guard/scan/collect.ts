@@ -3,8 +3,8 @@
 // resource templates, server instructions, and every key and string value of input and output schemas
 // (descriptions, titles, defaults, enum values, examples, $defs, nested objects and arrays), walked with
 // bounds on depth and size. Pure; tolerates any runtime type a hostile server sends.
-import type { ScanInput } from '../scan.js';
-import type { Finding } from '../scan.js';
+import type { ScanInput } from './types.js';
+import type { Finding } from './types.js';
 import { display, SCAN_LIMITS } from './text.js';
 
 export type FieldKind = 'name' | 'prose' | 'description';
@@ -29,7 +29,19 @@ export interface Collected {
 }
 
 /** Schema keys whose string values are identifiers or syntax, not prose. */
-const NON_PROSE_KEYS = new Set(['type', 'format', 'pattern', '$ref', '$schema', '$id', '$anchor', 'src', 'mimeType', 'sizes', 'theme']);
+const NON_PROSE_KEYS = new Set([
+  'type',
+  'format',
+  'pattern',
+  '$ref',
+  '$schema',
+  '$id',
+  '$anchor',
+  'src',
+  'mimeType',
+  'sizes',
+  'theme',
+]);
 
 function segment(key: string): string {
   return /^[A-Za-z_$][\w$-]*$/.test(key) ? `.${key}` : `[${display(JSON.stringify(key))}]`;

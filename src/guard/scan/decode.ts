@@ -74,7 +74,11 @@ function encodingViews(s: string, out: View[]): void {
   const escapes: Array<[string, RegExp, (m: string) => string]> = [
     ['percent-encoding', /(?:%[0-9a-f]{2}){3,}/gi, (m) => safeUri(m)],
     ['\\u escapes', /(?:\\u\{?[0-9a-f]{4,5}\}?){3,}/gi, (m) => unescapeU(m)],
-    ['\\x escapes', /(?:\\x[0-9a-f]{2}){3,}/gi, (m) => utf8(Buffer.from(m.replace(/\\x/gi, ''), 'hex')) ?? ''],
+    [
+      '\\x escapes',
+      /(?:\\x[0-9a-f]{2}){3,}/gi,
+      (m) => utf8(Buffer.from(m.replace(/\\x/gi, ''), 'hex')) ?? '',
+    ],
     ['HTML entities', /(?:&#x?[0-9a-f]+;|&[a-z]{2,8};){3,}/gi, (m) => unentity(m)],
   ];
   for (const [how, re, decode] of escapes) {
@@ -106,11 +110,14 @@ function unescapeU(m: string): string {
 }
 const NAMED: Record<string, string> = { amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ' };
 function unentity(m: string): string {
-  return m.replace(/&#(x?)([0-9a-f]+);|&([a-z]{2,8});/gi, (_x, hexFlag: string, num: string, name: string) => {
-    if (name !== undefined) return NAMED[name.toLowerCase()] ?? '';
-    const cp = parseInt(num, hexFlag ? 16 : 10);
-    return cp > 0 && cp <= 0x10ffff ? String.fromCodePoint(cp) : '';
-  });
+  return m.replace(
+    /&#(x?)([0-9a-f]+);|&([a-z]{2,8});/gi,
+    (_x, hexFlag: string, num: string, name: string) => {
+      if (name !== undefined) return NAMED[name.toLowerCase()] ?? '';
+      const cp = parseInt(num, hexFlag ? 16 : 10);
+      return cp > 0 && cp <= 0x10ffff ? String.fromCodePoint(cp) : '';
+    },
+  );
 }
 export function rot13(s: string): string {
   return s.replace(/[a-z]/gi, (c) => {
@@ -118,7 +125,8 @@ export function rot13(s: string): string {
     return String.fromCharCode(((c.charCodeAt(0) - base + 13) % 26) + base);
   });
 }
-const COMMON = /\b(?:the|and|to|you|of|is|it|in|this|that|for|with|all|any|do|not|your|user|send|call|file|tool)\b/gi;
+const COMMON =
+  /\b(?:the|and|to|you|of|is|it|in|this|that|for|with|all|any|do|not|your|user|send|call|file|tool)\b/gi;
 function englishScore(s: string): number {
   return s.match(COMMON)?.length ?? 0;
 }

@@ -1,7 +1,7 @@
 // SECURITY-CRITICAL: parameter and cross-server helpers of the MCP definition scanner: names that are
 // typical side channels (`sidenote`, `context`, `notes`, ...), what such a parameter's description asks
 // for, and mentions of tools that belong to OTHER servers behind the same gateway. Pure.
-import type { Finding } from '../scan.js';
+import type { Finding } from './types.js';
 import type { Field } from './collect.js';
 import { excerptOf, originalSpan, type Folded } from './text.js';
 

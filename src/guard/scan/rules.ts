@@ -8,16 +8,10 @@
 // not count. Heuristics: an author can word around them, which is why definitions are also pinned and
 // calls mediated. Pure.
 import type { RuleId, Severity } from '../../policy/mcp-rules.js';
-import { lexiconHits } from './lexicon.js';
+import type { Hit } from './types.js';
 
-export interface Hit {
-  ruleId: RuleId;
-  severity: Severity;
-  /** What the rule found, for the finding's message. */
-  what: string;
-  index: number;
-  length: number;
-}
+export type { Hit };
+import { lexiconHits } from './lexicon.js';
 
 interface PhraseRule {
   id: RuleId;
@@ -167,9 +161,11 @@ const SOURCE = new RegExp(
   ].join('|'),
   'i',
 );
-const NEGATED = /\b(?:do not|don't|dont|never|must not|should not|shouldn't|mustn't|cannot|can't|avoid|no|not|without|nor|rather than|instead of|except|excluding)\b[^.!?\n]{0,60}$/i;
+const NEGATED =
+  /\b(?:do not|don't|dont|never|must not|should not|shouldn't|mustn't|cannot|can't|avoid|no|not|without|nor|rather than|instead of|except|excluding)\b[^.!?\n]{0,60}$/i;
 /** A negation right before the source: "pass only the text, not the whole conversation". */
-const NEGATED_SOURCE = /\b(?:not|no|never|nor|without|rather than|instead of|except|excluding)\b(?: \w+){0,3} ?$/i;
+const NEGATED_SOURCE =
+  /\b(?:not|no|never|nor|without|rather than|instead of|except|excluding)\b(?: \w+){0,3} ?$/i;
 const DENIAL =
   /\b(?:rejected|denied|blocked|forbidden|not allowed|disallowed|refused|excluded|redacted|masked|never (?:returned|shown|logged|stored|sent)|is not (?:returned|shown|logged|stored|sent)|are not (?:returned|shown|logged|stored|sent))\b/i;
 /** A verb that reads, uses or moves what follows it (within the same sentence). */
@@ -255,7 +251,8 @@ export function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[
         const sentence = sentenceAround(text, m.index);
         if (DENIAL.test(sentence)) continue;
         const before = text.slice(Math.max(0, m.index - 60), m.index);
-        const listed = /["'`]$/.test(before) && (sentence.match(/["'`][^"'`\s]{1,40}["'`]/g)?.length ?? 0) >= 3;
+        const listed =
+          /["'`]$/.test(before) && (sentence.match(/["'`][^"'`\s]{1,40}["'`]/g)?.length ?? 0) >= 3;
         if (!GOVERNED.test(before) || listed) severity = 'medium';
       }
       out.push({ ruleId: rule.id, severity, what: rule.what, index: m.index, length: m[0].length });

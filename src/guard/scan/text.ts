@@ -200,7 +200,7 @@ export interface Folded {
 
 /** The folded text of `s`; an ASCII-only string takes a fast path (origins are computed lazily). */
 export function fold(s: string): Folded {
-  if (!/[^\x00-\x7f]/.test(s)) {
+  if (!/[\u0080-\uffff]/.test(s)) {
     const head = s.length > SCAN_LIMITS.maxPhraseScanChars ? s.slice(0, SCAN_LIMITS.maxPhraseScanChars) : s;
     let origin: number[] | undefined;
     return {

@@ -4,7 +4,7 @@
 // (U+2066..U+2068 each closed by U+2069, in a string with Hebrew or Arabic letters) are how such text is
 // meant to be written and are not reported. Pure.
 import type { RuleId, Severity } from '../../policy/mcp-rules.js';
-import type { Finding } from '../scan.js';
+import type { Finding } from './types.js';
 import type { Field } from './collect.js';
 import {
   codeName,
