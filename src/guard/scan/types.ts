@@ -13,25 +13,44 @@ export interface Finding {
   message: string;
 }
 
-type Extra = { title?: string; _meta?: unknown; icons?: unknown; annotations?: unknown };
+/** What a server says about itself; every string anywhere in it is scanned (title, _meta, icons too). */
 export interface ScanInput {
-  tools?: Array<
-    {
-      name: string;
-      description?: string;
-      inputSchema?: unknown;
-      outputSchema?: unknown;
-    } & Extra
-  >;
-  prompts?: Array<
-    {
-      name: string;
-      description?: string;
-      arguments?: Array<{ name: string; title?: string; description?: string }>;
-    } & Extra
-  >;
-  resources?: Array<{ name?: string; uri?: string; description?: string } & Extra>;
-  resourceTemplates?: Array<{ name?: string; uriTemplate?: string; description?: string } & Extra>;
+  tools?: Array<{
+    name: string;
+    title?: string;
+    description?: string;
+    inputSchema?: unknown;
+    outputSchema?: unknown;
+    annotations?: unknown;
+    _meta?: unknown;
+    icons?: unknown;
+  }>;
+  prompts?: Array<{
+    name: string;
+    title?: string;
+    description?: string;
+    arguments?: Array<{ name: string; title?: string; description?: string }>;
+    _meta?: unknown;
+    icons?: unknown;
+  }>;
+  resources?: Array<{
+    name?: string;
+    uri?: string;
+    title?: string;
+    description?: string;
+    annotations?: unknown;
+    _meta?: unknown;
+    icons?: unknown;
+  }>;
+  resourceTemplates?: Array<{
+    name?: string;
+    uriTemplate?: string;
+    title?: string;
+    description?: string;
+    annotations?: unknown;
+    _meta?: unknown;
+    icons?: unknown;
+  }>;
   instructions?: string;
   /** Tool names of the other servers behind the same gateway (plain or namespaced). */
   otherServersToolNames?: readonly string[];
