@@ -144,8 +144,3 @@ export function hiddenViews(s: string): View[] {
   encodingViews(head, out);
   return out;
 }
-
-/** `s` with hidden markup removed as a renderer would show it (comments and hidden elements gone). */
-export function stripMarkup(s: string): string {
-  return s.replace(/<!--[\s\S]*?(?:-->|$)/g, ' ').replace(/<\/?[a-z][a-z0-9]*\b[^>]*>/gi, ' ');
-}

@@ -81,7 +81,7 @@ export const PHRASE_RULES: PhraseRule[] = [
 ];
 
 // v2 rules: structure that only an attack needs.
-export const V2_RULES: PhraseRule[] = [
+const V2_RULES: PhraseRule[] = [
   {
     id: 'instruction-override',
     severity: 'high',
@@ -184,7 +184,7 @@ function sentences(text: string): Array<{ at: number; text: string }> {
   return out;
 }
 
-export function movementHits(text: string, out: Hit[]): void {
+function movementHits(text: string, out: Hit[]): void {
   if (!SOURCE.test(text) && !RECIPIENT.test(text) && !sensitivePathIn(text)) return;
   for (const s of sentences(text)) {
     if (s.text.length < 8 || DENIAL.test(s.text)) continue;
@@ -238,7 +238,7 @@ function sensitivePathIn(text: string): RegExpExecArray | null {
   return null;
 }
 
-export function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[]): void {
+function applyRules(rules: readonly PhraseRule[], text: string, out: Hit[]): void {
   for (const rule of rules) {
     for (const re of rule.patterns) {
       const m = re.exec(text);
