@@ -295,7 +295,8 @@ async function withServer<T>(
 /** `airlock mcp scan -- CMD`: start the server, list everything, print the scanner's findings. Exit 1 on high. */
 export async function mcpScanCommand(cmd: string[], f: McpFlags, io: Io): Promise<number> {
   return withServer(cmd, f, io, async (up, server) => {
-    const defs = await up.listDefinitions();
+    // Lenient: a definition the MCP SDK would reject is reported as a finding, not a failed listing.
+    const defs = await up.listDefinitions({}, { lenient: true });
     const findings = scanDefinitions({ ...defs, resources: defs.resources as never });
     const worst = highestSeverity(findings);
     if (f.json) {

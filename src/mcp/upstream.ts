@@ -14,6 +14,7 @@ import {
   ListResourceTemplatesResultSchema,
   ListToolsResultSchema,
   ReadResourceResultSchema,
+  ResultSchema,
   type CallToolResult,
   type ClientCapabilities,
   type JSONRPCRequest,
@@ -290,11 +291,19 @@ export class Upstream {
     return this.client.getInstructions();
   }
 
-  /** Everything pinned and scanned: tools, prompts, resource templates (all pages), instructions. */
-  async listDefinitions(opts: RequestOptions = {}): Promise<ServerDefinitions & { resources: unknown[] }> {
+  /**
+   * Everything pinned and scanned: tools, prompts, resource templates (all pages), instructions.
+   * `lenient`: take the lists as the server sent them, without the MCP SDK's schema check, so that
+   * `airlock mcp scan` can report a definition the SDK would reject (the scanner checks each one).
+   */
+  async listDefinitions(
+    opts: RequestOptions = {},
+    how: { lenient?: boolean } = {},
+  ): Promise<ServerDefinitions & { resources: unknown[] }> {
     const caps = this.capabilities;
-    const tools = caps.tools ? await this.paged<Tool>('tools/list', 'tools', opts) : [];
-    const prompts = caps.prompts ? await this.paged<Prompt>('prompts/list', 'prompts', opts) : [];
+    const lenient = how.lenient === true;
+    const tools = caps.tools ? await this.paged<Tool>('tools/list', 'tools', opts, lenient) : [];
+    const prompts = caps.prompts ? await this.paged<Prompt>('prompts/list', 'prompts', opts, lenient) : [];
     const resourceTemplates = caps.resources
       ? await this.paged<ResourceTemplate>('resources/templates/list', 'resourceTemplates', opts).catch(
           () => [],
@@ -313,20 +322,23 @@ export class Upstream {
     };
   }
 
-  private async paged<T>(method: string, key: string, opts: RequestOptions): Promise<T[]> {
-    const schema = {
-      'tools/list': ListToolsResultSchema,
-      'prompts/list': ListPromptsResultSchema,
-      'resources/list': ListResourcesResultSchema,
-      'resources/templates/list': ListResourceTemplatesResultSchema,
-    }[method]!;
+  private async paged<T>(method: string, key: string, opts: RequestOptions, lenient = false): Promise<T[]> {
+    const schema = lenient
+      ? ResultSchema
+      : {
+          'tools/list': ListToolsResultSchema,
+          'prompts/list': ListPromptsResultSchema,
+          'resources/list': ListResourcesResultSchema,
+          'resources/templates/list': ListResourceTemplatesResultSchema,
+        }[method]!;
     const out: T[] = [];
     let cursor: string | undefined;
     for (let page = 0; page < MAX_LIST_PAGES; page++) {
       const r = (await this.withLost(opts, (o) =>
         this.client.request({ method, params: cursor ? { cursor } : {} } as never, schema, o),
       )) as Record<string, unknown>;
-      out.push(...((r[key] as T[] | undefined) ?? []));
+      const items = r[key];
+      out.push(...((Array.isArray(items) ? items : []) as T[]));
       cursor = typeof r.nextCursor === 'string' ? r.nextCursor : undefined;
       if (!cursor) return out;
     }

@@ -14,5 +14,12 @@ export const RULE_IDS = [
   'side-channel-parameter',
   'excessive-length',
   'schema-too-large',
+  'instruction-override',
+  'exfiltration',
+  'tool-shadowing',
+  'hidden-markup',
+  'encoded-payload',
+  'annotation-mismatch',
+  'invalid-definition',
 ] as const;
 export type RuleId = (typeof RULE_IDS)[number];
