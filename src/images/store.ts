@@ -17,7 +17,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
@@ -353,33 +353,56 @@ export class ImageStore implements ImageResolver {
     mkdirSync(join(tmp, 'fs'), { recursive: true, mode: 0o700 });
     try {
       const blob = await source.blob(d.digest, d.size, o.signal);
-      const packed = new Meter(
-        d.size,
-        () =>
-          mismatch(`layer ${d.digest} of ${name} (longer than its descriptor)`, `${d.size} bytes`, 'more'),
-        (n) => o.onProgress?.({ kind: 'bytes', index, bytes: n }),
-      );
       const over = (): AirlockError => this.tooLarge(name, `layer ${d.digest} unpacks past the cap`);
       let compression: Compression = compressionOf(d.mediaType);
       let stream: Readable = blob;
       if (source.sniff) [compression, stream] = await sniff(blob);
+      const dec = decompressor(compression, budget.left, over);
       const tar = new Meter(budget.left, over);
-      const results = await Promise.allSettled([
-        pipeline(stream, packed, decompressor(compression, budget.left, over), tar),
-        unpackLayer(tar, join(tmp, 'fs'), o.signal),
-      ]);
-      const failed = results
-        .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
-        .map((r) => r.reason as unknown);
-      if (failed.length) throw failed.find((e) => AirlockError.isInstance(e)) ?? failed[0];
-      const got = packed.digest();
-      if (got !== d.digest || packed.bytes !== d.size)
-        throw mismatch(`layer ${d.digest} of ${name}`, d.digest, got);
+      let sinkError: unknown;
+      const piped = pipeline(dec, tar).catch((e: unknown) => void (sinkError ??= e));
+      const unpacked = unpackLayer(tar, join(tmp, 'fs'), o.signal);
+      unpacked.catch(() => undefined); // judged below, after the digest
+      // Every byte of the blob is hashed, even after the unpack side failed: a blob that is not what
+      // its digest says is reported as that, whatever else went wrong with it.
+      const hash = createHash('sha256');
+      let bytes = 0;
+      for await (const chunk of stream as AsyncIterable<Buffer>) {
+        bytes += chunk.length;
+        if (bytes > d.size) {
+          stream.destroy();
+          break;
+        }
+        hash.update(chunk);
+        o.onProgress?.({ kind: 'bytes', index, bytes: chunk.length });
+        if (sinkError === undefined && !dec.destroyed && !dec.write(chunk)) await drained(dec);
+      }
+      if (!dec.destroyed) dec.end();
+      const got = `sha256:${hash.digest('hex')}`;
+      if (got !== d.digest || bytes !== d.size) {
+        dec.destroy(new Error('blob digest mismatch'));
+        tar.destroy(new Error('blob digest mismatch'));
+        await Promise.allSettled([piped, unpacked]);
+        throw mismatch(
+          `layer ${d.digest} of ${name}`,
+          `${d.digest} (${d.size} bytes)`,
+          bytes > d.size ? 'more bytes' : got,
+        );
+      }
+      await piped;
+      const settled = await Promise.allSettled([unpacked]);
+      const unpackError = settled[0].status === 'rejected' ? (settled[0].reason as unknown) : undefined;
+      for (const e of [unpackError, sinkError]) if (AirlockError.isInstance(e)) throw e;
+      if (sinkError !== undefined || unpackError !== undefined) {
+        const e = (sinkError ?? unpackError) as Error;
+        const what = compression === 'none' ? 'tar' : `${compression} tar`;
+        throw new AirlockError('IMAGE_LAYER_UNSAFE', `layer is not a readable ${what}: ${e.message}`);
+      }
       const diff = tar.digest();
       if (diff !== diffId)
         throw mismatch(`uncompressed layer ${index} of ${name} (config diff_id)`, diffId, diff);
       budget.left -= tar.bytes;
-      const r = (results[1] as PromiseFulfilledResult<{ entries: number; sizeBytes: number }>).value;
+      const r = (settled[0] as PromiseFulfilledResult<{ entries: number; sizeBytes: number }>).value;
       writeFileSync(
         join(tmp, 'layer.json'),
         JSON.stringify({
@@ -561,6 +584,19 @@ export class ImageStore implements ImageResolver {
     }
     return { removedLayers, keptInUse };
   }
+}
+
+/** Resolves when `s` can take more, or is gone (an error destroys it: the caller checks). */
+function drained(s: Writable): Promise<void> {
+  return new Promise((res) => {
+    const done = (): void => {
+      s.off('drain', done);
+      s.off('close', done);
+      res();
+    };
+    s.on('drain', done);
+    s.on('close', done);
+  });
 }
 
 function readdirOr(dir: string): string[] {

@@ -180,7 +180,15 @@ class Unpacker {
   }
 
   private hardlink(h: Header, path: string): void {
-    const target = components(h.linkname ?? '');
+    let target: string[];
+    try {
+      target = components(h.linkname ?? '');
+    } catch (e) {
+      throw unsafe(
+        h.name,
+        `is a hard link to "${h.linkname}": ${(e as Error).message.replace(/^layer entry "[^"]*" /, '')}`,
+      );
+    }
     const rel = target.join('/');
     // Only a regular file this layer already wrote: never a link to a lower layer or the host.
     if (!this.files.has(rel))
@@ -236,6 +244,10 @@ export async function unpackLayer(tar: Readable, dest: string, signal?: AbortSig
   const ex = extract();
   const u = new Unpacker(dest);
   tar.on('error', (e) => ex.destroy(e));
+  // A source destroyed without an error (the caller gave up on it) must end the loop below too.
+  tar.on('close', () => {
+    if (!tar.readableEnded) ex.destroy(new Error('the layer stream was cut off'));
+  });
   tar.pipe(ex);
   try {
     for await (const entry of ex) {
