@@ -1,11 +1,11 @@
 // Import rules for src/ (checked by `npm run lint:deps`, part of `npm run lint`).
 // Layers, lowest first; a module may import its own layer and the layers below it, never above:
-//   core ← policy ← egress/secrets/guard ← backends/mcp ← sandbox ← server ← cli/api (src/index.ts: the top)
+//   core ← policy ← egress/secrets/guard/images ← backends/mcp ← sandbox ← server ← cli/api (src/index.ts: the top)
 // and the FFI library (koffi) only from files marked *.privileged.ts.
 const LAYERS = [
   ['core'],
   ['policy'],
-  ['egress', 'secrets', 'guard'],
+  ['egress', 'secrets', 'guard', 'images'],
   ['backends', 'mcp'],
   ['sandbox'],
   ['server'],

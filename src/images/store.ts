@@ -579,6 +579,10 @@ export class ImageStore implements ImageResolver {
       rmSync(trash, { recursive: true, force: true });
       removedLayers.push(n);
     }
+    for (const n of readdirOr(this.root)) {
+      const load = /^\.load-(\d+)-/.exec(n);
+      if (load && !pidAlive(Number(load[1]))) rmSync(join(this.root, n), { recursive: true, force: true });
+    }
     for (const n of readdirOr(join(this.root, 'blobs'))) {
       if (!needBlobs.has(n)) rmSync(join(this.root, 'blobs', n), { force: true });
     }
