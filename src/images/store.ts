@@ -39,6 +39,8 @@ import { unpackLayer } from './unpack.privileged.js';
 
 /** Default cap on an image: compressed download and unpacked content each (bytes). */
 export const DEFAULT_MAX_IMAGE_BYTES = 8 * 1024 ** 3;
+/** Layers downloaded and unpacked at once. */
+const LAYER_CONCURRENCY = 3;
 
 export interface ImageStoreOptions {
   readonly stateDir: string;
@@ -258,9 +260,25 @@ export class ImageStore implements ImageResolver {
           bytes: total,
         });
         const budget = { left: this.maxBytes };
-        for (const [i, l] of manifest.layers.entries()) {
-          await this.layer(name, i, l, diffIds[i]!, source, budget, o);
-        }
+        // Up to LAYER_CONCURRENCY layers at once; after a failure no new one starts, and the running ones
+        // finish (or fail) and clean up before the error is thrown.
+        const queue = [...manifest.layers.entries()];
+        let failed = false;
+        const worker = async (): Promise<void> => {
+          for (let next = queue.shift(); next && !failed; next = queue.shift()) {
+            try {
+              await this.layer(name, next[0], next[1], diffIds[next[0]]!, source, budget, o);
+            } catch (e) {
+              failed = true;
+              throw e;
+            }
+          }
+        };
+        const settled = await Promise.allSettled(Array.from({ length: LAYER_CONCURRENCY }, worker));
+        const errors = settled
+          .filter((r): r is PromiseRejectedResult => r.status === 'rejected')
+          .map((r) => r.reason as unknown);
+        if (errors.length) throw errors.find((e) => AirlockError.isInstance(e)) ?? errors[0];
         for (const [d, b] of docs) this.writeBlob(d, b);
         this.writeRef({ ref: name, digest: topDigest, pulledAt: new Date().toISOString() });
         return {
@@ -358,7 +376,7 @@ export class ImageStore implements ImageResolver {
       let stream: Readable = blob;
       if (source.sniff) [compression, stream] = await sniff(blob);
       const dec = decompressor(compression, budget.left, over);
-      const tar = new Meter(budget.left, over);
+      const tar = new Meter(Number.MAX_SAFE_INTEGER, over, undefined, budget);
       let sinkError: unknown;
       const piped = pipeline(dec, tar).catch((e: unknown) => void (sinkError ??= e));
       const unpacked = unpackLayer(tar, join(tmp, 'fs'), o.signal);
@@ -401,7 +419,6 @@ export class ImageStore implements ImageResolver {
       const diff = tar.digest();
       if (diff !== diffId)
         throw mismatch(`uncompressed layer ${index} of ${name} (config diff_id)`, diffId, diff);
-      budget.left -= tar.bytes;
       const r = (settled[0] as PromiseFulfilledResult<{ entries: number; sizeBytes: number }>).value;
       writeFileSync(
         join(tmp, 'layer.json'),

@@ -16,13 +16,16 @@ export class Meter extends Transform {
     private readonly maxBytes: number,
     private readonly onOver: () => AirlockError,
     private readonly onBytes?: (n: number) => void,
+    /** A budget shared with other meters (concurrent layers of one image): each byte takes from it. */
+    private readonly shared?: { left: number },
   ) {
     super();
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, cb: TransformCallback): void {
     this.bytes += chunk.length;
-    if (this.bytes > this.maxBytes) return cb(this.onOver());
+    if (this.shared) this.shared.left -= chunk.length;
+    if (this.bytes > this.maxBytes || (this.shared && this.shared.left < 0)) return cb(this.onOver());
     this.hash.update(chunk);
     this.onBytes?.(chunk.length);
     cb(null, chunk);
