@@ -318,13 +318,9 @@ export class ImageStore implements ImageResolver {
       mismatch(`${what} (longer than its descriptor)`, d.digest, 'more bytes'),
     );
     const chunks: Buffer[] = [];
-    await pipeline(
-      await source.blob(d.digest, d.size, signal),
-      meter,
-      async function* (src: AsyncIterable<Buffer>) {
-        for await (const c of src) chunks.push(c);
-      },
-    );
+    await pipeline(await source.blob(d.digest, d.size, signal), meter, async (src: AsyncIterable<Buffer>) => {
+      for await (const c of src) chunks.push(c);
+    });
     const got = meter.digest();
     if (got !== d.digest || meter.bytes !== d.size) throw mismatch(what, d.digest, got);
     return Buffer.concat(chunks);
