@@ -34,7 +34,7 @@ import {
 } from './manifest.js';
 import { SHA256_DIGEST, formatImageRef, parseImageRef, type ImageRef } from './reference.js';
 import { RegistryClient, type RegistryCredentials } from './registry.js';
-import { Meter, compressionOf, decompressor, sniffCompression, type Compression } from './stream.js';
+import { Meter, compressionOf, decompressor, type Compression } from './stream.js';
 import { unpackLayer } from './unpack.privileged.js';
 
 /** Default cap on an image: compressed download and unpacked content each (bytes). */
@@ -87,8 +87,6 @@ export interface BlobSource {
     signal?: AbortSignal,
   ): Promise<{ bytes: Buffer; contentType?: string | undefined; claimedDigest?: string | undefined }>;
   blob(digest: string, size: number, signal?: AbortSignal): Promise<Readable>;
-  /** How a layer is compressed: from its media type, or sniffed (tarballs name none). */
-  readonly sniff?: boolean;
 }
 
 const RefRecord = z.object({
@@ -368,9 +366,8 @@ export class ImageStore implements ImageResolver {
     try {
       const blob = await source.blob(d.digest, d.size, o.signal);
       const over = (): AirlockError => this.tooLarge(name, `layer ${d.digest} unpacks past the cap`);
-      let compression: Compression = compressionOf(d.mediaType);
-      let stream: Readable = blob;
-      if (source.sniff) [compression, stream] = await sniff(blob);
+      const compression: Compression = compressionOf(d.mediaType);
+      const stream: Readable = blob;
       const dec = decompressor(compression, budget.left, over);
       const tar = new Meter(Number.MAX_SAFE_INTEGER, over, undefined, budget);
       let sinkError: unknown;
@@ -632,25 +629,4 @@ function pidAlive(pid: number): boolean {
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
-}
-
-/** Reads the first bytes of `s` to tell its compression; returns a stream that still has them. */
-async function sniff(s: Readable): Promise<[Compression, Readable]> {
-  const { PassThrough } = await import('node:stream');
-  const it = s[Symbol.asyncIterator]();
-  const first = await it.next();
-  const head = first.done ? Buffer.alloc(0) : (first.value as Buffer);
-  const out = new PassThrough();
-  void (async () => {
-    try {
-      if (head.length) out.write(head);
-      for (let n = await it.next(); !n.done; n = await it.next()) {
-        if (!out.write(n.value)) await new Promise((r) => out.once('drain', r));
-      }
-      out.end();
-    } catch (e) {
-      out.destroy(e as Error);
-    }
-  })();
-  return [sniffCompression(head), out];
 }

@@ -70,6 +70,8 @@ describe.skipIf(!canRunRegistry)('image pull from a real registry', () => {
   });
   afterAll(async () => {
     await reg?.close();
+    // The registry (and so its network namespace) is gone.
+    expect(reg.child.exitCode !== null || reg.child.signalCode !== null).toBe(true);
     rmSync(STATE, { recursive: true, force: true });
   });
 
