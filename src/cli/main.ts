@@ -31,6 +31,7 @@ const demoCli = (): Promise<typeof import('./demo.js')> => import('./demo.js');
 const serveCli = (): Promise<typeof import('./serve.js')> => import('./serve.js');
 const keysCli = (): Promise<typeof import('./keys.js')> => import('./keys.js');
 const remoteCli = (): Promise<typeof import('./remote.js')> => import('./remote.js');
+const imageCli = (): Promise<typeof import('./image.js')> => import('./image.js');
 
 /** Each command's module loader, by command name (the build's code-cache step loads them). */
 const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
@@ -44,6 +45,7 @@ const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
   serve: serveCli,
   keys: keysCli,
   remote: remoteCli,
+  image: imageCli,
 };
 
 /**
@@ -340,6 +342,52 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .description('delete a snapshot and free its disk (refused while a live fork uses it)')
     .argument('<ID>', 'snapshot id (sha256:…), or a unique prefix of its hex digits')
     .action(async (id: string) => setStatus(await (await snapshotCli()).snapshotRemoveCommand(id, io)));
+  const image = program
+    .command('image')
+    .description('pull, load, list and remove OCI images (verified by digest, unpacked into the state dir)');
+  image
+    .command('ls')
+    .description('list the images in the state dir')
+    .option('--json', 'machine-readable list')
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await imageCli()).imageListCommand(opts, io)),
+    );
+  image
+    .command('pull')
+    .description(
+      'pull an image from its registry (always asks the registry; cached layers are not fetched again)',
+    )
+    .argument('<REF>', 'host[:port]/path:tag or …@sha256:<hex> (see docs/images.md)')
+    .option('--json', 'print the resolved image as JSON')
+    .action(async (ref: string, opts: { json?: boolean }) =>
+      setStatus(await (await imageCli()).imagePullCommand(ref, opts, io)),
+    );
+  image
+    .command('load')
+    .description('load images from an OCI layout directory or a docker save tarball')
+    .argument('<PATH>', 'OCI layout dir (index.json, blobs/) or docker save .tar')
+    .option('--name <REF>', 'record the image under this reference (required when the source names none)')
+    .option('--json', 'print the loaded images as JSON')
+    .action(async (path: string, opts: { json?: boolean; name?: string }) =>
+      setStatus(await (await imageCli()).imageLoadCommand(path, opts, io)),
+    );
+  image
+    .command('rm')
+    .description(
+      'remove an image reference and free the layers nothing else needs (never one a live sandbox uses)',
+    )
+    .argument('<REF>', 'the reference as listed by image ls')
+    .option('--json', 'print what was removed as JSON')
+    .action(async (ref: string, opts: { json?: boolean }) =>
+      setStatus(await (await imageCli()).imageRemoveCommand(ref, opts, io)),
+    );
+  image
+    .command('prune')
+    .description('free layers and blobs no image reference needs (never one a live sandbox uses)')
+    .option('--json', 'print what was freed as JSON')
+    .action(async (opts: { json?: boolean }) =>
+      setStatus(await (await imageCli()).imagePruneCommand(opts, io)),
+    );
   const template = program
     .command('template')
     .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');

@@ -60,6 +60,24 @@ export const ERROR_CODES = {
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
   /** Nothing listens on that port inside the sandbox (or it did not accept): start its server first. */
   PORT_UNREACHABLE: { exit: 1, http: 502 },
+  /** An image reference that cannot be parsed (see docs/images.md for the accepted forms). */
+  IMAGE_REF_INVALID: { exit: 2, http: 400 },
+  /** No such image: not in the registry (or the cache, with pull "never"), or no such tag. */
+  IMAGE_NOT_FOUND: { exit: 3, http: 404 },
+  /** A blob (manifest, config, layer) whose bytes do not hash to the digest that named it. */
+  IMAGE_DIGEST_MISMATCH: { exit: 1, http: 502 },
+  /** The image has no linux/amd64 variant: the message lists the platforms it has. */
+  IMAGE_PLATFORM_UNSUPPORTED: { exit: 1, http: 422 },
+  /** The image (compressed or unpacked) is over maxImageBytes: raise the cap or pick a smaller image. */
+  IMAGE_TOO_LARGE: { exit: 1, http: 413 },
+  /** A layer entry that cannot be unpacked safely (path traversal, write through a link, …): named in the message. */
+  IMAGE_LAYER_UNSAFE: { exit: 1, http: 422 },
+  /** The registry refused the credentials (or asked for some and none were given). */
+  IMAGE_AUTH_FAILED: { exit: 4, http: 401 },
+  /** The registry answered something a well-formed registry does not (bad status, bad manifest, refused transport). */
+  IMAGE_REGISTRY_ERROR: { exit: 1, http: 502 },
+  /** An image whose layers a live sandbox uses: kill that sandbox first. */
+  IMAGE_IN_USE: { exit: 1, http: 409 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 

@@ -41,6 +41,15 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   QUOTA_EXCEEDED: { exit: 5, http: 429 },
   WORKSPACE_DIFF_UNSUPPORTED: { exit: 1, http: 422 },
   PORT_UNREACHABLE: { exit: 1, http: 502 },
+  IMAGE_REF_INVALID: { exit: 2, http: 400 },
+  IMAGE_NOT_FOUND: { exit: 3, http: 404 },
+  IMAGE_DIGEST_MISMATCH: { exit: 1, http: 502 },
+  IMAGE_PLATFORM_UNSUPPORTED: { exit: 1, http: 422 },
+  IMAGE_TOO_LARGE: { exit: 1, http: 413 },
+  IMAGE_LAYER_UNSAFE: { exit: 1, http: 422 },
+  IMAGE_AUTH_FAILED: { exit: 4, http: 401 },
+  IMAGE_REGISTRY_ERROR: { exit: 1, http: 502 },
+  IMAGE_IN_USE: { exit: 1, http: 409 },
   INTERNAL: { exit: 70, http: 500 },
 };
 const CODES = Object.keys(EXPECTED) as AirlockErrorCode[];
