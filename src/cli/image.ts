@@ -3,6 +3,7 @@
 // one JSON document at the end. Registry settings come from the environment (src/images/options.ts).
 import type { ResolvedImage } from '../core/image.js';
 import { formatBytes } from '../core/units.js';
+import { imageLayerUsers } from '../backends/host/index.js';
 import { mountedLayerPredicate } from '../images/in-use.js';
 import { loadImages } from '../images/load.js';
 import { imageOptionsFromEnv } from '../images/options.js';
@@ -13,13 +14,16 @@ import { table } from './table.js';
 
 const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
 
-/** The CLI's store: a layer is "in use" while any mount on the host names it. */
+/**
+ * The CLI's store: a layer is "in use" while a live sandbox's record names it (written before the
+ * sandbox mounts it) or any mount on the host names it.
+ */
 export function cliImageStore(env: NodeJS.ProcessEnv = process.env): ImageStore {
   const stateDir = env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
   const store: ImageStore = new ImageStore({
     stateDir,
     ...imageOptionsFromEnv(env),
-    inUse: (dir) => mounted(dir),
+    inUse: (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir),
   });
   const mounted = mountedLayerPredicate(store.root);
   return store;

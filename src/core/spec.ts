@@ -196,13 +196,17 @@ const ImageConfigSchema = z
  */
 export const RootfsSchema = z
   .object({
-    /** Absolute host dirs of the unpacked layers, BOTTOM first (ResolvedImage.layers). */
+    /**
+     * Absolute host dirs of the unpacked layers, BOTTOM first (ResolvedImage.layers). They reach the
+     * kernel only through open_tree (idmapped views), never inside an overlay option string, so ':'
+     * (as in the stores' `sha256:<hex>` dirs) is fine; ',' and '\' are refused all the same.
+     */
     layers: z
       .array(
         z
           .string()
           .refine((p) => isAbsolute(p) && normalize(p) === p, 'rootfs.layers are absolute, normalised paths')
-          .refine((p) => !/[,:\\\0]/.test(p), "rootfs.layers paths cannot hold ',', ':' or '\\'"),
+          .refine((p) => !/[,\\\0]/.test(p), "rootfs.layers paths cannot hold ',' or '\\'"),
       )
       .min(1, 'rootfs.layers lists at least one layer')
       .max(MAX_IMAGE_LAYERS, `an image has at most ${MAX_IMAGE_LAYERS} layers`),

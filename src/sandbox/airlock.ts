@@ -17,6 +17,7 @@ import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
 import type { ImageResolver } from '../core/image.js';
+import { defaultImageResolver } from './images.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   DIGEST_RE,
@@ -193,10 +194,12 @@ export interface AirlockOptions {
    */
   readonly fdBudget?: FdBudgetOptions;
   /**
-   * Resolves `image` references of sandbox specs to unpacked layers (the image store). Without one,
-   * a spec with `image` is refused (BACKEND_UNAVAILABLE).
+   * Resolves `image` references of sandbox specs to unpacked layers. Default: the OCI image store in
+   * the state dir (registry settings from AIRLOCK_IMAGE_REGISTRY, AIRLOCK_INSECURE_REGISTRIES,
+   * AIRLOCK_REGISTRY_AUTH_FILE, AIRLOCK_MAX_IMAGE_BYTES; see docs/images.md). `false`: a spec with
+   * `image` is refused (BACKEND_UNAVAILABLE).
    */
-  readonly images?: ImageResolver;
+  readonly images?: ImageResolver | false;
 }
 
 /** Where Airlock keeps host state unless `AIRLOCK_STATE_DIR` or `stateDir` says otherwise. */
@@ -269,7 +272,8 @@ export class Airlock {
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
-    this.imageResolver = opts.images;
+    const images = opts.images;
+    this.imageResolver = images === false ? undefined : (images ?? defaultImageResolver(this.stateDir));
     // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
     const nofile = raiseOpenFileLimit();
     this.fdBudget = new FdBudget(

@@ -63,10 +63,10 @@ describe.skipIf(!canRunNamespaces)(`airlock run --image (${SKIP_REASON})`, () =>
     expect(await settledResidue()).toEqual(NO_RESIDUE);
   });
 
-  it('the CLI without an image store refuses --image (exit 4), and --pull needs --image (exit 2)', async () => {
-    const a = await runCli(['run', '--image', 'example.com/test/busybox:1', '--', 'true']);
-    expect(a.code).toBe(4);
-    expect(a.stderr).toContain('images are not available');
+  it('the CLI resolves --image in its image store (an uncached image with --pull never is not found), and --pull needs --image (exit 2)', async () => {
+    const a = await runCli(['run', '--image', 'example.com/test/busybox:1', '--pull', 'never', '--', 'true']);
+    expect(a.code).toBe(3);
+    expect(a.stderr).toContain('is not in the local store');
     const b = await runCli(['run', '--pull', 'never', '--', 'true']);
     expect(b.code).toBe(2);
     expect(b.stderr).toContain('--pull needs --image');

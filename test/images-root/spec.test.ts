@@ -32,7 +32,10 @@ describe('image spec fields', () => {
   it('checks rootfs layer paths (absolute, normalised, nothing overlayfs would misread)', () => {
     const spec = (layers: string[]): unknown => ({ rootfs: { layers, config: CONFIG } });
     expect(parseSandboxSpec(spec(['/var/lib/x/l1'])).rootfs?.layers).toEqual(['/var/lib/x/l1']);
-    for (const bad of [['relative'], ['/a/../etc'], ['/a,upperdir=/tmp'], ['/a:/b'], []]) {
+    expect(parseSandboxSpec(spec(['/var/lib/x/sha256:ab/fs'])).rootfs?.layers).toEqual([
+      '/var/lib/x/sha256:ab/fs',
+    ]);
+    for (const bad of [['relative'], ['/a/../etc'], ['/a,upperdir=/tmp'], []]) {
       expect(() => parseSandboxSpec(spec(bad)), JSON.stringify(bad)).toThrow(
         expect.objectContaining({ code: 'INVALID_SPEC' }),
       );
@@ -68,8 +71,13 @@ describe('image spec fields', () => {
     }
   });
 
-  it('without an image store, image is refused with BACKEND_UNAVAILABLE naming the field', async () => {
-    const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE, warmPool: 0 });
+  it('with images turned off, image is refused with BACKEND_UNAVAILABLE naming the field', async () => {
+    const airlock = new Airlock({
+      stateDir: TEST_STATE_DIR,
+      uidRange: TEST_UID_RANGE,
+      warmPool: 0,
+      images: false,
+    });
     try {
       await expect(airlock.create({ image: 'example.com/a/b:1' })).rejects.toMatchObject({
         code: 'BACKEND_UNAVAILABLE',

@@ -8,7 +8,7 @@ import type { CgroupHandle } from './cgroups.privileged.js';
 import { closeLaunchNamespace } from './launcher.privileged.js';
 import { unmountAsync } from './mount.privileged.js';
 import type { NetnsHandle } from './netns.privileged.js';
-import type { Owner, StateDirs } from './state.js';
+import { ownerAlive, type Owner, type StateDirs } from './state.js';
 
 /** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
 export class HostResources {
@@ -92,6 +92,22 @@ export function readOwnerFile(dir: string): OwnerFile | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Ids of the live sandboxes (of any process on the state dir `root`) whose owner.json names the image
+ * layer dir `layerDir`. A sandbox writes that record before it mounts its layers, and an image store
+ * renames a layer away before asking this, so a layer is never deleted from under a sandbox starting
+ * at the same moment (that sandbox fails to mount instead).
+ */
+export function imageLayerUsers(root: string, layerDir: string): string[] {
+  const sandboxes = join(root, 'sandboxes');
+  return readdirOr(sandboxes)
+    .filter((id) => {
+      const meta = readOwnerFile(join(sandboxes, id));
+      return meta?.imageLayers?.includes(layerDir) === true && ownerAlive(meta.owner);
+    })
+    .sort();
 }
 
 function readdirOr(dir: string): string[] {

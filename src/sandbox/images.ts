@@ -1,0 +1,46 @@
+// The image store a runtime uses unless it is given one (`new Airlock({ images })`): the OCI store in
+// the runtime's state dir, with registry settings from the environment (src/images/options.ts).
+// Loaded on first use, so a sandbox on the host root never loads the registry client or tar code.
+import type { ImageResolver } from '../core/image.js';
+import { imageLayerUsers } from '../backends/host/index.js';
+
+/**
+ * True while a layer dir is in use: a live sandbox's record names it (written before it mounts), or
+ * any mount on the host names it (a sandbox of another state dir or an older Airlock).
+ */
+export async function layerInUse(stateDir: string, storeRoot: string): Promise<(dir: string) => boolean> {
+  const { mountedLayerPredicate } = await import('../images/in-use.js');
+  return (dir) => imageLayerUsers(stateDir, dir).length > 0 || mountedLayerPredicate(storeRoot)(dir);
+}
+
+export function defaultImageResolver(stateDir: string, env: NodeJS.ProcessEnv = process.env): ImageResolver {
+  let store: Promise<ImageResolver> | undefined;
+  const open = async (): Promise<ImageResolver> => {
+    const [{ ImageStore }, { imageOptionsFromEnv }] = await Promise.all([
+      import('../images/store.js'),
+      import('../images/options.js'),
+    ]);
+    let inUse: ((dir: string) => boolean) | undefined;
+    const s = new ImageStore({ stateDir, ...imageOptionsFromEnv(env), inUse: (dir) => inUse?.(dir) ?? true });
+    inUse = await layerInUse(stateDir, s.root);
+    return s;
+  };
+  return {
+    async resolve(ref, options) {
+      store ??= open();
+      try {
+        return await (await store).resolve(ref, options);
+      } catch (e) {
+        // A failed open (e.g. a malformed auth file) is retried on the next create, not cached.
+        if (
+          !(await store.then(
+            () => true,
+            () => false,
+          ))
+        )
+          store = undefined;
+        throw e;
+      }
+    },
+  };
+}
