@@ -1,6 +1,7 @@
 // The image store a runtime uses unless it is given one (`new Airlock({ images })`): the OCI store in
 // the runtime's state dir, with registry settings from the environment (src/images/options.ts).
 // Loaded on first use, so a sandbox on the host root never loads the registry client or tar code.
+import { join } from 'node:path';
 import type { ImageResolver } from '../core/image.js';
 import { imageLayerUsers } from '../backends/host/index.js';
 
@@ -20,9 +21,9 @@ export function defaultImageResolver(stateDir: string, env: NodeJS.ProcessEnv = 
       import('../images/store.js'),
       import('../images/options.js'),
     ]);
-    let inUse: ((dir: string) => boolean) | undefined;
-    const s = new ImageStore({ stateDir, ...imageOptionsFromEnv(env), inUse: (dir) => inUse?.(dir) ?? true });
-    inUse = await layerInUse(stateDir, s.root);
+    // ImageStore keeps its files under <stateDir>/images (ImageStore.root).
+    const inUse = await layerInUse(stateDir, join(stateDir, 'images'));
+    const s = new ImageStore({ stateDir, ...imageOptionsFromEnv(env), inUse });
     return s;
   };
   return {
