@@ -50,7 +50,7 @@ build)
   # bin -> usr/bin link when writing, so every file lands under usr/ as on the host.
   closure "$@" | xargs dpkg-query -L |
     grep -vE '^/usr/share/(doc|man|info|locale|lintian|bug)(/|$)' | sort -u |
-    while read -r f; do [[ (-e $f || -L $f) && ! (-d $f && ! -L $f) ]] && echo "${f#/}"; done |
+    while read -r f; do if [[ (-e $f || -L $f) && ! (-d $f && ! -L $f) ]]; then echo "${f#/}"; fi; done |
     tar -C / --no-recursion -cf - -T - | tar -C "$dir" --keep-directory-symlink -xf -
   ;;
 *)

@@ -167,18 +167,28 @@ export function ensurePackageLayer(cacheDir: string): Promise<string> {
   });
 }
 
+/** One layer of the guest's root: a dir tree shown at `at` (default: the root). */
+export interface RootfsLayer {
+  readonly dir: string;
+  readonly at?: string;
+}
+
 /**
  * The read-only root: the layer dirs merged in order (a later layer's files replace an earlier one's),
  * the sandbox's own dirs added, as an erofs image. Keyed by the layer paths, which are content-named
  * (packages-<hash>, etc-<hash>, image layers by digest).
  */
-export function ensureRootfs(cacheDir: string, layers: readonly string[]): Promise<string> {
-  const out = join(cacheDir, `rootfs-${sha(...layers, 'v1')}.erofs`);
+export function ensureRootfs(cacheDir: string, layers: readonly RootfsLayer[]): Promise<string> {
+  const out = join(cacheDir, `rootfs-${sha(...layers.map((l) => `${l.at ?? '/'}=${l.dir}`), 'v1')}.erofs`);
   return once(out, async (tmp) => {
     const tree = `${tmp}.d`;
     try {
       mkdirSync(tree, { mode: 0o755 });
-      for (const l of layers) await run('cp', ['-a', '--', `${l}/.`, tree], { timeout: 300_000 });
+      for (const l of layers) {
+        const at = join(tree, l.at ?? '/');
+        mkdirSync(at, { recursive: true, mode: 0o755 });
+        await run('cp', ['-a', '--', `${l.dir}/.`, at], { timeout: 300_000 });
+      }
       for (const [d, mode, uid] of [
         ['workspace', 0o755, SANDBOX_UID],
         ['home', 0o755, 0],

@@ -172,7 +172,10 @@ export class MicrovmBackend implements BackendV1 {
     const a = await this.assets();
     // The rootfs is a list of layer dirs, bottom first (image layers will join here): the host
     // packages, then the generated /etc every tier shows its sandboxes.
-    const rootfs = await ensureRootfs(this.cacheDir, [a.packages, parts.layout.etcDir]);
+    const rootfs = await ensureRootfs(this.cacheDir, [
+      { dir: a.packages },
+      { dir: parts.layout.etcDir, at: '/etc' },
+    ]);
     const sbx = new MicrovmSandbox(parts);
     await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal);
     return sbx;

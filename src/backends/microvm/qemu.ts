@@ -89,7 +89,7 @@ export function qemuArgs(c: VmConfig): string[] {
           '-device',
           'virtio-blk-device,drive=root',
           '-device',
-          'virtio-serial-device,max_ports=1',
+          'virtio-serial-device,max_ports=2',
           '-chardev',
           `socket,id=agent,path=${c.agentSocket},server=on,wait=off`,
           '-device',
