@@ -34,6 +34,7 @@ extern char **environ;
 
 #define MAX_EXECS 64
 #define CHUNK 65536
+#define SANDBOX_CG "/sys/fs/cgroup/sbx"
 
 struct exec {
   uint32_t id;
@@ -141,6 +142,14 @@ static void wait_for(const char *path) {
   if (access(path, F_OK) != 0) die(path);
 }
 
+static int put_file(const char *path, const char *value) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = write(fd, value, strlen(value));
+  close(fd);
+  return n == (ssize_t)strlen(value);
+}
+
 static void mnt(const char *src, const char *dst, const char *type, unsigned long fl, const char *data) {
   mkdir(dst, 0755);
   if (mount(src, dst, type, fl, data) != 0) die(dst);
@@ -181,6 +190,16 @@ static void boot(void) {
   mnt("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
   mkdir("/sys/fs/cgroup", 0755);
   have_cgroups = mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0;
+  // Every exec runs in a cgroup under SANDBOX_CG, which holds the sandbox's limits (airlock.pids,
+  // airlock.mem on the command line); its memory.events and pids.events are the limit counters.
+  if (have_cgroups) {
+    have_cgroups = put_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids +memory") &&
+                   mkdir(SANDBOX_CG, 0755) == 0 &&
+                   put_file(SANDBOX_CG "/pids.max", cmdline("pids", "max")) &&
+                   put_file(SANDBOX_CG "/memory.max", cmdline("mem", "max")) &&
+                   put_file(SANDBOX_CG "/cgroup.subtree_control", "+pids +memory");
+    if (!have_cgroups) die("sandbox cgroup");
+  }
   // The sandbox's own dirs, owned by its user (airlock.uid on the command line).
   uid_t uid = (uid_t)strtoul(cmdline("uid", "1000"), NULL, 10);
   mkdir("/workspace", 0755);
@@ -269,7 +288,7 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
   memset(x, 0, sizeof *x);
   x->id = id;
   if (have_cgroups) {
-    snprintf(x->cg, sizeof x->cg, "/sys/fs/cgroup/x%u", id);
+    snprintf(x->cg, sizeof x->cg, SANDBOX_CG "/x%u", id);
     if (mkdir(x->cg, 0755) != 0) x->cg[0] = 0;
   }
   pid_t pid = fork();

@@ -26,7 +26,7 @@ import {
   findKernel,
   type Kernel,
 } from './assets.js';
-import { QEMU_OVERHEAD_BYTES, QEMU_TASKS, findQemu, qemuVersion, type Accel } from './qemu.js';
+import { GUEST_KERNEL_BYTES, QEMU_OVERHEAD_BYTES, QEMU_TASKS, findQemu, qemuVersion, type Accel } from './qemu.js';
 import { MicrovmSandbox, type VmAssets } from './sandbox.js';
 
 const run = promisify(execFile);
@@ -41,7 +41,7 @@ export interface MicrovmOptions extends HostOptions {
 
 /** The cgroup holding a sandbox holds its QEMU: the guest's RAM plus QEMU's own footprint. */
 export function microvmHostLimits(l: Limits): Limits {
-  return { ...l, memoryBytes: l.memoryBytes + QEMU_OVERHEAD_BYTES, pids: QEMU_TASKS };
+  return { ...l, memoryBytes: l.memoryBytes + GUEST_KERNEL_BYTES + QEMU_OVERHEAD_BYTES, pids: QEMU_TASKS };
 }
 
 /** What this milestone of the tier cannot do yet, as the typed error a create gets. */

@@ -9,6 +9,12 @@ const run = promisify(execFile);
 
 export type Accel = 'kvm' | 'tcg';
 
+/**
+ * Guest RAM beyond the sandbox's memory limit: the guest kernel, the agent and page cache of the
+ * rootfs. The limit itself is enforced inside the guest (the sandbox cgroup's memory.max), so an
+ * exec that exceeds it meets the guest's OOM killer, not the VM's.
+ */
+export const GUEST_KERNEL_BYTES = 128 * 1024 * 1024;
 /** Host memory QEMU needs beyond the guest's RAM (its own heap plus TCG's translation cache). */
 export const QEMU_OVERHEAD_BYTES = 192 * 1024 * 1024;
 /** Host tasks (threads) one QEMU uses beyond nothing: its main loop, vCPU, RCU and I/O threads. */
@@ -21,7 +27,10 @@ export interface VmConfig {
   readonly kernel: string;
   readonly initramfs: string;
   readonly rootfs: string;
+  /** The sandbox's memory limit (the guest gets GUEST_KERNEL_BYTES more RAM than this). */
   readonly memoryBytes: number;
+  /** The sandbox's process limit, enforced in the guest. */
+  readonly pids: number;
   readonly vcpus: number;
   /** Size of the guest's writable tmpfs (its overlay's upper layer): the sandbox's disk limit. */
   readonly diskBytes: number;
@@ -38,7 +47,7 @@ export interface VmConfig {
  * HPET or PM timer and TCG no kvmclock): tsc_early_khz gives the TSC a nominal rate, tsc=reliable
  * skips the watchdog that would otherwise stall boot for seconds.
  */
-export function kernelCmdline(c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe'>): string {
+export function kernelCmdline(c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids'>): string {
   return [
     'console=ttyS0',
     'quiet',
@@ -47,12 +56,14 @@ export function kernelCmdline(c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe'>
     ...(c.accel === 'tcg' ? ['tsc_early_khz=2000000', 'tsc=reliable'] : []),
     `airlock.disk=${Math.max(1 << 20, Math.floor(c.diskBytes))}`,
     'airlock.uid=1000',
+    `airlock.mem=${Math.floor(c.memoryBytes)}`,
+    `airlock.pids=${Math.floor(c.pids)}`,
     ...(c.probe ? ['airlock.probe=1'] : []),
   ].join(' ');
 }
 
 export function qemuArgs(c: VmConfig): string[] {
-  const mib = Math.max(64, Math.ceil(c.memoryBytes / (1024 * 1024)));
+  const mib = Math.ceil((c.memoryBytes + GUEST_KERNEL_BYTES) / (1024 * 1024));
   return [
     '-M',
     'microvm',

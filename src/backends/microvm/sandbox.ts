@@ -55,6 +55,7 @@ export class MicrovmSandbox implements BackendSandbox {
         initramfs: a.initramfs,
         rootfs: a.rootfs,
         memoryBytes: p.spec.limits.memoryBytes,
+        pids: p.spec.limits.pids,
         vcpus: p.spec.limits.cpus,
         diskBytes: p.spec.limits.diskBytes,
         agentSocket: sock,
@@ -135,8 +136,23 @@ export class MicrovmSandbox implements BackendSandbox {
     return proc;
   }
 
-  counters(): Promise<LimitCounters> {
-    return this.host.counters();
+  /**
+   * The guest's own counters (its sandbox cgroup's memory.events oom_kill and pids.events max), read
+   * through the agent; the guest is untrusted, so they only ever classify its own results.
+   */
+  async counters(): Promise<LimitCounters> {
+    const agent = this.agent;
+    if (!agent || agent.closed) return { oomKills: 0, pidsLimitHits: 0 };
+    const count = async (file: string, key: string): Promise<number> => {
+      try {
+        const text = (await agent.readFile(`/sys/fs/cgroup/sbx/${file}`)).toString('latin1');
+        const m = new RegExp(`^${key} (\\d{1,15})$`, 'm').exec(text);
+        return m ? Number(m[1]) : 0;
+      } catch {
+        return 0;
+      }
+    };
+    return { oomKills: await count('memory.events', 'oom_kill'), pidsLimitHits: await count('pids.events', 'max') };
   }
 
   destroy(): Promise<void> {
