@@ -125,9 +125,11 @@ export class AgentConnection {
     this.closedWith = why;
     this.sock.destroy();
     for (const w of this.helloWaiters.splice(0)) w.reject(why);
+    // An exec whose start was in flight is reported started and killed with the VM, like one
+    // that had started: killing a sandbox ends its execs, it does not fail them.
     for (const [, x] of this.execs) {
-      if (x.failed) x.failed(why);
-      else x.exit({ exitCode: null, signal: 'SIGKILL' });
+      x.started?.(0);
+      x.exit({ exitCode: null, signal: 'SIGKILL' });
     }
     this.execs.clear();
     for (const [, r] of this.requests) r.reject(why);
