@@ -50,7 +50,13 @@ async function rawBoot(qemu: string, kernel: string, initramfs: string, rootfs: 
     const s = connect(sock);
     await new Promise((r, j) => s.once('connect', r).once('error', j));
     const agent = new AgentConnection(s);
-    const p = await agent.exec({ uid: 1000, argv: ['true'], env: { PATH: '/usr/bin:/bin' }, cwd: '/', stdin: false });
+    const p = await agent.exec({
+      uid: 1000,
+      argv: ['true'],
+      env: { PATH: '/usr/bin:/bin' },
+      cwd: '/',
+      stdin: false,
+    });
     p.stdout.resume();
     p.stderr.resume();
     await p.exited;

@@ -16,13 +16,18 @@ const canRunMicrovm =
 const MICROVM_SKIP_REASON =
   'needs root, qemu-system-x86, erofs-utils, gcc and the guest kernel in /var/cache/airlock/microvm (run scripts/setup.sh)';
 
-const NO_HOST_DIRS = 'host dirs are not shared into the guest yet (virtio-fs/9p is a later milestone): the spec is refused';
-const NO_EGRESS = 'the microvm tier has no network path yet (egress is a later milestone): network specs are refused';
+const NO_HOST_DIRS =
+  'host dirs are not shared into the guest yet (virtio-fs/9p is a later milestone): the spec is refused';
+const NO_EGRESS =
+  'the microvm tier has no network path yet (egress is a later milestone): network specs are refused';
 
 /** QEMU processes alive now (any of them: tests run one file at a time). */
 function qemus(): string[] {
   try {
-    return execFileSync('pgrep', ['-a', 'qemu-system'], { encoding: 'utf8' }).trim().split('\n').filter(Boolean);
+    return execFileSync('pgrep', ['-a', 'qemu-system'], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .filter(Boolean);
   } catch {
     return [];
   }

@@ -119,12 +119,16 @@ describe('microvm protocol: frames to the guest', () => {
   it('EXEC refuses NUL bytes, empty argv and oversize requests with typed errors', () => {
     const base = { uid: 1000, env: {}, cwd: '/', stdin: false };
     expect(violation(() => encodeExec(1, { ...base, argv: ['a\0b'] })).code).toBe('INVALID_ARGUMENT');
-    expect(violation(() => encodeExec(1, { ...base, argv: ['x'], env: { K: 'v\0' } })).code).toBe('INVALID_ARGUMENT');
+    expect(violation(() => encodeExec(1, { ...base, argv: ['x'], env: { K: 'v\0' } })).code).toBe(
+      'INVALID_ARGUMENT',
+    );
     expect(violation(() => encodeExec(1, { ...base, argv: [] })).code).toBe('INVALID_ARGUMENT');
     expect(violation(() => encodeExec(1, { ...base, argv: ['x', 'y'.repeat(MAX_PAYLOAD)] })).code).toBe(
       'REQUEST_TOO_LARGE',
     );
-    expect(violation(() => encodeExec(1, { ...base, argv: Array(5000).fill('a') })).code).toBe('REQUEST_TOO_LARGE');
+    expect(violation(() => encodeExec(1, { ...base, argv: Array(5000).fill('a') })).code).toBe(
+      'REQUEST_TOO_LARGE',
+    );
   });
 });
 
@@ -161,6 +165,8 @@ describe('microvm: initramfs archive and QEMU command line', () => {
     expect(joined).toMatch(/-sandbox on,.*spawn=deny/);
     expect(joined).toContain('file=/r.erofs,format=raw,readonly=on');
     expect(joined).toContain('-m 384M'); // the limit plus the guest kernel's share
-    expect(kernelCmdline({ accel: 'kvm', diskBytes: 5, memoryBytes: 7, pids: 9 })).not.toContain('tsc_early_khz');
+    expect(kernelCmdline({ accel: 'kvm', diskBytes: 5, memoryBytes: 7, pids: 9 })).not.toContain(
+      'tsc_early_khz',
+    );
   });
 });

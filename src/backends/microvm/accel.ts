@@ -37,11 +37,17 @@ function kvmBoots(qemu: string, kernel: string, initramfs: string): Promise<{ ok
   const i = args.indexOf('-serial');
   args[i + 1] = 'stdio';
   return new Promise((resolve) => {
-    execFile(qemu, args, { timeout: PROBE_TIMEOUT_MS, env: {}, maxBuffer: 4 << 20 }, (err, stdout, stderr) => {
-      if (stdout.includes('AIRLOCK-PROBE-OK')) return resolve({ ok: true, detail: 'a KVM guest booted to init' });
-      const why = (stderr || err?.message || 'no output').trim().split('\n').pop() ?? '';
-      resolve({ ok: false, detail: `a KVM guest did not reach init (${why.slice(0, 300)})` });
-    });
+    execFile(
+      qemu,
+      args,
+      { timeout: PROBE_TIMEOUT_MS, env: {}, maxBuffer: 4 << 20 },
+      (err, stdout, stderr) => {
+        if (stdout.includes('AIRLOCK-PROBE-OK'))
+          return resolve({ ok: true, detail: 'a KVM guest booted to init' });
+        const why = (stderr || err?.message || 'no output').trim().split('\n').pop() ?? '';
+        resolve({ ok: false, detail: `a KVM guest did not reach init (${why.slice(0, 300)})` });
+      },
+    );
   });
 }
 

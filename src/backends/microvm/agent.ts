@@ -78,7 +78,8 @@ export class AgentConnection {
       for (const w of this.helloWaiters.splice(0)) w.resolve();
       return;
     }
-    if (!this.helloSeen) return this.close(new AirlockError('INTERNAL', 'the guest agent spoke before hello'));
+    if (!this.helloSeen)
+      return this.close(new AirlockError('INTERNAL', 'the guest agent spoke before hello'));
     const x = this.execs.get(f.id);
     const r = this.requests.get(f.id);
     switch (f.type) {
@@ -90,13 +91,17 @@ export class AgentConnection {
         return;
       case 'stdout':
       case 'stderr':
-        if (!x || x.started) return this.close(new AirlockError('INTERNAL', `output for unknown exec ${f.id}`));
+        if (!x || x.started)
+          return this.close(new AirlockError('INTERNAL', `output for unknown exec ${f.id}`));
         (f.type === 'stdout' ? x.stdout : x.stderr).write(f.data);
         return;
       case 'exit':
         if (!x || x.started) return this.close(new AirlockError('INTERNAL', `exit of unknown exec ${f.id}`));
         this.execs.delete(f.id);
-        x.exit({ exitCode: f.code, signal: f.signal === null ? null : (SIGNAL_NAMES.get(f.signal) ?? 'SIGKILL') });
+        x.exit({
+          exitCode: f.code,
+          signal: f.signal === null ? null : (SIGNAL_NAMES.get(f.signal) ?? 'SIGKILL'),
+        });
         return;
       case 'error':
         if (x?.failed) {
@@ -224,12 +229,15 @@ export class AgentConnection {
   /** Read a guest file as root (bounded: FILE_TOO_LARGE over MAX_FILE_BYTES). Host-internal use only. */
   async readFile(path: string): Promise<Buffer> {
     checkPath(path);
-    const f = await this.request((id) => encodeFrame(Frame.FILE_READ, id, Buffer.from(`${path}\0`))).catch((e) => {
-      if (AirlockError.isInstance(e) && /too large/.test(e.message))
-        throw new AirlockError('FILE_TOO_LARGE', `${path} is over ${MAX_FILE_BYTES} bytes`);
-      throw e;
-    });
-    if (f.type !== 'file-data') throw new AirlockError('INTERNAL', 'the guest agent answered a read with no data');
+    const f = await this.request((id) => encodeFrame(Frame.FILE_READ, id, Buffer.from(`${path}\0`))).catch(
+      (e) => {
+        if (AirlockError.isInstance(e) && /too large/.test(e.message))
+          throw new AirlockError('FILE_TOO_LARGE', `${path} is over ${MAX_FILE_BYTES} bytes`);
+        throw e;
+      },
+    );
+    if (f.type !== 'file-data')
+      throw new AirlockError('INTERNAL', 'the guest agent answered a read with no data');
     return f.data;
   }
 

@@ -122,7 +122,9 @@ export function ensureAgent(cacheDir: string): Promise<string> {
   const out = join(cacheDir, `agent-${sha(src, hdr)}`);
   return once(out, async (tmp) => {
     try {
-      await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, join(GUEST_DIR, 'agent.c')], { timeout: 120_000 });
+      await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, join(GUEST_DIR, 'agent.c')], {
+        timeout: 120_000,
+      });
     } catch (e) {
       throw new AirlockError(
         'BACKEND_UNAVAILABLE',

@@ -24,7 +24,10 @@ export function newcArchive(entries: readonly CpioEntry[]): Buffer {
   const add = (ino: number, e: CpioEntry): void => {
     const data = e.data ?? Buffer.alloc(0);
     const name = Buffer.from(`${e.name}\0`);
-    const head = Buffer.concat([Buffer.from(header(ino, e.mode, e.mode & 0o40000 ? 2 : 1, data.length, name.length)), name]);
+    const head = Buffer.concat([
+      Buffer.from(header(ino, e.mode, e.mode & 0o40000 ? 2 : 1, data.length, name.length)),
+      name,
+    ]);
     parts.push(head, pad4(head.length), data, pad4(data.length));
   };
   entries.forEach((e, i) => add(i + 1, e));

@@ -26,7 +26,14 @@ import {
   findKernel,
   type Kernel,
 } from './assets.js';
-import { GUEST_KERNEL_BYTES, QEMU_OVERHEAD_BYTES, QEMU_TASKS, findQemu, qemuVersion, type Accel } from './qemu.js';
+import {
+  GUEST_KERNEL_BYTES,
+  QEMU_OVERHEAD_BYTES,
+  QEMU_TASKS,
+  findQemu,
+  qemuVersion,
+  type Accel,
+} from './qemu.js';
 import { MicrovmSandbox, type VmAssets } from './sandbox.js';
 
 const run = promisify(execFile);
@@ -46,9 +53,12 @@ export function microvmHostLimits(l: Limits): Limits {
 
 /** What this milestone of the tier cannot do yet, as the typed error a create gets. */
 function unsupported(spec: SandboxSpec): string | undefined {
-  if (spec.network) return 'network policies (egress through the gateway is a later milestone of the microvm tier)';
-  if (spec.secrets.length) return 'secrets (they are swapped at egress, which the microvm tier does not have yet)';
-  if (spec.workspace.mode !== 'empty') return `workspace mode '${spec.workspace.mode}' (host dirs are not shared into the VM yet)`;
+  if (spec.network)
+    return 'network policies (egress through the gateway is a later milestone of the microvm tier)';
+  if (spec.secrets.length)
+    return 'secrets (they are swapped at egress, which the microvm tier does not have yet)';
+  if (spec.workspace.mode !== 'empty')
+    return `workspace mode '${spec.workspace.mode}' (host dirs are not shared into the VM yet)`;
   if (spec.mounts.length) return 'mounts (host dirs are not shared into the VM yet)';
   if (spec.layers?.length) return 'snapshot layers (snapshots of the microvm tier are a later milestone)';
   return undefined;
@@ -70,7 +80,11 @@ export class MicrovmBackend implements BackendV1 {
     private readonly ctx: BackendContext,
     opts: MicrovmOptions = {},
   ) {
-    this.host = new SandboxHost(ctx, { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits }, opts);
+    this.host = new SandboxHost(
+      ctx,
+      { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits },
+      opts,
+    );
     this.cacheDir = opts.cacheDir ?? DEFAULT_CACHE_DIR;
     this.qemuPath = opts.qemuPath ?? findQemu();
     this.forcedAccel = opts.accel;
@@ -87,11 +101,16 @@ export class MicrovmBackend implements BackendV1 {
       checks.push({
         name: 'qemu',
         ok: false,
-        detail: 'qemu-system-x86_64 not found: apt-get install qemu-system-x86 (scripts/setup.sh installs it)',
+        detail:
+          'qemu-system-x86_64 not found: apt-get install qemu-system-x86 (scripts/setup.sh installs it)',
       });
     } else {
       try {
-        checks.push({ name: 'qemu', ok: true, detail: `QEMU ${await qemuVersion(this.qemuPath)} at ${this.qemuPath}` });
+        checks.push({
+          name: 'qemu',
+          ok: true,
+          detail: `QEMU ${await qemuVersion(this.qemuPath)} at ${this.qemuPath}`,
+        });
       } catch (e) {
         checks.push({ name: 'qemu', ok: false, detail: `qemu --version failed: ${(e as Error).message}` });
       }
@@ -145,7 +164,13 @@ export class MicrovmBackend implements BackendV1 {
         ensureInitramfs(this.cacheDir, this.kernel!, agent),
         ensurePackageLayer(this.cacheDir),
       ]);
-      return { qemu: this.qemuPath!, accel: 'tcg' as Accel, kernel: this.kernel!.vmlinuz, initramfs, packages };
+      return {
+        qemu: this.qemuPath!,
+        accel: 'tcg' as Accel,
+        kernel: this.kernel!.vmlinuz,
+        initramfs,
+        packages,
+      };
     })();
     this.bootAssets.catch(() => (this.bootAssets = undefined));
     return this.bootAssets;
@@ -156,7 +181,11 @@ export class MicrovmBackend implements BackendV1 {
     if (!probe.available)
       throw new AirlockError('BACKEND_UNAVAILABLE', `${this.name} backend unavailable: ${probe.reason}`);
     const no = unsupported(spec);
-    if (no) throw new AirlockError('BACKEND_UNAVAILABLE', `the microvm backend does not support ${no} yet; use the namespaces or gvisor backend for it`);
+    if (no)
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `the microvm backend does not support ${no} yet; use the namespaces or gvisor backend for it`,
+      );
     return this.host.create(spec, (parts) => this.makeSandbox(parts, signal));
   }
 

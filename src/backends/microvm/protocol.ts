@@ -39,7 +39,12 @@ export type GuestFrame =
   | { readonly type: 'hello'; readonly version: string }
   | { readonly type: 'started'; readonly id: number; readonly pid: number }
   | { readonly type: 'stdout' | 'stderr' | 'file-data'; readonly id: number; readonly data: Buffer }
-  | { readonly type: 'exit'; readonly id: number; readonly code: number | null; readonly signal: number | null }
+  | {
+      readonly type: 'exit';
+      readonly id: number;
+      readonly code: number | null;
+      readonly signal: number | null;
+    }
   | { readonly type: 'error'; readonly id: number; readonly message: string }
   | { readonly type: 'ok'; readonly id: number };
 
@@ -48,7 +53,8 @@ function violation(what: string): AirlockError {
 }
 
 export function encodeFrame(type: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  if (payload.length > MAX_PAYLOAD) throw new AirlockError('INTERNAL', `frame payload over ${MAX_PAYLOAD} bytes`);
+  if (payload.length > MAX_PAYLOAD)
+    throw new AirlockError('INTERNAL', `frame payload over ${MAX_PAYLOAD} bytes`);
   const h = Buffer.alloc(HEADER_BYTES);
   h.writeUInt32LE(payload.length, 0);
   h.writeUInt8(type, 4);
@@ -69,7 +75,8 @@ export interface ExecRequest {
 export function encodeExec(id: number, r: ExecRequest): Buffer {
   const env = Object.entries(r.env).map(([k, v]) => `${k}=${v}`);
   const strings = [r.cwd, ...r.argv, ...env];
-  if (r.argv.length < 1) throw new AirlockError('INVALID_ARGUMENT', 'argv must not be empty', { field: 'argv' });
+  if (r.argv.length < 1)
+    throw new AirlockError('INVALID_ARGUMENT', 'argv must not be empty', { field: 'argv' });
   if (r.argv.length + env.length > MAX_STRINGS) {
     throw new AirlockError(
       'REQUEST_TOO_LARGE',
@@ -78,7 +85,9 @@ export function encodeExec(id: number, r: ExecRequest): Buffer {
   }
   for (const s of strings) {
     if (s.includes('\0')) {
-      throw new AirlockError('INVALID_ARGUMENT', 'argv, env and cwd must not contain NUL bytes', { field: 'argv' });
+      throw new AirlockError('INVALID_ARGUMENT', 'argv, env and cwd must not contain NUL bytes', {
+        field: 'argv',
+      });
     }
   }
   const head = Buffer.alloc(16);
@@ -115,7 +124,8 @@ export class FrameDecoder {
       while (this.buf.length >= HEADER_BYTES) {
         const len = this.buf.readUInt32LE(0);
         if (len > MAX_PAYLOAD) throw violation(`frame of ${len} bytes (at most ${MAX_PAYLOAD})`);
-        if (this.buf[5] !== 0 || this.buf[6] !== 0 || this.buf[7] !== 0) throw violation('non-zero header padding');
+        if (this.buf[5] !== 0 || this.buf[6] !== 0 || this.buf[7] !== 0)
+          throw violation('non-zero header padding');
         if (this.buf.length < HEADER_BYTES + len) break;
         const type = this.buf[4]!;
         const id = this.buf.readUInt32LE(8);

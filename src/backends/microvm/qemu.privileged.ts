@@ -41,7 +41,8 @@ export interface QemuProcess {
 }
 
 export async function startQemu(o: QemuStart): Promise<QemuProcess> {
-  if (!Number.isInteger(o.uid) || o.uid <= 0) throw new AirlockError('INTERNAL', `refusing to run QEMU as uid ${o.uid}`);
+  if (!Number.isInteger(o.uid) || o.uid <= 0)
+    throw new AirlockError('INTERNAL', `refusing to run QEMU as uid ${o.uid}`);
   const setpriv = [
     `--reuid=${o.uid}`,
     `--regid=${o.uid}`,
@@ -83,9 +84,13 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     child.kill('SIGKILL');
     gate.destroy();
     await exitedP;
-    throw new AirlockError('INTERNAL', `could not place QEMU in the sandbox's cgroup: ${(e as Error).message}`, {
-      cause: e,
-    });
+    throw new AirlockError(
+      'INTERNAL',
+      `could not place QEMU in the sandbox's cgroup: ${(e as Error).message}`,
+      {
+        cause: e,
+      },
+    );
   }
   gate.end('go\n');
   return proc;

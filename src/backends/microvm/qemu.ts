@@ -47,7 +47,9 @@ export interface VmConfig {
  * HPET or PM timer and TCG no kvmclock): tsc_early_khz gives the TSC a nominal rate, tsc=reliable
  * skips the watchdog that would otherwise stall boot for seconds.
  */
-export function kernelCmdline(c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids'>): string {
+export function kernelCmdline(
+  c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids'>,
+): string {
   return [
     'console=ttyS0',
     'quiet',
@@ -111,7 +113,8 @@ export function qemuArgs(c: VmConfig): string[] {
 
 /** The qemu-system-x86_64 binary, if installed. */
 export function findQemu(): string | undefined {
-  for (const p of ['/usr/bin/qemu-system-x86_64', '/usr/local/bin/qemu-system-x86_64']) if (existsSync(p)) return p;
+  for (const p of ['/usr/bin/qemu-system-x86_64', '/usr/local/bin/qemu-system-x86_64'])
+    if (existsSync(p)) return p;
   return undefined;
 }
 

@@ -79,7 +79,10 @@ export class MicrovmSandbox implements BackendSandbox {
     const fail = (why: string): AirlockError => {
       const tail = existsSync(consoleLog) ? readFileSync(consoleLog, 'utf8').slice(-1500) : '';
       const detail = [qemu.stderr().trim(), tail.trim()].filter(Boolean).join(' | ');
-      return new AirlockError('BACKEND_UNAVAILABLE', `microVM ${this.id} did not boot: ${why}${detail ? `: ${detail}` : ''}`);
+      return new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `microVM ${this.id} did not boot: ${why}${detail ? `: ${detail}` : ''}`,
+      );
     };
     try {
       const deadline = Date.now() + BOOT_TIMEOUT_MS;
@@ -100,7 +103,9 @@ export class MicrovmSandbox implements BackendSandbox {
       });
       const agent = new AgentConnection(s);
       this.agent = agent;
-      void qemu.exited.then(() => agent.close(new AirlockError('SANDBOX_GONE', `the microVM of ${this.id} exited`)));
+      void qemu.exited.then(() =>
+        agent.close(new AirlockError('SANDBOX_GONE', `the microVM of ${this.id} exited`)),
+      );
       const timer = setInterval(() => {
         try {
           check();
@@ -124,7 +129,8 @@ export class MicrovmSandbox implements BackendSandbox {
   async spawn(req: SpawnRequest): Promise<BackendProcess> {
     this.host.assertAlive();
     const agent = this.agent;
-    if (!agent || agent.closed) throw new AirlockError('SANDBOX_GONE', `the microVM of sandbox ${this.id} is gone`);
+    if (!agent || agent.closed)
+      throw new AirlockError('SANDBOX_GONE', `the microVM of sandbox ${this.id} is gone`);
     const proc = await agent.exec({
       uid: SANDBOX_UID,
       argv: req.argv,
@@ -152,7 +158,10 @@ export class MicrovmSandbox implements BackendSandbox {
         return 0;
       }
     };
-    return { oomKills: await count('memory.events', 'oom_kill'), pidsLimitHits: await count('pids.events', 'max') };
+    return {
+      oomKills: await count('memory.events', 'oom_kill'),
+      pidsLimitHits: await count('pids.events', 'max'),
+    };
   }
 
   destroy(): Promise<void> {
