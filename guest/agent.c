@@ -200,6 +200,9 @@ static void boot(void) {
                    put_file(SANDBOX_CG "/cgroup.subtree_control", "+pids +memory");
     if (!have_cgroups) die("sandbox cgroup");
   }
+  // The guest's RAM is the limit plus the kernel's share: without overcommit one large allocation
+  // (over total RAM) would fail with ENOMEM instead of meeting the sandbox cgroup's OOM killer.
+  put_file("/proc/sys/vm/overcommit_memory", "1");
   // The sandbox's own dirs, owned by its user (airlock.uid on the command line).
   uid_t uid = (uid_t)strtoul(cmdline("uid", "1000"), NULL, 10);
   mkdir("/workspace", 0755);
@@ -561,7 +564,13 @@ int main(void) {
       pid_t p;
       while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
         for (int i = 0; i < MAX_EXECS; i++)
-          if (execs[i].pid == p && !execs[i].exited) execs[i].exited = 1, execs[i].status = st;
+          if (execs[i].pid == p && !execs[i].exited) {
+            execs[i].exited = 1;
+            execs[i].status = st;
+            // Like the other tiers (the exec's pid namespace dies with its first process): what the
+            // process leaves behind in its cgroup dies with it.
+            kill_exec(&execs[i], SIGKILL);
+          }
       }
       for (int i = 0; i < MAX_EXECS; i++) maybe_finish(&execs[i]);
     }

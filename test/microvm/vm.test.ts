@@ -80,6 +80,16 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect((await a.exec('touch /usr/bin/x 2>&1; echo $?')).stdout.trim()).not.toBe('0');
   });
 
+  it('a timeout kills the whole process tree, and a finished exec leaves no process behind', async () => {
+    const sbx = await create();
+    const r = await sbx.exec('sleep 301 & sleep 302 & echo forked; wait', { timeoutMs: 5000 });
+    expect([r.killedBy, r.stdout]).toEqual(['timeout', 'forked\n']);
+    const done = await sbx.exec('sleep 303 & echo left');
+    expect(done.stdout).toBe('left\n');
+    const ps = await sbx.exec(['ps', '-eo', 'args']);
+    expect(ps.stdout).not.toMatch(/sleep 30[123]/);
+  });
+
   it('kill ends the VM: no QEMU and no host residue left', async () => {
     const sbx = await create();
     const running = sbx.exec('sleep 300');

@@ -180,12 +180,6 @@ export class MicrovmBackend implements BackendV1 {
     const probe = await this.probe();
     if (!probe.available)
       throw new AirlockError('BACKEND_UNAVAILABLE', `${this.name} backend unavailable: ${probe.reason}`);
-    const no = unsupported(spec);
-    if (no)
-      throw new AirlockError(
-        'BACKEND_UNAVAILABLE',
-        `the microvm backend does not support ${no} yet; use the namespaces or gvisor backend for it`,
-      );
     return this.host.create(spec, (parts) => this.makeSandbox(parts, signal));
   }
 
@@ -198,6 +192,15 @@ export class MicrovmBackend implements BackendV1 {
   }
 
   private async makeSandbox(parts: HostSandboxParts, signal?: AbortSignal): Promise<MicrovmSandbox> {
+    // Checked after the host state validated the spec (bad host dirs and mounts are INVALID_SPEC on
+    // every tier); what is left is only what this tier cannot do yet.
+    const spec = parts.spec;
+    const no = unsupported(spec);
+    if (no)
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `the microvm backend does not support ${no} yet; use the namespaces or gvisor backend for it`,
+      );
     const a = await this.assets();
     // The rootfs is a list of layer dirs, bottom first (image layers will join here): the host
     // packages, then the generated /etc every tier shows its sandboxes.
