@@ -2,7 +2,7 @@
 // as the sandbox's leased uid inside its cgroup, with no network device; specs the milestone cannot
 // honour are refused with a typed error and leave nothing behind; kill leaves no QEMU.
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Sandbox, type Airlock } from '../../src/index.js';
 import { canRunNamespaces, settledResidue, testAirlock, NO_RESIDUE } from '../helpers.js';
@@ -28,6 +28,9 @@ function qemus(): Array<[number, string]> {
   }
 }
 
+/** A real host dir, so the refusal is the tier's own, not the host's path checks. */
+const HOST_DIR = mkdtempSync('/var/tmp/airlock-mvm-');
+
 describe.skipIf(!canRunMicrovm)('microvm tier', () => {
   vi.setConfig({ testTimeout: 600_000, hookTimeout: 600_000 });
   let airlock: Airlock;
@@ -42,6 +45,7 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     await Promise.allSettled(owned.splice(0).map((s) => s.kill()));
   });
   afterAll(async () => {
+    rmSync(HOST_DIR, { recursive: true, force: true });
     await airlock?.killAll();
     expect(qemus()).toEqual([]);
     expect(await settledResidue()).toEqual(NO_RESIDUE);
@@ -92,15 +96,18 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
 
   it('kill ends the VM: no QEMU and no host residue left', async () => {
     const sbx = await create();
-    const running = sbx.exec('sleep 300');
+    const running = await sbx.exec('sleep 300', { background: true });
     await sbx.kill();
-    expect((await running).killedBy).toBe('killed');
+    expect((await running.wait()).killedBy).toBe('killed');
     expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
   });
 
   it.each([
     ['a network policy', { network: { allow: ['example.com'] } }],
-    ['a host workspace', { workspace: { mode: 'ro' as const, hostDir: '/var/tmp' } }],
+    [
+      'a host workspace',
+      { workspace: { mode: 'ro' as const, hostDir: mkdtempSync('/var/tmp/airlock-mvm-') } },
+    ],
   ])('refuses %s with BACKEND_UNAVAILABLE and leaves nothing behind', async (_what, extra) => {
     airlock ??= testAirlock();
     const before = qemus().length;
