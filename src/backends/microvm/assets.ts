@@ -115,14 +115,17 @@ function once(out: string, build: (tmp: string) => Promise<void>): Promise<strin
   return p;
 }
 
+/** The agent's sources (guest/): every one is part of its cache key. */
+const AGENT_SOURCES = ['agent.c', 'boot.c', 'guest.h', 'protocol.h'] as const;
+
 /** The static guest agent, compiled from guest/agent.c (cached by source hash). */
 export function ensureAgent(cacheDir: string): Promise<string> {
-  const src = readFileSync(join(GUEST_DIR, 'agent.c'));
-  const hdr = readFileSync(join(GUEST_DIR, 'protocol.h'));
-  const out = join(cacheDir, `agent-${sha(src, hdr)}`);
+  const sources = AGENT_SOURCES.map((f) => readFileSync(join(GUEST_DIR, f)));
+  const out = join(cacheDir, `agent-${sha(...AGENT_SOURCES, ...sources)}`);
   return once(out, async (tmp) => {
     try {
-      await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, join(GUEST_DIR, 'agent.c')], {
+      const units = AGENT_SOURCES.filter((f) => f.endsWith('.c')).map((f) => join(GUEST_DIR, f));
+      await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, ...units], {
         timeout: 120_000,
       });
     } catch (e) {
