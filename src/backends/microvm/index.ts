@@ -74,7 +74,7 @@ export class MicrovmBackend implements BackendV1 {
   private vmProbe: Promise<BackendProbe> | undefined;
   private kernel: Kernel | undefined;
   private accel: AccelReport | undefined;
-  private bootAssets: Promise<Omit<VmAssets, 'rootfs'> & { packages: string }> | undefined;
+  private bootAssets: Promise<Omit<VmAssets, 'rootfs'>> | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -156,21 +156,12 @@ export class MicrovmBackend implements BackendV1 {
       : { available: true, checks };
   }
 
-  /** Agent, initramfs and package layer, built once (cached on disk by content). */
-  private assets(): Promise<Omit<VmAssets, 'rootfs'> & { packages: string }> {
+  /** Agent and initramfs, built once (cached on disk by content): all the probe needs. */
+  private assets(): Promise<Omit<VmAssets, 'rootfs'>> {
     this.bootAssets ??= (async () => {
       const agent = await ensureAgent(this.cacheDir);
-      const [initramfs, packages] = await Promise.all([
-        ensureInitramfs(this.cacheDir, this.kernel!, agent),
-        ensurePackageLayer(this.cacheDir),
-      ]);
-      return {
-        qemu: this.qemuPath!,
-        accel: 'tcg' as Accel,
-        kernel: this.kernel!.vmlinuz,
-        initramfs,
-        packages,
-      };
+      const initramfs = await ensureInitramfs(this.cacheDir, this.kernel!, agent);
+      return { qemu: this.qemuPath!, accel: 'tcg' as Accel, kernel: this.kernel!.vmlinuz, initramfs };
     })();
     this.bootAssets.catch(() => (this.bootAssets = undefined));
     return this.bootAssets;
@@ -204,8 +195,10 @@ export class MicrovmBackend implements BackendV1 {
     const a = await this.assets();
     // The rootfs is a list of layer dirs, bottom first (image layers will join here): the host
     // packages, then the generated /etc every tier shows its sandboxes.
+    // The package layer is built on the first create (minutes on a cold cache), never by the probe.
+    const packages = await ensurePackageLayer(this.cacheDir);
     const rootfs = await ensureRootfs(this.cacheDir, [
-      { dir: a.packages },
+      { dir: packages },
       { dir: parts.layout.etcDir, at: '/etc' },
     ]);
     const sbx = new MicrovmSandbox(parts);
