@@ -61,6 +61,58 @@ if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null
   apt-get install -y -qq --no-install-recommends -t bookworm-backports runsc >/dev/null
 fi
 
+# The microVM tier (src/backends/microvm/, docs/microvm.md): QEMU 10 from bookworm-backports (its
+# file migration is what the tier's snapshots will use; 7.2 boots microvm just as well), erofs-utils for
+# the guest's root image, gcc + libc6-dev for its static agent (gcc comes with g++ above), and the guest
+# kernel: Debian's linux-image-cloud-amd64, downloaded (never installed on the host) and unpacked into
+# /var/cache/airlock/microvm/kernel. Backports' source list is the one the runsc step above added.
+if grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  qemu_ok() { command -v qemu-system-x86_64 >/dev/null && qemu-system-x86_64 --version 2>/dev/null | grep -qE 'version (9|[1-9][0-9])\.'; }
+  mvm_missing=()
+  for p in erofs-utils libc6-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || mvm_missing+=("$p")
+  done
+  if ! qemu_ok || ((${#mvm_missing[@]})); then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "setup: need root to install qemu-system-x86 (bookworm-backports) ${mvm_missing[*]}" >&2
+      exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || apt-get update -qq
+    if ((${#mvm_missing[@]})); then
+      echo "setup: apt-get install ${mvm_missing[*]}"
+      apt-get install -y -qq --no-install-recommends "${mvm_missing[@]}" >/dev/null
+    fi
+    if ! qemu_ok; then
+      echo "setup: apt-get install -t bookworm-backports qemu-system-x86"
+      apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 >/dev/null
+    fi
+  fi
+  mvm_cache=/var/cache/airlock/microvm
+  if ! ls "$mvm_cache"/kernel/boot/vmlinuz-* >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "setup: need root to fetch the microVM guest kernel into $mvm_cache" >&2
+      exit 1
+    fi
+    # linux-image-cloud-amd64 is a metapackage: fetch the versioned image it depends on.
+    kpkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+    if [ -z "$kpkg" ]; then
+      echo "setup: cannot resolve linux-image-cloud-amd64 (apt-get update?)" >&2
+      exit 1
+    fi
+    echo "setup: apt-get download $kpkg (microVM guest kernel)"
+    dl=$(mktemp -d)
+    chmod 0755 "$dl"
+    (cd "$dl" && apt-get download -qq "$kpkg" 2>/dev/null)
+    mkdir -p "$mvm_cache"
+    rm -rf "$mvm_cache/kernel.tmp"
+    dpkg-deb -x "$dl"/"$kpkg"_*.deb "$mvm_cache/kernel.tmp"
+    chmod -R a+rX "$mvm_cache"
+    mv "$mvm_cache/kernel.tmp" "$mvm_cache/kernel"
+    rm -rf "$dl"
+  fi
+fi
+
 # npm ci only when node_modules does not match the lockfile.
 stamp=node_modules/.airlock-lock-hash
 want=$(sha256sum package-lock.json | cut -d' ' -f1)

@@ -34,6 +34,7 @@ import type { MitmCa } from '../egress/mitm.js';
 import type { Dialer, Resolver } from '../egress/vet.js';
 import type { SecretLease } from '../secrets/sentinels.js';
 import { GvisorBackend } from '../backends/gvisor/index.js';
+import { MicrovmBackend } from '../backends/microvm/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
 import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
 import type { UidRange } from '../backends/host/state.js';
@@ -290,6 +291,7 @@ export class Airlock {
     };
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
+    this.backends.microvm = new MicrovmBackend(ctx, hostOpts);
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),
       exists: async (b, d) => (await this.snapshotStore(b).get(d)) !== undefined,

@@ -1,0 +1,118 @@
+// The microVM tier beside raw QEMU, same run, same kernel, initramfs and rootfs image:
+//  - boot-to-first-exec: Airlock create → exec `true` finished (then kill, not timed);
+//  - raw: QEMU started directly (as root, no cgroup, no netns) with the same command line → its agent's
+//    hello → EXEC `true` → EXIT, no Airlock in between.
+// Target (issue 33): Airlock ≤ 1.2× raw. The report names the accelerator (TCG here: no usable KVM).
+// Run: `npx tsx bench/microvm.ts [rounds]` (as root, after scripts/setup.sh). VMs run one at a time.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { AgentConnection } from '../src/backends/microvm/agent.js';
+import {
+  DEFAULT_CACHE_DIR,
+  ensureAgent,
+  ensureInitramfs,
+  ensurePackageLayer,
+  ensureRootfs,
+  findKernel,
+} from '../src/backends/microvm/assets.js';
+import { qemuArgs, findQemu } from '../src/backends/microvm/qemu.js';
+import { ensureEtc } from '../src/backends/host/rootfs.js';
+import { Airlock, Sandbox } from '../src/index.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
+import { fmt, summarize, type Summary } from './stats.js';
+
+const MiB = 1024 * 1024;
+
+async function rawBoot(qemu: string, kernel: string, initramfs: string, rootfs: string): Promise<number> {
+  const dir = mkdtempSync('/var/tmp/airlock-bench-microvm-');
+  const sock = join(dir, 'agent.sock');
+  const t0 = performance.now();
+  const q = spawn(
+    qemu,
+    qemuArgs({
+      accel: 'tcg',
+      kernel,
+      initramfs,
+      rootfs,
+      memoryBytes: 512 * MiB,
+      pids: 256,
+      vcpus: 1,
+      diskBytes: 512 * MiB,
+      agentSocket: sock,
+    }),
+    { stdio: 'ignore' },
+  );
+  const gone = new Promise((r) => q.on('exit', r));
+  try {
+    while (!existsSync(sock)) await new Promise((r) => setTimeout(r, 5));
+    const s = connect(sock);
+    await new Promise((r, j) => s.once('connect', r).once('error', j));
+    const agent = new AgentConnection(s);
+    const p = await agent.exec({
+      uid: 1000,
+      argv: ['true'],
+      env: { PATH: '/usr/bin:/bin' },
+      cwd: '/',
+      stdin: false,
+    });
+    p.stdout.resume();
+    p.stderr.resume();
+    await p.exited;
+    const ms = performance.now() - t0;
+    agent.close(new Error('done'));
+    return ms;
+  } finally {
+    q.kill('SIGKILL');
+    await gone;
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+export interface MicrovmReport {
+  readonly accel: 'tcg';
+  readonly airlock: Summary;
+  readonly raw: Summary;
+  readonly ratio: number;
+}
+
+export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
+  const qemu = findQemu();
+  const kernel = findKernel(DEFAULT_CACHE_DIR);
+  if (!qemu || typeof kernel === 'string') throw new Error(`microvm bench: ${qemu ? kernel : 'no QEMU'}`);
+  const agent = await ensureAgent(DEFAULT_CACHE_DIR);
+  const initramfs = await ensureInitramfs(DEFAULT_CACHE_DIR, kernel, agent);
+  const packages = await ensurePackageLayer(DEFAULT_CACHE_DIR);
+  const rootfs = await ensureRootfs(DEFAULT_CACHE_DIR, [
+    { dir: packages },
+    { dir: ensureEtc(BENCH_STATE_DIR), at: '/etc' },
+  ]);
+  const airlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 });
+  const a: number[] = [];
+  const r: number[] = [];
+  try {
+    // Interleaved, so a change in host load hits both rows alike.
+    for (let i = 0; i < rounds; i++) {
+      const t0 = performance.now();
+      const sbx = await Sandbox.create({ backend: 'microvm' }, { airlock });
+      await sbx.exec(['true']);
+      a.push(performance.now() - t0);
+      await sbx.kill();
+      r.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs));
+    }
+  } finally {
+    await airlock.killAll();
+  }
+  const airlockS = summarize(a);
+  const rawS = summarize(r);
+  return { accel: 'tcg', airlock: airlockS, raw: rawS, ratio: airlockS.p50 / rawS.p50 };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const rep = await microvmBench(Number(process.argv[2] ?? 5));
+  process.stdout.write(
+    `microvm (${rep.accel}) boot-to-first-exec p50 ${fmt(rep.airlock.p50)} p99 ${fmt(rep.airlock.p99)}; ` +
+      `raw QEMU p50 ${fmt(rep.raw.p50)} p99 ${fmt(rep.raw.p99)}; ratio ${rep.ratio.toFixed(2)}\n`,
+  );
+}

@@ -1,0 +1,441 @@
+// Airlock's guest init and agent for the microVM tier: PID 1 of the guest kernel, static, no libraries.
+//
+// Boot (as PID 1, boot.c): mount /dev, /proc, /sys; load the kernel modules the initramfs carries (listed in
+// /modules.order, in dependency order); mount the read-only rootfs block device, a tmpfs sized by the
+// sandbox's disk limit, and an overlay of both; move /dev, /proc, /sys into it and chroot there. Then
+// serve the host over the virtio-serial port named "airlock.agent" (docs/microvm.md: frame format).
+//
+// The host is trusted by the guest (it is the guest's hypervisor); the guest is NOT trusted by the host,
+// which validates every frame it gets (src/backends/microvm/protocol.ts). This file still checks every
+// frame it reads: a malformed frame ends the connection (and with it the VM), never a crash midway.
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/reboot.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "guest.h"
+#include "protocol.h"
+
+extern char **environ;
+
+#define MAX_EXECS 64
+#define CHUNK 65536
+
+struct exec {
+  uint32_t id;
+  pid_t pid;       // 0: slot free
+  int out, err;    // pipes from the process, -1 once at EOF
+  int in;          // pipe to its stdin, -1 when closed
+  char *inbuf;     // stdin bytes not yet taken by the process
+  size_t inlen;
+  int in_eof;      // close stdin once inbuf drains
+  int status;      // wait status, valid once exited
+  int exited;
+  char cg[64];     // its cgroup (every descendant stays in it): kill and "all gone" use it
+};
+
+static struct exec execs[MAX_EXECS];
+static int port = -1;
+static int have_cgroups = 0;
+
+
+// ---- frames -------------------------------------------------------------------------------------
+
+static void put32(unsigned char *p, uint32_t v) {
+  p[0] = v;
+  p[1] = v >> 8;
+  p[2] = v >> 16;
+  p[3] = v >> 24;
+}
+static uint32_t get32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void write_all(int fd, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      poll(&pf, 1, -1);
+      continue;
+    }
+    if (w <= 0) die("write to host");
+    p += w;
+    n -= w;
+  }
+}
+
+static void send_frame(uint8_t type, uint32_t id, const void *payload, uint32_t len) {
+  unsigned char h[AGENT_HEADER_BYTES] = {0};
+  put32(h, len);
+  h[4] = type;
+  put32(h + 8, id);
+  write_all(port, h, sizeof h);
+  if (len) write_all(port, payload, len);
+}
+
+static void send_error(uint32_t id, const char *msg) { send_frame(FR_ERROR, id, msg, strlen(msg)); }
+
+// ---- exec ---------------------------------------------------------------------------------------
+
+static struct exec *find_exec(uint32_t id) {
+  for (int i = 0; i < MAX_EXECS; i++)
+    if (execs[i].pid && execs[i].id == id) return &execs[i];
+  return NULL;
+}
+
+// EXEC payload: u32 uid, u32 argc, u32 envc, u8 stdin, 3 pad; then NUL-terminated strings:
+// cwd, argv[argc], env[envc] ("K=V"). Nothing may follow the last string.
+static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
+  if (find_exec(id)) return send_error(id, "exec id in use");
+  struct exec *x = NULL;
+  for (int i = 0; i < MAX_EXECS && !x; i++)
+    if (!execs[i].pid) x = &execs[i];
+  if (!x) return send_error(id, "too many concurrent execs");
+  if (len < 16 || p[len - 1] != 0) return send_error(id, "malformed exec frame");
+  uint32_t uid = get32(p), argc = get32(p + 4), envc = get32(p + 8);
+  int want_stdin = p[12];
+  if (argc < 1 || argc > AGENT_MAX_STRINGS || envc > AGENT_MAX_STRINGS || uid == 0)
+    return send_error(id, "bad exec counts or uid");
+  char **strs = calloc(1 + argc + 1 + envc + 1, sizeof(char *));
+  if (!strs) return send_error(id, "out of memory");
+  uint32_t n = 0, want = 1 + argc + envc;
+  for (uint32_t off = 16; off < len && n < want; n++) {
+    strs[n] = (char *)p + off;
+    off += strlen((char *)p + off) + 1;
+    if (n + 1 == want && off != len) n = want + 1;  // trailing bytes
+  }
+  if (n != want) {
+    free(strs);
+    return send_error(id, "malformed exec strings");
+  }
+  char *cwd = strs[0];
+  char **argv = strs + 1;
+  char **envp = calloc(envc + 1, sizeof(char *));
+  if (!envp) {
+    free(strs);
+    return send_error(id, "out of memory");
+  }
+  for (uint32_t i = 0; i < envc; i++) envp[i] = strs[1 + argc + i];
+  char **argvz = calloc(argc + 1, sizeof(char *));
+  memcpy(argvz, argv, argc * sizeof(char *));
+
+  int o[2], e[2], in[2] = {-1, -1};
+  if (pipe2(o, O_CLOEXEC) || pipe2(e, O_CLOEXEC) || (want_stdin && pipe2(in, O_CLOEXEC)))
+    die("pipe");
+  memset(x, 0, sizeof *x);
+  x->id = id;
+  if (have_cgroups) {
+    snprintf(x->cg, sizeof x->cg, SANDBOX_CG "/x%u", id);
+    if (mkdir(x->cg, 0755) != 0) x->cg[0] = 0;
+  }
+  pid_t pid = fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    if (x->cg[0]) {
+      char f[96];
+      snprintf(f, sizeof f, "%s/cgroup.procs", x->cg);
+      int fd = open(f, O_WRONLY);
+      if (fd < 0 || write(fd, "0", 1) != 1) _exit(125);
+      close(fd);
+    }
+    setsid();
+    int null = open("/dev/null", O_RDWR);
+    dup2(want_stdin ? in[0] : null, 0);
+    dup2(o[1], 1);
+    dup2(e[1], 2);
+    if (setgroups(0, NULL) || setgid(uid) || setuid(uid)) {
+      dprintf(2, "airlock-agent: cannot drop to uid %u: %s\n", uid, strerror(errno));
+      _exit(126);
+    }
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    if (chdir(cwd) != 0) {
+      dprintf(2, "airlock: cwd %s: %s\n", cwd, strerror(errno));
+      _exit(126);
+    }
+    environ = envp;  // execvp searches the PATH of the new environment
+    execvp(argvz[0], argvz);
+    int err = errno;
+    dprintf(2, "airlock: %s: %s\n", argvz[0], strerror(err));
+    _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+  }
+  free(strs);
+  free(envp);
+  free(argvz);
+  close(o[1]);
+  close(e[1]);
+  x->pid = pid;
+  x->out = o[0];
+  x->err = e[0];
+  x->in = -1;
+  if (want_stdin) {
+    close(in[0]);
+    x->in = in[1];
+    fcntl(x->in, F_SETFL, O_NONBLOCK);
+  }
+  unsigned char pl[4];
+  put32(pl, (uint32_t)pid);
+  send_frame(FR_STARTED, id, pl, 4);
+}
+
+static void kill_exec(struct exec *x, int sig) {
+  if (x->cg[0] && sig == SIGKILL) {
+    char f[96];
+    snprintf(f, sizeof f, "%s/cgroup.kill", x->cg);
+    int fd = open(f, O_WRONLY);
+    if (fd >= 0 && write(fd, "1", 1) == 1) {
+      close(fd);
+      return;
+    }
+    if (fd >= 0) close(fd);
+  }
+  if (!x->exited) kill(-x->pid, sig);
+}
+
+static void close_stdin(struct exec *x) {
+  if (x->in >= 0) close(x->in);
+  x->in = -1;
+  free(x->inbuf);
+  x->inbuf = NULL;
+  x->inlen = 0;
+}
+
+static void flush_stdin(struct exec *x) {
+  while (x->in >= 0 && x->inlen) {
+    ssize_t w = write(x->in, x->inbuf, x->inlen);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EAGAIN) return;
+    if (w < 0) return close_stdin(x);  // EPIPE: the process ignores its stdin
+    memmove(x->inbuf, x->inbuf + w, x->inlen - w);
+    x->inlen -= w;
+  }
+  if (x->in >= 0 && !x->inlen && x->in_eof) close_stdin(x);
+}
+
+static void do_stdin(struct exec *x, unsigned char *p, uint32_t len) {
+  if (x->in < 0) return;  // closed or ignored: drop
+  if (x->inlen + len > AGENT_MAX_STDIN_BUFFER) return close_stdin(x);
+  char *nb = realloc(x->inbuf, x->inlen + len);
+  if (!nb) return close_stdin(x);
+  x->inbuf = nb;
+  memcpy(x->inbuf + x->inlen, p, len);
+  x->inlen += len;
+  flush_stdin(x);
+}
+
+// The exec is over once its process was reaped, its output pipes are at EOF and its cgroup is empty.
+static void maybe_finish(struct exec *x) {
+  if (!x->pid || !x->exited || x->out >= 0 || x->err >= 0) return;
+  if (x->cg[0]) {
+    if (rmdir(x->cg) != 0 && errno == EBUSY) return;  // descendants left: retried on each SIGCHLD
+  }
+  unsigned char pl[8];
+  int code = WIFEXITED(x->status) ? WEXITSTATUS(x->status) : -1;
+  int sig = WIFSIGNALED(x->status) ? WTERMSIG(x->status) : 0;
+  put32(pl, (uint32_t)code);
+  put32(pl + 4, (uint32_t)sig);
+  close_stdin(x);
+  uint32_t id = x->id;
+  memset(x, 0, sizeof *x);
+  send_frame(FR_EXIT, id, pl, 8);
+}
+
+// ---- files (bounded, as root: the host decides what a path may be) -------------------------------
+
+static void do_read(uint32_t id, unsigned char *p, uint32_t len) {
+  if (!len || p[len - 1]) return send_error(id, "malformed path");
+  int fd = open((char *)p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return send_error(id, strerror(errno));
+  static char buf[AGENT_MAX_FILE_BYTES + 1];
+  size_t n = 0;
+  ssize_t r;
+  while (n <= AGENT_MAX_FILE_BYTES && (r = read(fd, buf + n, AGENT_MAX_FILE_BYTES + 1 - n)) > 0) n += r;
+  close(fd);
+  if (n > AGENT_MAX_FILE_BYTES) return send_error(id, "file too large");
+  send_frame(FR_FILE_DATA, id, buf, n);
+}
+
+// FILE_WRITE payload: u32 mode, path NUL, data.
+static void do_write(uint32_t id, unsigned char *p, uint32_t len) {
+  if (len < 6) return send_error(id, "malformed write");
+  uint32_t mode = get32(p) & 07777;
+  char *path = (char *)p + 4;
+  size_t pl = strnlen(path, len - 4);
+  if (pl == len - 4 || pl == 0) return send_error(id, "malformed path");
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return send_error(id, strerror(errno));
+  unsigned char *data = p + 4 + pl + 1;
+  size_t dl = len - 4 - pl - 1;
+  while (dl) {
+    ssize_t w = write(fd, data, dl);
+    if (w <= 0) {
+      close(fd);
+      return send_error(id, strerror(errno));
+    }
+    data += w;
+    dl -= w;
+  }
+  fchmod(fd, mode);
+  close(fd);
+  send_frame(FR_OK, id, NULL, 0);
+}
+
+// ---- loop ---------------------------------------------------------------------------------------
+
+static unsigned char *inbuf;
+static size_t inlen;
+
+static void shutdown_vm(void) {
+  for (int i = 0; i < MAX_EXECS; i++)
+    if (execs[i].pid) kill_exec(&execs[i], SIGKILL);
+  sync();
+  reboot(RB_POWER_OFF);
+  _exit(0);
+}
+
+static void handle(uint8_t type, uint32_t id, unsigned char *p, uint32_t len) {
+  struct exec *x;
+  switch (type) {
+  case FR_EXEC: return do_exec(id, p, len);
+  case FR_STDIN:
+    if ((x = find_exec(id))) do_stdin(x, p, len);
+    return;
+  case FR_STDIN_EOF:
+    if ((x = find_exec(id))) {
+      x->in_eof = 1;
+      flush_stdin(x);
+    }
+    return;
+  case FR_KILL:
+    if (len != 4) return send_error(id, "malformed kill");
+    if ((x = find_exec(id))) kill_exec(x, (int)(get32(p) & 63));
+    return;
+  case FR_FILE_READ: return do_read(id, p, len);
+  case FR_FILE_WRITE: return do_write(id, p, len);
+  case FR_SHUTDOWN: return shutdown_vm();
+  default: {
+    errno = EPROTO;
+    die("unknown frame type");
+  }
+  }
+}
+
+static void read_port(void) {
+  ssize_t r = read(port, inbuf + inlen, AGENT_HEADER_BYTES + AGENT_MAX_PAYLOAD - inlen);
+  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (r == 0) return;  // no host connected (virtio-serial): wait for one
+  if (r < 0) die("read from host");
+  inlen += r;
+  while (inlen >= AGENT_HEADER_BYTES) {
+    uint32_t len = get32(inbuf);
+    if (len > AGENT_MAX_PAYLOAD) {
+      errno = EMSGSIZE;
+      die("frame from host");
+    }
+    if (inlen < AGENT_HEADER_BYTES + len) break;
+    handle(inbuf[4], get32(inbuf + 8), inbuf + AGENT_HEADER_BYTES, len);
+    size_t used = AGENT_HEADER_BYTES + len;
+    memmove(inbuf, inbuf + used, inlen - used);
+    inlen -= used;
+  }
+}
+
+static void pump(struct exec *x, int *fd, uint8_t type) {
+  static char buf[CHUNK];
+  ssize_t r = read(*fd, buf, sizeof buf);
+  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (r <= 0) {
+    close(*fd);
+    *fd = -1;
+    return maybe_finish(x);
+  }
+  send_frame(type, x->id, buf, r);
+}
+
+int main(void) {
+  if (getpid() == 1) have_cgroups = boot();
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) die("signalfd");
+  inbuf = malloc(AGENT_HEADER_BYTES + AGENT_MAX_PAYLOAD);
+  if (!inbuf) die("malloc");
+  port = open_port();
+  // Until the host has the port open, the port reports POLLHUP and writes fail: wait for it.
+  for (int i = 0; i < 60000; i++) {
+    struct pollfd pf = {port, POLLOUT, 0};
+    if (poll(&pf, 1, 10) == 1 && !(pf.revents & POLLHUP)) break;
+  }
+  send_frame(FR_HELLO, 0, AGENT_VERSION, strlen(AGENT_VERSION));
+  for (;;) {
+    struct pollfd pf[2 + 3 * MAX_EXECS];
+    struct exec *who[2 + 3 * MAX_EXECS];
+    int kind[2 + 3 * MAX_EXECS];
+    int n = 0;
+    pf[n++] = (struct pollfd){port, POLLIN, 0};
+    pf[n++] = (struct pollfd){sfd, POLLIN, 0};
+    for (int i = 0; i < MAX_EXECS; i++) {
+      struct exec *x = &execs[i];
+      if (!x->pid) continue;
+      if (x->out >= 0) who[n] = x, kind[n] = 1, pf[n++] = (struct pollfd){x->out, POLLIN, 0};
+      if (x->err >= 0) who[n] = x, kind[n] = 2, pf[n++] = (struct pollfd){x->err, POLLIN, 0};
+      if (x->in >= 0 && x->inlen) who[n] = x, kind[n] = 3, pf[n++] = (struct pollfd){x->in, POLLOUT, 0};
+    }
+    if (poll(pf, n, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (pf[1].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+      int st;
+      pid_t p;
+      while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int i = 0; i < MAX_EXECS; i++)
+          if (execs[i].pid == p && !execs[i].exited) {
+            execs[i].exited = 1;
+            execs[i].status = st;
+            // Like the other tiers (the exec's pid namespace dies with its first process): what the
+            // process leaves behind in its cgroup dies with it.
+            kill_exec(&execs[i], SIGKILL);
+          }
+      }
+      for (int i = 0; i < MAX_EXECS; i++) maybe_finish(&execs[i]);
+    }
+    for (int i = 2; i < n; i++) {
+      if (!pf[i].revents || !who[i]->pid) continue;
+      if (kind[i] == 1 && who[i]->out == pf[i].fd) pump(who[i], &who[i]->out, FR_STDOUT);
+      else if (kind[i] == 2 && who[i]->err == pf[i].fd) pump(who[i], &who[i]->err, FR_STDERR);
+      else if (kind[i] == 3 && who[i]->in == pf[i].fd) {
+        if (pf[i].revents & (POLLERR | POLLHUP)) close_stdin(who[i]);
+        else flush_stdin(who[i]);
+      }
+    }
+    if (pf[0].revents & POLLIN) read_port();
+    else if (pf[0].revents & POLLHUP) usleep(10000);  // host not connected yet
+  }
+}

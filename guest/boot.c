@@ -1,0 +1,167 @@
+// The guest's boot, as PID 1 (see agent.c for the whole picture): mounts, modules, the root overlay,
+// the sandbox cgroup with its limits, and the host's virtio-serial port.
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "guest.h"
+#include "protocol.h"
+
+void die(const char *what) {
+  dprintf(2, "airlock-agent: %s: %s\n", what, strerror(errno));
+  sync();
+  reboot(RB_POWER_OFF);
+  _exit(1);
+}
+
+static void load_modules(void) {
+  FILE *f = fopen("/modules.order", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (!line[0]) continue;
+    int fd = open(line, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die(line);
+    if (syscall(SYS_finit_module, fd, "", 0) != 0 && errno != EEXIST) die(line);
+    close(fd);
+  }
+  fclose(f);
+}
+
+// The value of airlock.<key>= on the kernel command line, or def.
+const char *cmdline(const char *key, const char *def) {
+  static char buf[4096];
+  int fd = open("/proc/cmdline", O_RDONLY);
+  if (fd < 0) return def;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return def;
+  buf[n] = 0;
+  char pat[64];
+  snprintf(pat, sizeof pat, "airlock.%s=", key);
+  for (char *t = strtok(buf, " \n"); t; t = strtok(NULL, " \n")) {
+    if (strncmp(t, pat, strlen(pat)) == 0) {
+      static char val[256];
+      snprintf(val, sizeof val, "%s", t + strlen(pat));
+      return val;
+    }
+  }
+  return def;
+}
+
+static void wait_for(const char *path) {
+  for (int i = 0; i < 5000 && access(path, F_OK) != 0; i++) usleep(1000);
+  if (access(path, F_OK) != 0) die(path);
+}
+
+static int put_file(const char *path, const char *value) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = write(fd, value, strlen(value));
+  close(fd);
+  return n == (ssize_t)strlen(value);
+}
+
+static void mnt(const char *src, const char *dst, const char *type, unsigned long fl, const char *data) {
+  mkdir(dst, 0755);
+  if (mount(src, dst, type, fl, data) != 0) die(dst);
+}
+
+int boot(void) {
+  int have_cgroups;
+  mnt("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, NULL);
+  mnt("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  mnt("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+  // The accelerator probe (src/backends/microvm/accel.ts) only asks whether a guest reaches init.
+  if (strcmp(cmdline("probe", "0"), "1") == 0) {
+    write(1, "AIRLOCK-PROBE-OK\n", 17);
+    reboot(RB_POWER_OFF);
+  }
+  load_modules();
+  const char *root = cmdline("root", "/dev/vda");
+  const char *fstype = cmdline("fstype", "erofs");
+  char tmpopt[64];
+  snprintf(tmpopt, sizeof tmpopt, "size=%s,mode=0755", cmdline("disk", "536870912"));
+  wait_for(root);
+  mnt(root, "/lower", fstype, MS_RDONLY | MS_NODEV, NULL);
+  mnt("rw", "/rw", "tmpfs", MS_NOSUID | MS_NODEV, tmpopt);
+  mkdir("/rw/upper", 0755);
+  mkdir("/rw/work", 0755);
+  mnt("overlay", "/newroot", "overlay", MS_NODEV,
+      "lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work");
+  const char *moves[] = {"/dev", "/proc", "/sys"};
+  for (int i = 0; i < 3; i++) {
+    char to[64];
+    snprintf(to, sizeof to, "/newroot%s", moves[i]);
+    mkdir(to, 0755);
+    if (mount(moves[i], to, NULL, MS_MOVE, NULL) != 0) die(to);
+  }
+  if (chdir("/newroot") != 0 || mount(".", "/", NULL, MS_MOVE, NULL) != 0 || chroot(".") != 0 ||
+      chdir("/") != 0)
+    die("switch root");
+  mnt("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620");
+  mnt("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+  mkdir("/sys/fs/cgroup", 0755);
+  have_cgroups = mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0;
+  // Every exec runs in a cgroup under SANDBOX_CG, which holds the sandbox's limits (airlock.pids,
+  // airlock.mem on the command line); its memory.events and pids.events are the limit counters.
+  if (have_cgroups) {
+    have_cgroups = put_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids +memory") &&
+                   mkdir(SANDBOX_CG, 0755) == 0 &&
+                   put_file(SANDBOX_CG "/pids.max", cmdline("pids", "max")) &&
+                   put_file(SANDBOX_CG "/memory.max", cmdline("mem", "max")) &&
+                   put_file(SANDBOX_CG "/cgroup.subtree_control", "+pids +memory");
+    if (!have_cgroups) die("sandbox cgroup");
+  }
+  // The guest's RAM is the limit plus the kernel's share: without overcommit one large allocation
+  // (over total RAM) would fail with ENOMEM instead of meeting the sandbox cgroup's OOM killer.
+  put_file("/proc/sys/vm/overcommit_memory", "1");
+  // The sandbox's own dirs, owned by its user (airlock.uid on the command line).
+  uid_t uid = (uid_t)strtoul(cmdline("uid", "1000"), NULL, 10);
+  mkdir("/workspace", 0755);
+  if (chown("/workspace", uid, uid) != 0) die("/workspace");
+  mkdir("/tmp", 01777);
+  chmod("/tmp", 01777);
+  return have_cgroups;
+}
+
+int open_port(void) {
+  // /sys/class/virtio-ports/vportNpM/name holds the port's name; the device is /dev/vportNpM.
+  for (int i = 0; i < 5000; i++) {
+    DIR *d = opendir("/sys/class/virtio-ports");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      if (e->d_name[0] == '.') continue;
+      char p[300], name[64] = {0};
+      snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", e->d_name);
+      int fd = open(p, O_RDONLY);
+      if (fd < 0) continue;
+      ssize_t n = read(fd, name, sizeof name - 1);
+      close(fd);
+      if (n > 0 && strncmp(name, AGENT_PORT_NAME "\n", strlen(AGENT_PORT_NAME) + 1) == 0) {
+        snprintf(p, sizeof p, "/dev/%s", e->d_name);
+        closedir(d);
+        wait_for(p);
+        int f = open(p, O_RDWR | O_CLOEXEC);
+        if (f < 0) die(p);
+        return f;
+      }
+    }
+    if (d) closedir(d);
+    usleep(1000);
+  }
+  errno = ENODEV;
+  die("virtio port " AGENT_PORT_NAME);
+  return -1;
+}
+

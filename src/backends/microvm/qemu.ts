@@ -1,0 +1,124 @@
+// QEMU's command line for one microVM (pure: no I/O). `-M microvm` with no default devices, no
+// network device at all, the kernel booted directly (bzImage through qboot), the read-only rootfs on
+// a virtio-blk device and the agent's virtio-serial port on a unix socket QEMU listens on.
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+export type Accel = 'kvm' | 'tcg';
+
+/**
+ * Guest RAM beyond the sandbox's memory limit: the guest kernel, the agent and page cache of the
+ * rootfs. The limit itself is enforced inside the guest (the sandbox cgroup's memory.max), so an
+ * exec that exceeds it meets the guest's OOM killer, not the VM's.
+ */
+export const GUEST_KERNEL_BYTES = 128 * 1024 * 1024;
+/** Host memory QEMU needs beyond the guest's RAM (its own heap plus TCG's translation cache). */
+export const QEMU_OVERHEAD_BYTES = 192 * 1024 * 1024;
+/** Host tasks (threads) one QEMU uses beyond nothing: its main loop, vCPU, RCU and I/O threads. */
+export const QEMU_TASKS = 64;
+/** TCG translation block cache in MiB (QEMU's default is 1 GiB in system mode). */
+const TCG_TB_MIB = 64;
+
+export interface VmConfig {
+  readonly accel: Accel;
+  readonly kernel: string;
+  readonly initramfs: string;
+  readonly rootfs: string;
+  /** The sandbox's memory limit (the guest gets GUEST_KERNEL_BYTES more RAM than this). */
+  readonly memoryBytes: number;
+  /** The sandbox's process limit, enforced in the guest. */
+  readonly pids: number;
+  readonly vcpus: number;
+  /** Size of the guest's writable tmpfs (its overlay's upper layer): the sandbox's disk limit. */
+  readonly diskBytes: number;
+  /** Unix socket QEMU listens on for the agent's port (Airlock connects). */
+  readonly agentSocket: string;
+  /** File the guest's serial console is written to, or undefined for none. */
+  readonly consoleLog?: string;
+  /** Boot only far enough to say init runs (the accelerator probe). */
+  readonly probe?: boolean;
+}
+
+/**
+ * The guest kernel's command line. Under TCG the guest has no clock it can calibrate (microvm has no
+ * HPET or PM timer and TCG no kvmclock): tsc_early_khz gives the TSC a nominal rate, tsc=reliable
+ * skips the watchdog that would otherwise stall boot for seconds.
+ */
+export function kernelCmdline(
+  c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids'>,
+): string {
+  return [
+    'console=ttyS0',
+    'quiet',
+    'panic=-1',
+    'reboot=t',
+    ...(c.accel === 'tcg' ? ['tsc_early_khz=2000000', 'tsc=reliable'] : []),
+    `airlock.disk=${Math.max(1 << 20, Math.floor(c.diskBytes))}`,
+    'airlock.uid=1000',
+    `airlock.mem=${Math.floor(c.memoryBytes)}`,
+    `airlock.pids=${Math.floor(c.pids)}`,
+    ...(c.probe ? ['airlock.probe=1'] : []),
+  ].join(' ');
+}
+
+export function qemuArgs(c: VmConfig): string[] {
+  const mib = Math.ceil((c.memoryBytes + GUEST_KERNEL_BYTES) / (1024 * 1024));
+  return [
+    '-M',
+    'microvm',
+    '-accel',
+    c.accel === 'kvm' ? 'kvm' : `tcg,tb-size=${TCG_TB_MIB}`,
+    '-cpu',
+    c.accel === 'kvm' ? 'host' : 'max',
+    '-smp',
+    String(Math.max(1, Math.ceil(c.vcpus))),
+    '-m',
+    `${mib}M`,
+    '-nodefaults',
+    '-no-user-config',
+    '-nographic',
+    '-no-reboot',
+    '-nic',
+    'none',
+    // QEMU's own seccomp filter: no exec, no privilege changes, no obsolete syscalls.
+    '-sandbox',
+    'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    '-kernel',
+    c.kernel,
+    '-initrd',
+    c.initramfs,
+    '-append',
+    kernelCmdline(c),
+    '-serial',
+    c.consoleLog ? `file:${c.consoleLog}` : 'none',
+    ...(c.probe
+      ? []
+      : [
+          '-drive',
+          `if=none,id=root,file=${c.rootfs},format=raw,readonly=on`,
+          '-device',
+          'virtio-blk-device,drive=root',
+          '-device',
+          'virtio-serial-device,max_ports=2',
+          '-chardev',
+          `socket,id=agent,path=${c.agentSocket},server=on,wait=off`,
+          '-device',
+          'virtserialport,chardev=agent,name=airlock.agent',
+        ]),
+  ];
+}
+
+/** The qemu-system-x86_64 binary, if installed. */
+export function findQemu(): string | undefined {
+  for (const p of ['/usr/bin/qemu-system-x86_64', '/usr/local/bin/qemu-system-x86_64'])
+    if (existsSync(p)) return p;
+  return undefined;
+}
+
+export async function qemuVersion(qemu: string): Promise<string> {
+  const { stdout } = await run(qemu, ['--version'], { timeout: 10_000, env: {} });
+  return /version (\S+)/.exec(stdout)?.[1] ?? 'unknown';
+}

@@ -1,0 +1,172 @@
+// The host's parser of the guest agent's frames: the guest is untrusted, so every way a frame can be
+// wrong must end the connection with a typed error, never buffer without bound or misattribute data.
+import { describe, expect, it } from 'vitest';
+import { AirlockError } from '../../src/index.js';
+import {
+  AGENT_VERSION,
+  Frame,
+  FrameDecoder,
+  MAX_PAYLOAD,
+  encodeExec,
+  encodeFrame,
+} from '../../src/backends/microvm/protocol.js';
+import { newcArchive } from '../../src/backends/microvm/cpio.js';
+import { kernelCmdline, qemuArgs } from '../../src/backends/microvm/qemu.js';
+
+function u32(...v: number[]): Buffer {
+  const b = Buffer.alloc(4 * v.length);
+  v.forEach((x, i) => b.writeUInt32LE(x >>> 0, 4 * i));
+  return b;
+}
+
+function hello(): Buffer {
+  return encodeFrame(Frame.HELLO, 0, Buffer.from(AGENT_VERSION));
+}
+
+function violation(f: () => unknown): AirlockError {
+  try {
+    f();
+  } catch (e) {
+    expect(AirlockError.isInstance(e)).toBe(true);
+    return e as AirlockError;
+  }
+  throw new Error('expected a protocol violation');
+}
+
+describe('microvm protocol: frames from the guest', () => {
+  it('decodes every frame type the guest sends, split at any byte', () => {
+    const stream = Buffer.concat([
+      hello(),
+      encodeFrame(Frame.STARTED, 7, u32(1234)),
+      encodeFrame(Frame.STDOUT, 7, Buffer.from('out')),
+      encodeFrame(Frame.STDERR, 7, Buffer.from([0, 255])),
+      encodeFrame(Frame.EXIT, 7, u32(3, 0)),
+      encodeFrame(Frame.EXIT, 8, Buffer.concat([u32(0xffffffff), u32(9)])),
+      encodeFrame(Frame.ERROR, 9, Buffer.from('no such file\x01')),
+      encodeFrame(Frame.FILE_DATA, 10, Buffer.from('data')),
+      encodeFrame(Frame.OK, 11),
+    ]);
+    for (const step of [1, 5, 12, 13, stream.length]) {
+      const d = new FrameDecoder();
+      const out = [];
+      for (let o = 0; o < stream.length; o += step) out.push(...d.push(stream.subarray(o, o + step)));
+      expect(out).toEqual([
+        { type: 'hello', version: AGENT_VERSION },
+        { type: 'started', id: 7, pid: 1234 },
+        { type: 'stdout', id: 7, data: Buffer.from('out') },
+        { type: 'stderr', id: 7, data: Buffer.from([0, 255]) },
+        { type: 'exit', id: 7, code: 3, signal: null },
+        { type: 'exit', id: 8, code: null, signal: 9 },
+        { type: 'error', id: 9, message: 'no such file?' },
+        { type: 'file-data', id: 10, data: Buffer.from('data') },
+        { type: 'ok', id: 11 },
+      ]);
+    }
+  });
+
+  it('refuses a length over the bound from the header alone (nothing is buffered for it)', () => {
+    const d = new FrameDecoder();
+    const h = Buffer.alloc(12);
+    h.writeUInt32LE(MAX_PAYLOAD + 1, 0);
+    h[4] = Frame.STDOUT;
+    expect(violation(() => d.push(h)).message).toMatch(/at most/);
+    // Failed for good: later bytes are refused too.
+    expect(violation(() => d.push(hello())).code).toBe('INTERNAL');
+  });
+
+  it.each([
+    ['an unknown type', encodeFrame(200, 1, Buffer.alloc(0))],
+    ['a host-only type (EXEC)', encodeFrame(Frame.EXEC, 1, Buffer.alloc(16))],
+    ['a host-only type (KILL)', encodeFrame(Frame.KILL, 1, u32(9))],
+    ['a wrong HELLO version', encodeFrame(Frame.HELLO, 0, Buffer.from('airlock-agent/999'))],
+    ['a short STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(3))],
+    ['a long STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(5))],
+    ['an EXIT with code 256', encodeFrame(Frame.EXIT, 1, u32(256, 0))],
+    ['an EXIT with both code and signal', encodeFrame(Frame.EXIT, 1, u32(1, 9))],
+    ['an EXIT with signal 65', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(65)]))],
+    ['an EXIT with neither', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(0)]))],
+    ['an OK with a payload', encodeFrame(Frame.OK, 1, Buffer.from('x'))],
+    ['an ERROR over 4096 bytes', encodeFrame(Frame.ERROR, 1, Buffer.alloc(4097, 'e'))],
+  ])('refuses %s', (_what, frame) => {
+    expect(violation(() => new FrameDecoder().push(frame)).code).toBe('INTERNAL');
+  });
+
+  it('refuses non-zero header padding', () => {
+    const f = encodeFrame(Frame.STDOUT, 1, Buffer.from('x'));
+    f[6] = 1;
+    expect(violation(() => new FrameDecoder().push(f)).message).toMatch(/padding/);
+  });
+
+  it('waits for a whole frame before decoding it', () => {
+    const d = new FrameDecoder();
+    const f = encodeFrame(Frame.STDOUT, 3, Buffer.alloc(1000, 'a'));
+    expect(d.push(f.subarray(0, 500))).toEqual([]);
+    expect(d.push(f.subarray(500))).toHaveLength(1);
+  });
+});
+
+describe('microvm protocol: frames to the guest', () => {
+  it('EXEC carries uid, counts, stdin flag and NUL-terminated strings', () => {
+    const f = encodeExec(5, { uid: 1000, argv: ['sh', '-c', 'é'], env: { A: '1' }, cwd: '/w', stdin: true });
+    expect(f.readUInt32LE(0)).toBe(f.length - 12);
+    expect(f[4]).toBe(Frame.EXEC);
+    expect(f.readUInt32LE(8)).toBe(5);
+    const p = f.subarray(12);
+    expect([p.readUInt32LE(0), p.readUInt32LE(4), p.readUInt32LE(8), p[12]]).toEqual([1000, 3, 1, 1]);
+    expect(p.subarray(16).toString('utf8')).toBe('/w\0sh\0-c\0é\0A=1\0');
+  });
+
+  it('EXEC refuses NUL bytes, empty argv and oversize requests with typed errors', () => {
+    const base = { uid: 1000, env: {}, cwd: '/', stdin: false };
+    expect(violation(() => encodeExec(1, { ...base, argv: ['a\0b'] })).code).toBe('INVALID_ARGUMENT');
+    expect(violation(() => encodeExec(1, { ...base, argv: ['x'], env: { K: 'v\0' } })).code).toBe(
+      'INVALID_ARGUMENT',
+    );
+    expect(violation(() => encodeExec(1, { ...base, argv: [] })).code).toBe('INVALID_ARGUMENT');
+    expect(violation(() => encodeExec(1, { ...base, argv: ['x', 'y'.repeat(MAX_PAYLOAD)] })).code).toBe(
+      'REQUEST_TOO_LARGE',
+    );
+    expect(violation(() => encodeExec(1, { ...base, argv: Array(5000).fill('a') })).code).toBe(
+      'REQUEST_TOO_LARGE',
+    );
+  });
+});
+
+describe('microvm: initramfs archive and QEMU command line', () => {
+  it('writes newc entries the kernel can unpack (4-byte aligned, trailer last)', () => {
+    const a = newcArchive([
+      { name: 'init', mode: 0o100755, data: Buffer.from('abc') },
+      { name: 'dev', mode: 0o40755 },
+    ]);
+    expect(a.length % 4).toBe(0);
+    expect(a.subarray(0, 6).toString()).toBe('070701');
+    const s = a.toString('latin1');
+    expect(s).toContain('init\0');
+    expect(s.indexOf('abc')).toBeGreaterThan(s.indexOf('init\0'));
+    expect(s.lastIndexOf('TRAILER!!!')).toBeGreaterThan(s.indexOf('dev\0'));
+  });
+
+  it('QEMU gets no network device, its own seccomp filter and a read-only root', () => {
+    const args = qemuArgs({
+      accel: 'tcg',
+      kernel: '/k',
+      initramfs: '/i',
+      rootfs: '/r.erofs',
+      memoryBytes: 256 * 1024 * 1024,
+      pids: 100,
+      vcpus: 1,
+      diskBytes: 1 << 30,
+      agentSocket: '/s',
+    });
+    const joined = args.join(' ');
+    expect(joined).toContain('-nodefaults');
+    expect(joined).toContain('-nic none');
+    expect(joined).not.toMatch(/virtio-net|netdev/);
+    expect(joined).toMatch(/-sandbox on,.*spawn=deny/);
+    expect(joined).toContain('file=/r.erofs,format=raw,readonly=on');
+    expect(joined).toContain('-m 384M'); // the limit plus the guest kernel's share
+    expect(kernelCmdline({ accel: 'kvm', diskBytes: 5, memoryBytes: 7, pids: 9 })).not.toContain(
+      'tsc_early_khz',
+    );
+  });
+});

@@ -1,0 +1,117 @@
+// What the microVM tier promises beyond the contract: each sandbox is its own guest kernel; QEMU runs
+// as the sandbox's leased uid inside its cgroup, with no network device; specs the milestone cannot
+// honour are refused with a typed error and leave nothing behind; kill leaves no QEMU.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { Sandbox, type Airlock } from '../../src/index.js';
+import { canRunNamespaces, settledResidue, testAirlock, NO_RESIDUE } from '../helpers.js';
+import { expectError } from '../contract/support.js';
+
+const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
+const canRunMicrovm =
+  canRunNamespaces &&
+  existsSync('/usr/bin/qemu-system-x86_64') &&
+  existsSync(KERNEL_BOOT) &&
+  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
+
+/** [pid, args] of every QEMU process on the host. */
+function qemus(): Array<[number, string]> {
+  try {
+    return execFileSync('pgrep', ['-a', 'qemu-system'], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => [Number(l.split(' ')[0]), l.slice(l.indexOf(' ') + 1)] as [number, string]);
+  } catch {
+    return [];
+  }
+}
+
+/** A real host dir, so the refusal is the tier's own, not the host's path checks. */
+const HOST_DIR = mkdtempSync('/var/tmp/airlock-mvm-');
+
+describe.skipIf(!canRunMicrovm)('microvm tier', () => {
+  vi.setConfig({ testTimeout: 600_000, hookTimeout: 600_000 });
+  let airlock: Airlock;
+  const owned: Sandbox[] = [];
+  const create = async (): Promise<Sandbox> => {
+    airlock ??= testAirlock();
+    const s = await Sandbox.create({ backend: 'microvm' }, { airlock });
+    owned.push(s);
+    return s;
+  };
+  afterEach(async () => {
+    await Promise.allSettled(owned.splice(0).map((s) => s.kill()));
+  });
+  afterAll(async () => {
+    rmSync(HOST_DIR, { recursive: true, force: true });
+    await airlock?.killAll();
+    expect(qemus()).toEqual([]);
+    expect(await settledResidue()).toEqual(NO_RESIDUE);
+  });
+
+  it('runs on a guest kernel of its own, with QEMU as the leased uid in the cgroup and no NIC', async () => {
+    const sbx = await create();
+    const guest = await sbx.exec('uname -r; cat /proc/1/comm; ls /sys/class/net');
+    const [release, init, ...nics] = guest.stdout.trim().split('\n');
+    expect(release).toMatch(/cloud-amd64$/);
+    expect(release).not.toBe(execFileSync('uname', ['-r'], { encoding: 'utf8' }).trim());
+    expect(init).toBe('init'); // the agent is the guest's PID 1
+    expect(nics).toEqual(['lo']);
+    const mine = qemus().filter(([, args]) => args.includes(`/${sbx.id}/`));
+    expect(mine).toHaveLength(1);
+    const [pid] = mine[0]!;
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const uid = sbx.info.hostUid;
+    expect(status).toMatch(new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'));
+    expect(status).toMatch(/^CapEff:\s+0+$/m);
+    expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
+    expect(status).toMatch(/^Seccomp:\s+2$/m);
+    expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toContain(sbx.id);
+  });
+
+  it('two VMs side by side keep their files and processes apart', async () => {
+    const [a, b] = await Promise.all([create(), create()]);
+    await a.files.write('/workspace/who', 'a');
+    await b.files.write('/workspace/who', 'b');
+    expect(await a.files.read('/workspace/who')).toBe('a');
+    expect(await b.files.read('/workspace/who')).toBe('b');
+    const bg = await a.exec('sleep 300', { background: true });
+    expect((await b.exec('ps -eo comm')).stdout).not.toContain('sleep');
+    await bg.kill();
+    // A guest cannot write the read-only root, and the overlay is its own.
+    expect((await a.exec('touch /usr/bin/x 2>&1; echo $?')).stdout.trim()).not.toBe('0');
+  });
+
+  it('a timeout kills the whole process tree, and a finished exec leaves no process behind', async () => {
+    const sbx = await create();
+    const r = await sbx.exec('sleep 301 & sleep 302 & echo forked; wait', { timeoutMs: 5000 });
+    expect([r.killedBy, r.stdout]).toEqual(['timeout', 'forked\n']);
+    const done = await sbx.exec('sleep 303 & echo left');
+    expect(done.stdout).toBe('left\n');
+    const ps = await sbx.exec(['ps', '-eo', 'args']);
+    expect(ps.stdout).not.toMatch(/sleep 30[123]/);
+  });
+
+  it('kill ends the VM: no QEMU and no host residue left', async () => {
+    const sbx = await create();
+    const running = await sbx.exec('sleep 300', { background: true });
+    await sbx.kill();
+    expect((await running.wait()).killedBy).toBe('killed');
+    expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
+  });
+
+  it.each([
+    ['a network policy', { network: { allow: ['example.com'] } }],
+    [
+      'a host workspace',
+      { workspace: { mode: 'ro' as const, hostDir: mkdtempSync('/var/tmp/airlock-mvm-') } },
+    ],
+  ])('refuses %s with BACKEND_UNAVAILABLE and leaves nothing behind', async (_what, extra) => {
+    airlock ??= testAirlock();
+    const before = qemus().length;
+    await expectError(Sandbox.create({ backend: 'microvm', ...extra }, { airlock }), 'BACKEND_UNAVAILABLE');
+    expect(qemus().length).toBe(before);
+  });
+});
