@@ -27,15 +27,9 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# gVisor: runsc from bookworm-backports (2024). Debian 12's own runsc (2022) cannot list a directory
-# on this kernel (statx/getdents fail with EINVAL inside the sandbox, so `ls /` fails) and has no
-# systrap platform, only the slower ptrace. Installed only where the system is Debian 12 (bookworm).
-runsc_ok() { command -v runsc >/dev/null && runsc --version 2>/dev/null | grep -qE 'version 0\.0~20(2[4-9]|[3-9][0-9])'; }
-if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: need root to install runsc from bookworm-backports" >&2
-    exit 1
-  fi
+# bookworm-backports lives on the same mirror as bookworm: add it (once) from the mirror this
+# machine's apt already uses for bookworm. Used by the runsc and QEMU steps below.
+ensure_backports_source() {
   list=/etc/apt/sources.list.d/airlock-bookworm-backports.list
   if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     # bookworm-backports lives on the same mirror as bookworm: take the mirror this machine's apt
@@ -50,11 +44,23 @@ if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null
         /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1 || true)
     fi
     if [ -z "$mirror" ]; then
-      echo "setup: no apt source for bookworm found to take bookworm-backports from; add one, or install runsc (2024 or later) yourself" >&2
+      echo "setup: no apt source for bookworm found to take bookworm-backports from; add one, or install runsc (2024 or later) and qemu-system-x86 (9 or later) yourself" >&2
       exit 1
     fi
     echo "deb $mirror bookworm-backports main" >"$list"
   fi
+}
+
+# gVisor: runsc from bookworm-backports (2024). Debian 12's own runsc (2022) cannot list a directory
+# on this kernel (statx/getdents fail with EINVAL inside the sandbox, so `ls /` fails) and has no
+# systrap platform, only the slower ptrace. Installed only where the system is Debian 12 (bookworm).
+runsc_ok() { command -v runsc >/dev/null && runsc --version 2>/dev/null | grep -qE 'version 0\.0~20(2[4-9]|[3-9][0-9])'; }
+if ! runsc_ok && grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: need root to install runsc from bookworm-backports" >&2
+    exit 1
+  fi
+  ensure_backports_source
   echo "setup: apt-get install -t bookworm-backports runsc"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq || apt-get update -qq
@@ -65,7 +71,7 @@ fi
 # file migration is what the tier's snapshots will use; 7.2 boots microvm just as well), erofs-utils for
 # the guest's root image, gcc + libc6-dev for its static agent (gcc comes with g++ above), and the guest
 # kernel: Debian's linux-image-cloud-amd64, downloaded (never installed on the host) and unpacked into
-# /var/cache/airlock/microvm/kernel. Backports' source list is the one the runsc step above added.
+# /var/cache/airlock/microvm/kernel.
 if grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
   qemu_ok() { command -v qemu-system-x86_64 >/dev/null && qemu-system-x86_64 --version 2>/dev/null | grep -qE 'version (9|[1-9][0-9])\.'; }
   mvm_missing=()
@@ -84,6 +90,8 @@ if grep -q 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
       apt-get install -y -qq --no-install-recommends "${mvm_missing[@]}" >/dev/null
     fi
     if ! qemu_ok; then
+      ensure_backports_source
+      apt-get update -qq || apt-get update -qq
       echo "setup: apt-get install -t bookworm-backports qemu-system-x86"
       apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-x86 >/dev/null
     fi

@@ -3,6 +3,7 @@
 // honour are refused with a typed error and leave nothing behind; kill leaves no QEMU.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { myQemus } from './qemus.js';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Sandbox, type Airlock } from '../../src/index.js';
 import { canRunNamespaces, settledResidue, testAirlock, NO_RESIDUE } from '../helpers.js';
@@ -15,18 +16,7 @@ const canRunMicrovm =
   existsSync(KERNEL_BOOT) &&
   readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
 
-/** [pid, args] of every QEMU process on the host. */
-function qemus(): Array<[number, string]> {
-  try {
-    return execFileSync('pgrep', ['-a', 'qemu-system'], { encoding: 'utf8' })
-      .trim()
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => [Number(l.split(' ')[0]), l.slice(l.indexOf(' ') + 1)] as [number, string]);
-  } catch {
-    return [];
-  }
-}
+const qemus = myQemus;
 
 /** A real host dir, so the refusal is the tier's own, not the host's path checks. */
 const HOST_DIR = mkdtempSync('/var/tmp/airlock-mvm-');
