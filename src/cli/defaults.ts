@@ -3,11 +3,8 @@
 
 import type { BackendName } from '../core/backend-names.js';
 
-/**
- * The tiers this version implements: the only ones `--backend` offers or names in an error. (The
- * spec's BACKEND_NAMES also reserves "microvm", which `airlock doctor` reports as not implemented.)
- */
-export const CLI_BACKENDS = ['namespaces', 'gvisor'] as const satisfies readonly BackendName[];
+/** The tiers this version implements: the ones `--backend` offers or names in an error. */
+export const CLI_BACKENDS = ['namespaces', 'gvisor', 'microvm'] as const satisfies readonly BackendName[];
 
 export interface Io {
   out(text: string): void;

@@ -14,8 +14,6 @@ import {
 } from './host-probes.js';
 import { processIo, type Io } from './run.js';
 
-const NOT_IMPLEMENTED = 'not implemented in this version';
-
 export interface DoctorReport {
   readonly tiers: {
     readonly namespaces: {
@@ -34,11 +32,14 @@ export interface DoctorReport {
       readonly runsc: ToolReport;
     };
     readonly microvm: {
-      readonly implemented: false;
-      readonly available: false;
+      readonly implemented: true;
+      readonly available: boolean;
+      readonly reason?: string;
+      readonly checks: readonly ProbeCheck[];
+      /** One line: the accelerator and why (KVM only where a probe booted a guest with it), or why not. */
       readonly detail: string;
       readonly qemu: ToolReport;
-      /** What the tier would use here once implemented. */
+      /** What the tier's guests run with here ('none': the tier is unavailable). */
       readonly accelerator: 'kvm' | 'tcg' | 'none';
     };
   };
@@ -59,11 +60,13 @@ export async function doctorReport(): Promise<DoctorReport> {
   const runsc = probeTool('runsc');
   const qemu = probeTool('qemu-system-x86_64');
   const kvm = probeKvm();
-  const accelerator = !qemu.found ? 'none' : kvm.usable ? 'kvm' : 'tcg';
-  const microvmHas =
-    accelerator === 'none'
-      ? `${qemu.detail}; ${kvm.usable ? 'KVM is usable' : 'no usable KVM (guests would need TCG emulation)'}`
-      : `${qemu.detail}; would run guests with ${accelerator === 'kvm' ? 'KVM' : 'TCG (software emulation: slow)'}`;
+  // The microVM probe boots a guest under KVM once (cached per QEMU and kernel) to tell KVM from TCG.
+  const mv = await airlock.probe('microvm');
+  const accelCheck = mv.checks.find((c) => c.name === 'accelerator');
+  const accelerator = !mv.available ? 'none' : /^KVM\b/.test(accelCheck?.detail ?? '') ? 'kvm' : 'tcg';
+  const microvmDetail = mv.available
+    ? `available (${accelerator === 'kvm' ? 'KVM' : 'TCG software emulation: slow'}): ${accelCheck?.detail ?? ''}`
+    : `UNAVAILABLE: ${mv.reason ?? 'see the failed checks'}`;
   return {
     tiers: {
       namespaces: {
@@ -81,9 +84,11 @@ export async function doctorReport(): Promise<DoctorReport> {
         runsc,
       },
       microvm: {
-        implemented: false,
-        available: false,
-        detail: `${NOT_IMPLEMENTED}; ${microvmHas}`,
+        implemented: true,
+        available: mv.available,
+        ...(mv.reason ? { reason: mv.reason } : {}),
+        checks: mv.checks,
+        detail: microvmDetail,
         qemu,
         accelerator,
       },

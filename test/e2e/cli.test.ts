@@ -149,7 +149,18 @@ describe('airlock CLI: flags and usage errors (no sandbox needed)', () => {
     const gv = report.tiers.gvisor as unknown as { available: boolean; platform?: string };
     // Where gVisor runs, doctor names the platform it detected (kvm only where /dev/kvm runs a guest).
     if (gv.available) expect(['kvm', 'systrap', 'ptrace']).toContain(gv.platform);
-    expect(report.tiers.microvm!.implemented).toBe(false);
+    // The microVM tier says which accelerator its guests use, and why (TCG where no KVM guest boots).
+    const mv = report.tiers.microvm as unknown as {
+      implemented: boolean;
+      available: boolean;
+      accelerator: string;
+      detail: string;
+    };
+    expect(mv.implemented).toBe(true);
+    if (mv.available) {
+      expect(['kvm', 'tcg']).toContain(mv.accelerator);
+      expect(mv.detail).toMatch(/^available \((KVM|TCG)/);
+    } else expect(mv.accelerator).toBe('none');
     expect(Array.isArray(report.host.cgroups.versions)).toBe(true);
   });
 });
