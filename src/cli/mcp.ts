@@ -321,7 +321,7 @@ export async function mcpScanCommand(cmd: string[], f: McpFlags, io: Io): Promis
 export async function mcpPinCommand(cmd: string[], f: McpFlags, io: Io): Promise<number> {
   const lockPath = resolve(process.cwd(), f.lockfile ?? LOCKFILE_NAME);
   return withServer(cmd, f, io, async (up, server) => {
-    const defs = await up.listDefinitions();
+    const defs = await up.listDefinitions({}, { lenient: true }); // pinned as served (see session.ts)
     const lock = setServerPin(readLockfile(lockPath), server.name, pinDefinitions(defs), {
       pinnedAt: new Date().toISOString(),
       command: [server.command, ...server.args],
@@ -349,7 +349,7 @@ export async function mcpDiffCommand(cmd: string[], f: McpFlags, io: Io): Promis
     );
   }
   return withServer(cmd, { ...f, name }, io, async (up) => {
-    const diff = comparePins(pinned, await up.listDefinitions());
+    const diff = comparePins(pinned, await up.listDefinitions({}, { lenient: true }));
     io.out(formatDiff(name, diff));
     return isCleanDiff(diff) ? 0 : 1;
   });

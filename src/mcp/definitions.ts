@@ -92,7 +92,12 @@ export class DefinitionGate {
       resources.map((r, i) => [`resources[${ownerLabel(r.name ?? r.uri, i)}]`, r.uri]),
     );
     for (const f of scan) {
-      const decision = decideFinding(this.opts.scan, f.severity, f.ruleId);
+      // A definition the MCP SDK rejects is never served, whatever the policy says of the rule: one such
+      // tool in a listing makes an SDK client reject the whole tools/list.
+      const decision =
+        f.ruleId === 'invalid-definition'
+          ? 'quarantine'
+          : decideFinding(this.opts.scan, f.severity, f.ruleId);
       findings.push({ ...ref(f), decision });
       if (decision !== 'quarantine') continue;
       const owner = /^(tools|prompts)\[.*?\](?=\.|$)/.exec(f.location)?.[0] ?? f.location;

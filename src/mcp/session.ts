@@ -18,10 +18,12 @@ import {
   ListRootsResultSchema,
   ListToolsRequestSchema,
   McpError,
+  PromptSchema,
   ReadResourceRequestSchema,
   SetLevelRequestSchema,
   SubscribeRequestSchema,
   UnsubscribeRequestSchema,
+  ToolSchema,
   type CallToolResult,
   type JSONRPCRequest,
   type Notification,
@@ -210,7 +212,13 @@ export class McpSession {
         const lease = await ps.entry.pool.acquire(this.ctx('list'));
         try {
           const started = performance.now();
-          const defs = await lease.upstream.listDefinitions({ timeout: this.core.callTimeoutMs });
+          // Listed as served (no SDK schema check here): a definition the SDK would reject is scanned,
+          // reported (invalid-definition) and quarantined by the gate, never a failed listing or a
+          // validator dump; the rest of the server's tools stay usable.
+          const defs = await lease.upstream.listDefinitions(
+            { timeout: this.core.callTimeoutMs },
+            { lenient: true },
+          );
           const result = ps.gate.check(defs);
           ps.last = result;
           ps.listedBy = lease.upstream.sandbox.id;
@@ -230,7 +238,12 @@ export class McpSession {
               }),
             );
           }
-          listed.push({ entry: ps.entry, tools: result.tools });
+          // Belt and braces: only what an MCP client accepts is ever exposed (e.g. a tool with no name,
+          // which no quarantine entry can name).
+          listed.push({
+            entry: ps.entry,
+            tools: result.tools.filter((t) => ToolSchema.safeParse(t).success),
+          });
         } finally {
           await lease.release();
         }
@@ -472,6 +485,7 @@ export class McpSession {
     const map = new Map<string, { server: string; prompt: string }>();
     for (const ps of this.perServer.values()) {
       for (const p of ps.last?.prompts ?? []) {
+        if (!PromptSchema.safeParse(p).success) continue; // a prompt MCP clients would reject
         const name = this.exposedName(ps.entry, p.name);
         map.set(name, { server: ps.entry.setup.name, prompt: p.name });
         prompts.push({ ...this.redactListing(ps.entry.setup.name, p), name });
