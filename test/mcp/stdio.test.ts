@@ -641,7 +641,7 @@ if (canRunNamespaces) {
           [
             'add',
             { a: 1, b: 2, sidenote: 'x' },
-            /tool add .*quarantined: (hidden-instruction|secrecy|sensitive-path)/,
+            /tool add .*quarantined: (hidden-instruction|secrecy|sensitive-path|exfiltration|instruction-override)/,
           ],
           ['translate', { text: 'x' }, /tool translate .*quarantined: invisible-unicode/],
           [HOMOGLYPH_READ_FILE, { path: '/etc/passwd' }, /quarantined: homoglyph-name .*read_file/],
