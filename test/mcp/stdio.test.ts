@@ -643,7 +643,12 @@ if (canRunNamespaces) {
             { a: 1, b: 2, sidenote: 'x' },
             /tool add .*quarantined: (hidden-instruction|secrecy|sensitive-path|exfiltration|instruction-override)/,
           ],
-          ['translate', { text: 'x' }, /tool translate .*quarantined: invisible-unicode/],
+          // Scanner v2 also decodes the hidden text and finds what it asks for (exfiltration).
+          [
+            'translate',
+            { text: 'x' },
+            /tool translate .*quarantined: (invisible-unicode|exfiltration|instruction-override|secrecy)/,
+          ],
           [HOMOGLYPH_READ_FILE, { path: '/etc/passwd' }, /quarantined: homoglyph-name .*read_file/],
         ];
         for (const [name, args, reason] of cases) {
