@@ -36,7 +36,7 @@ describe('--backend lists only the tiers that exist', () => {
     async (...cmd) => {
       const r = await airlockCli([...cmd, '--help']);
       expect(r.code).toBe(0);
-      const backendLine = r.stdout.slice(r.stdout.indexOf('--backend'), r.stdout.indexOf('--backend') + 200);
+      const backendLine = r.stdout.slice(r.stdout.indexOf('--backend'), r.stdout.indexOf('--backend') + 400);
       expect(backendLine.replace(/\s+/g, ' ')).toContain('(choices: "namespaces", "gvisor", "microvm")');
       expect(r.stdout).not.toMatch(/firecracker|wasm/i);
     },
