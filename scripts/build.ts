@@ -12,7 +12,7 @@
 //   3. The V8 code cache of each bundle (dist/bin/*.cjs.cache; bin/airlock.cjs explains it).
 // docs/reference/cli.md gives the command; bench/lifecycle.ts measures its start-up.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync, rmSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build, type BuildOptions, type Plugin } from 'esbuild';
@@ -131,9 +131,19 @@ async function main(): Promise<void> {
       js: "import { createRequire as __airlockCreateRequire } from 'node:module'; const require = __airlockCreateRequire(import.meta.url);",
     },
   });
-  // bin/airlock.cjs decodes the bundles as latin1, which is only right for ASCII (esbuild's default
-  // charset escapes everything else).
+  // bin/airlock.cjs decodes the bundles as latin1, which is only right for ASCII. esbuild's default
+  // charset escapes strings but leaves regular expression literals as written (the MCP scanner's
+  // multilingual lexicon), so every UTF-16 unit left above 0x7f becomes \uXXXX: the same character in
+  // a regex literal (a surrogate pair of escapes is one code point under /u too), a string or a
+  // template. In String.raw it stays the six characters, which only RegExp sources read, and RegExp
+  // decodes them alike.
   for (const name of ['airlock.cjs', 'airlock-run.cjs']) {
+    const text = readFileSync(join(CLI_OUT, name), 'utf8');
+    const escaped = text.replace(
+      /[\u0080-\uffff]/g,
+      (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+    );
+    if (escaped !== text) writeFileSync(join(CLI_OUT, name), escaped);
     const bundle = readFileSync(join(CLI_OUT, name));
     const nonAscii = bundle.findIndex((b) => b > 0x7f);
     if (nonAscii !== -1) throw new Error(`dist/bin/${name} has a non-ASCII byte at offset ${nonAscii}`);
