@@ -92,14 +92,7 @@ function cString(buf: Buffer, offset: number, label: string, what: string): stri
 
 /** The first `n` bytes of a file (fewer if it is shorter); the file is opened without following a final link. */
 export function readHead(hostPath: string, n: number, label = hostPath): Buffer {
-  let fd: number;
-  try {
-    fd = openSync(hostPath, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (e) {
-    throw new AirlockError('EXECUTABLE_INVALID', `${label}: cannot be read (${(e as Error).message})`, {
-      cause: e,
-    });
-  }
+  const fd = openNoFollow(hostPath, label);
   try {
     const buf = Buffer.alloc(n);
     const got = readSync(fd, buf, 0, n, 0);
@@ -109,20 +102,24 @@ export function readHead(hostPath: string, n: number, label = hostPath): Buffer 
   }
 }
 
+/** Opens a file of the source root for reading, never through a symlink (EXECUTABLE_INVALID if it cannot). */
+function openNoFollow(hostPath: string, label: string): number {
+  try {
+    return openSync(hostPath, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    throw new AirlockError('EXECUTABLE_INVALID', `${label}: cannot be read (${(e as Error).message})`, {
+      cause: e,
+    });
+  }
+}
+
 /**
  * Parses the loader-relevant parts of an ELF file. `label` names the file in errors (its path inside
  * the source root, not the host path). Throws EXECUTABLE_INVALID for anything that is not a
  * well-formed ELF64 little-endian x86-64 executable or shared object.
  */
 export function readElf(hostPath: string, label: string): ElfInfo {
-  let fd: number;
-  try {
-    fd = openSync(hostPath, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (e) {
-    throw new AirlockError('EXECUTABLE_INVALID', `${label}: cannot be read (${(e as Error).message})`, {
-      cause: e,
-    });
-  }
+  const fd = openNoFollow(hostPath, label);
   try {
     const st = fstatSync(fd);
     if (!st.isFile()) throw invalid(label, 'not a regular file');
