@@ -34,6 +34,9 @@ function selfCommand(): string[] {
   return [process.execPath, ...process.execArgv, process.argv[1]!];
 }
 
+/** How long `airlock serve` may take to stop after SIGINT/SIGTERM before it exits regardless. */
+const STOP_GRACE_MS = 10_000;
+
 /** Resolves on the first SIGINT/SIGTERM with the status to exit with (130/143). */
 function untilSignal(): Promise<number> {
   // process.on, not once: a handler must stay registered while the shutdown runs, or the library's
@@ -91,9 +94,16 @@ export async function serveCommand(flags: ServeFlags, io: Io): Promise<number> {
   }
   if (flags.firstKey) io.out(firstKeyBanner(front.url, front.store));
   const status = await stop;
+  // The stop is bounded: a request still waiting on the supervisor (a create under load) must not
+  // keep the process alive after its listener closed. Sandboxes belong to the supervisor, so
+  // exiting loses none; the timer is unref'd and fires only if something still holds the loop.
+  const exitStatus = status === 143 ? 0 : status; // SIGTERM is how systemd stops a service: exit 0
+  setTimeout(() => {
+    io.err(`airlock serve: still busy ${STOP_GRACE_MS} ms after the stop signal; exiting now\n`);
+    process.exit(exitStatus);
+  }, STOP_GRACE_MS).unref();
   await front.close();
-  // SIGTERM is how systemd stops a service: a clean stop, exit 0.
-  return status === 143 ? 0 : status;
+  return exitStatus;
 }
 
 export async function supervisorCommand(flags: { stateDir?: string }, io: Io): Promise<number> {

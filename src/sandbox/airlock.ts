@@ -621,17 +621,20 @@ export class Airlock {
     return this.caPublic;
   }
 
+  /** A live sandbox of this runtime; one whose kill (or TTL) has begun is no longer live. */
   get(id: string): Sandbox {
     const s = this.live.get(id);
-    if (!s)
+    // A slow teardown (a microVM's QEMU under TCG) must not let a dying sandbox be found again.
+    if (!s || !s.alive)
       throw new AirlockError('SANDBOX_NOT_FOUND', `no live sandbox with id "${id}" in this process`, {
         field: 'id',
       });
     return s;
   }
 
+  /** The live sandboxes of this runtime (not those being killed). */
   list(): Sandbox[] {
-    return [...this.live.values()];
+    return [...this.live.values()].filter((s) => s.alive);
   }
 
   /** Kill every live sandbox of this runtime and release prepared (warm) ones, e.g. on shutdown. */

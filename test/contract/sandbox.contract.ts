@@ -158,6 +158,16 @@ export function sandboxContract(backend: BackendName, opts: ContractOptions = {}
         expect(airlock.list()).not.toContain(sbx);
       });
 
+      test('a sandbox whose kill has begun is no longer found or listed, before its teardown ends', async () => {
+        const sbx = await create();
+        const killing = sbx.kill(); // the teardown is still running (a microVM's takes a while)
+        expect(sbx.alive).toBe(false);
+        await expectError(() => airlock.get(sbx.id), 'SANDBOX_NOT_FOUND');
+        expect(airlock.list()).not.toContain(sbx);
+        await expectError(sbx.exec('true'), 'SANDBOX_GONE');
+        await killing;
+      });
+
       test('ids are unique per sandbox', async () => {
         const a = await create();
         const b = await create();

@@ -1,6 +1,6 @@
 // Small typed calls of the native REST API for the server tests (raw fetch: what any client sends).
 import { expect } from 'vitest';
-import { call } from './serve-helpers.js';
+import { call, REQUEST_TIMEOUT_MS } from './serve-helpers.js';
 
 export interface View {
   id: string;
@@ -36,7 +36,7 @@ export async function exec(
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ cmd }),
-    ...(signal ? { signal } : {}),
+    signal: signal ?? AbortSignal.timeout(REQUEST_TIMEOUT_MS),
   });
   const text = await r.text();
   if (r.status !== 200) throw new Error(`exec: HTTP ${r.status} ${text}`);
@@ -63,6 +63,7 @@ export async function writeFile(
     method: 'PUT',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/octet-stream' },
     body: typeof data === 'string' ? data : Buffer.from(data),
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
   });
 }
 

@@ -74,8 +74,25 @@ export function startServe(config: Record<string, unknown> = {}, extraArgs: stri
 /** Kill the server (SIGTERM or SIGKILL) and wait for it to exit. */
 export async function stopServe(s: Served, sig: NodeJS.Signals = 'SIGTERM'): Promise<number | string> {
   if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill(sig);
-  return s.exited;
+  // Bounded: a server that does not exit fails here with its stderr, not as a whole-test timeout.
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      s.child.kill('SIGKILL'); // leak nothing, then report
+      reject(
+        new Error(`airlock serve did not exit within 30 s of ${sig}; stderr: ${s.stderr().slice(-2000)}`),
+      );
+    }, 30_000);
+  });
+  try {
+    return await Promise.race([s.exited, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
+
+/** Every test request is bounded, so a hang fails with the request it was, not a test timeout. */
+export const REQUEST_TIMEOUT_MS = 90_000;
 
 export async function waitFor<T>(
   f: () => Promise<T | undefined> | T | undefined,
@@ -128,6 +145,7 @@ export function call(
 ): Promise<Response> {
   return fetch(url + path, {
     method,
+    signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     headers: {
       ...(key ? { authorization: `Bearer ${key}` } : {}),
       ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
