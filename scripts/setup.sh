@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 # build better-sqlite3 (the server's state) against Node's own headers. chromium: the browser tests of
 # preview URLs (driven by playwright-core; never a browser downloaded at run time). docker-registry:
 # the real OCI registry (Distribution v2) the image tests start on loopback in their own netns;
-# busybox-static: the static userland those tests build their images from.
+# busybox-static: the static userland those tests build their images from. python3-matplotlib:
+# runCode's figures come back as PNG when the sandbox root has it (the code-execution tests).
 APT_PACKAGES=(bubblewrap perl procps iproute2 util-linux findutils coreutils nftables curl python3
-  python3-pytest python3-pip python3-setuptools make g++ chromium docker-registry busybox-static)
+  python3-pytest python3-pip python3-setuptools make g++ chromium docker-registry busybox-static
+  python3-matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -2,6 +2,7 @@
 // folder under src/backends/<tier>/. The Sandbox facade (src/sandbox/) is the only caller; it owns
 // output shaping, timeouts, TTL and result classification, so a backend only runs processes.
 import type { Duplex, Readable, Writable } from 'node:stream';
+import type { BackendExecution, BackendRunCodeRequest } from './code.js';
 import type { SnapshotRecord } from './snapshot.js';
 import type { BackendName, SandboxSpec } from './spec.js';
 
@@ -92,6 +93,13 @@ export interface BackendSandbox {
    * cannot reach its sandboxes' ports.
    */
   connectPort?(port: number, signal?: AbortSignal): Promise<Duplex>;
+  /**
+   * Run code in the backend's own interpreters (the WASM tier). Optional: without it, the sandbox
+   * layer runs a kernel process inside the sandbox through spawn().
+   */
+  runCode?(req: BackendRunCodeRequest): Promise<BackendExecution>;
+  /** Drop a code context runCode created (its variables are gone). Idempotent. */
+  closeCodeContext?(contextId: string): Promise<void>;
   /** Kill everything, release every host resource (mounts, cgroups, uid, dirs). Idempotent. */
   destroy(): Promise<void>;
 }

@@ -78,6 +78,10 @@ export const ERROR_CODES = {
   IMAGE_REGISTRY_ERROR: { exit: 1, http: 502 },
   /** An image whose layers a live sandbox uses: kill that sandbox first. */
   IMAGE_IN_USE: { exit: 1, http: 409 },
+  /** The static analysis denied the code before it ran: the message and `findings` say which rule and why. */
+  CODE_DENIED: { exit: 1, http: 422 },
+  /** No code context with that id in the sandbox (or it was closed): create one with createCodeContext(). */
+  CODE_CONTEXT_NOT_FOUND: { exit: 3, http: 404 },
   INTERNAL: { exit: 70, http: 500 },
 } as const satisfies Record<string, { exit: number; http: number }>;
 

@@ -50,6 +50,8 @@ const EXPECTED: Record<AirlockErrorCode, { exit: number; http: number }> = {
   IMAGE_AUTH_FAILED: { exit: 4, http: 401 },
   IMAGE_REGISTRY_ERROR: { exit: 1, http: 502 },
   IMAGE_IN_USE: { exit: 1, http: 409 },
+  CODE_DENIED: { exit: 1, http: 422 },
+  CODE_CONTEXT_NOT_FOUND: { exit: 3, http: 404 },
   INTERNAL: { exit: 70, http: 500 },
 };
 const CODES = Object.keys(EXPECTED) as AirlockErrorCode[];
