@@ -203,5 +203,15 @@ describe.skipIf(!canRunNamespaces)(`E2B envd tokens and API keys (${SKIP_REASON}
     expect((err as Error).message.replace(x.sandboxId, 'ID')).toBe(
       (unknown as Error).message.replace('sbx-0000000000000000', 'ID'),
     );
+    // Nor can it kill it: the same not-found (false), and the sandbox runs on.
+    expect(await Sandbox.kill(y.sandboxId, { apiKey: b.key })).toBe(false);
+    const del = (id: string): Promise<Response> =>
+      fetch(`${s.url}/e2b/sandboxes/${id}`, { method: 'DELETE', headers: { 'X-API-Key': b.key } });
+    const [theirs, none] = [await del(y.sandboxId), await del('sbx-0000000000000000')];
+    expect([theirs.status, none.status]).toEqual([404, 404]);
+    expect((await theirs.text()).replace(y.sandboxId, 'ID')).toBe(
+      (await none.text()).replace('sbx-0000000000000000', 'ID'),
+    );
+    expect((await y.commands.run('echo alive')).stdout).toBe('alive\n');
   }, 60_000);
 });

@@ -221,8 +221,13 @@ export function mountControl(app: Hono, api: SandboxApi, o: ControlOpts): void {
   app.delete(
     '/sandboxes/:id',
     route(async (c, caller) => {
-      await visible(sid(c), caller);
-      await api.kill(sid(c), caller);
+      // One supervisor request: the kill checks ownership and state in the server's store itself
+      // (an ended sandbox is, to E2B, not found), with no live lookup first.
+      await api.kill(sid(c), caller).catch((e: unknown) => {
+        if (AirlockError.is(e, 'SANDBOX_GONE'))
+          throw new ApiError(404, `sandbox ${sid(c)} not found (${e.message})`);
+        throw e;
+      });
       return c.body(null, 204);
     }),
   );
