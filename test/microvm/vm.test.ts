@@ -1,6 +1,7 @@
 // What the microVM tier promises beyond the contract: each sandbox is its own guest kernel; QEMU runs
-// as the sandbox's leased uid inside its cgroup, with no network device; specs the milestone cannot
-// honour are refused with a typed error and leave nothing behind; kill leaves no QEMU.
+// as the sandbox's leased uid inside its cgroup, with no network device unless the spec has a network
+// policy (test/egress/microvm.test.ts); pause freezes the whole VM; specs the tier cannot honour are
+// refused with a typed error and leave nothing behind; kill leaves no QEMU.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { myQemus } from './qemus.js';
@@ -92,8 +93,54 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
   });
 
+  it('pause freezes the whole VM (its QEMU in the frozen cgroup) until resume; kill works while paused', async () => {
+    const sbx = await create();
+    const [pid] = qemus().find(([, args]) => args.includes(`/${sbx.id}/`))!;
+    // The freezer state of QEMU's cgroup: v1 freezer.state, or v2 cgroup.events' `frozen`.
+    const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n');
+    const v1 = lines.find((l) => l.split(':')[1] === 'freezer')?.split(':')[2];
+    const frozen = (): string =>
+      v1 !== undefined
+        ? readFileSync(`/sys/fs/cgroup/freezer${v1}/freezer.state`, 'utf8').trim() === 'FROZEN'
+          ? '1'
+          : '0'
+        : /^frozen (\d)$/m.exec(
+            readFileSync(
+              `/sys/fs/cgroup${lines.find((l) => l.startsWith('0::'))!.slice(3)}/cgroup.events`,
+              'utf8',
+            ),
+          )![1]!;
+    expect(frozen()).toBe('0');
+    // A ticker started before the pause: while frozen, the guest runs no instruction, so no tick
+    // arrives; after resume the same process ticks on.
+    let ticks = 0;
+    const ticker = await sbx.exec('while :; do echo t; sleep 0.2; done', {
+      background: true,
+      onStdout: (t) => void (ticks += t.split('\n').length - 1),
+    });
+    await new Promise<void>((r) => {
+      const i = setInterval(() => ticks > 0 && (clearInterval(i), r()), 50);
+    });
+    await sbx.pause();
+    await sbx.pause(); // idempotent
+    expect(frozen()).toBe('1');
+    const atPause = ticks;
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(ticks).toBe(atPause);
+    await sbx.resume();
+    await sbx.resume();
+    expect(frozen()).toBe('0');
+    await new Promise<void>((r) => {
+      const i = setInterval(() => ticks > atPause && (clearInterval(i), r()), 50);
+    });
+    expect((await sbx.exec('echo ran')).stdout).toBe('ran\n');
+    await ticker.kill();
+    await sbx.pause();
+    await sbx.kill();
+    expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
+  });
+
   it.each([
-    ['a network policy', { network: { allow: ['example.com'] } }],
     [
       'a host workspace',
       { workspace: { mode: 'ro' as const, hostDir: mkdtempSync('/var/tmp/airlock-mvm-') } },

@@ -29,6 +29,8 @@ export interface QemuStart {
   readonly uid: number;
   readonly enroll: (pid: number) => Promise<void> | void;
   readonly enterNetns: <T>(f: () => T) => T;
+  /** An fd QEMU inherits as its fd 4 (TAP_FD in qemu.ts): the guest's tap. */
+  readonly tapFd?: number;
 }
 
 export interface QemuProcess {
@@ -61,7 +63,8 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     spawn('/bin/sh', ['-c', TRAMPOLINE, 'setpriv', ...setpriv], {
       env: {},
       cwd: '/',
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
+      // fd 4 (the tap, if any) survives the trampoline and setpriv: neither closes inherited fds.
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(o.tapFd !== undefined ? [o.tapFd] : [])],
     }),
   );
   const gate = (child.stdio as unknown as Array<Readable & Writable>)[GATE_FD]!;
