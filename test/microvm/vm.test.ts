@@ -50,7 +50,7 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(release).not.toBe(execFileSync('uname', ['-r'], { encoding: 'utf8' }).trim());
     expect(init).toBe('init'); // the agent is the guest's PID 1
     expect(nics).toEqual(['lo']);
-    const mine = qemus().filter(([, args]) => args.includes(`/${sbx.id}/`));
+    const mine = qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `));
     expect(mine).toHaveLength(1);
     const [pid] = mine[0]!;
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -60,6 +60,29 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(status).toMatch(/^Seccomp:\s+2$/m);
     expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toContain(sbx.id);
+    // The jail: QEMU is PID 1 of a PID namespace of its own, and its root holds none of the host's
+    // files but /usr: no /etc, no /home, no state dir; its mount table is the jail's alone.
+    expect(status).toMatch(/^NSpid:\s+\d+\s+1$/m);
+    expect(existsSync('/etc/passwd')).toBe(true);
+    for (const gone of ['etc/passwd', 'home', 'var', 'root', 'proc/1', 'tmp', 'sys'])
+      expect(existsSync(`/proc/${pid}/root/${gone}`), gone).toBe(false);
+    expect(existsSync(`/proc/${pid}/root/usr/bin`)).toBe(true);
+    const mounts = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(' ')[4]);
+    expect(new Set(mounts)).toEqual(
+      new Set([
+        '/',
+        '/usr',
+        '/boot/vmlinuz',
+        '/boot/initramfs',
+        '/boot/rootfs',
+        '/vm',
+        '/dev/null',
+        '/dev/urandom',
+      ]),
+    );
   });
 
   it('two VMs side by side keep their files and processes apart', async () => {
@@ -90,12 +113,12 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     const running = await sbx.exec('sleep 300', { background: true });
     await sbx.kill();
     expect((await running.wait()).killedBy).toBe('killed');
-    expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
+    expect(qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `))).toEqual([]);
   });
 
   it('pause freezes the whole VM (its QEMU in the frozen cgroup) until resume; kill works while paused', async () => {
     const sbx = await create();
-    const [pid] = qemus().find(([, args]) => args.includes(`/${sbx.id}/`))!;
+    const [pid] = qemus().find(([, args]) => args.includes(`-name ${sbx.id} `))!;
     // The freezer state of QEMU's cgroup: v1 freezer.state, or v2 cgroup.events' `frozen`.
     const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n');
     const v1 = lines.find((l) => l.split(':')[1] === 'freezer')?.split(':')[2];
@@ -137,7 +160,7 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     await ticker.kill();
     await sbx.pause();
     await sbx.kill();
-    expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
+    expect(qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `))).toEqual([]);
   });
 
   it.each([

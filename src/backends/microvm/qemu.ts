@@ -45,7 +45,18 @@ export interface VmConfig {
    * addresses the guest's eth0 gets. Absent: no network device at all.
    */
   readonly net?: { readonly fd: number; readonly guest: string; readonly gateway: string };
+  /** The VM's name (the sandbox id): QEMU's command line then says whose VM it is. */
+  readonly name?: string;
 }
+
+/** Where the jail (qemu.privileged.ts) shows QEMU its files: the paths its command line names. */
+export const JAILED = {
+  kernel: '/boot/vmlinuz',
+  initramfs: '/boot/initramfs',
+  rootfs: '/boot/rootfs',
+  agentSocket: '/vm/agent.sock',
+  consoleLog: '/vm/console.log',
+} as const;
 
 /** Where QEMU finds the tap fd it inherits (after stdin/stdout/stderr and the start gate). */
 export const TAP_FD = 4;
@@ -76,6 +87,7 @@ export function kernelCmdline(
 export function qemuArgs(c: VmConfig): string[] {
   const mib = Math.ceil((c.memoryBytes + GUEST_KERNEL_BYTES) / (1024 * 1024));
   return [
+    ...(c.name ? ['-name', c.name] : []),
     '-M',
     'microvm',
     '-accel',

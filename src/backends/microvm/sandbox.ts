@@ -19,7 +19,7 @@ import { HostSandbox, type HostSandboxParts } from '../host/index.js';
 import { withNetns } from '../host/netns.privileged.js';
 import { SANDBOX_UID } from '../host/rootfs.js';
 import { AgentConnection } from './agent.js';
-import { TAP_FD, qemuArgs, type Accel } from './qemu.js';
+import { JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
 import { startQemu, type QemuProcess } from './qemu.privileged.js';
 import { GUEST_ADDRESS, TAP_HOST_ADDRESS, interceptGuestTcp, makeTap } from './tap.privileged.js';
 
@@ -98,38 +98,31 @@ export class MicrovmSandbox implements BackendSandbox {
     chownSync(vmDir, this.hostUid, this.hostUid); // QEMU (as the sandbox uid) makes its socket here
     const sock = join(vmDir, 'agent.sock');
     const consoleLog = join(vmDir, 'console.log');
+    mkdirSync(join(p.res.dir, 'jail'), { mode: 0o755 }); // QEMU's root, mounted in its namespace only
     // The guest's one NIC, only with a network policy: a tap in the sandbox's netns (QEMU keeps the
     // only other reference, so it goes when QEMU does).
     const tap = this.networked ? makeTap(p.netns) : undefined;
     let qemu: QemuProcess;
     try {
-      qemu = await this.startVm(a, sock, consoleLog, tap);
+      qemu = await this.startVm(a, tap);
     } finally {
       if (tap !== undefined) closeSync(tap);
     }
     await this.awaitAgent(qemu, sock, consoleLog, signal);
   }
 
-  private startVm(
-    a: VmAssets,
-    sock: string,
-    consoleLog: string,
-    tap: number | undefined,
-  ): Promise<QemuProcess> {
+  private startVm(a: VmAssets, tap: number | undefined): Promise<QemuProcess> {
     const p = this.host.p;
     return startQemu({
       qemu: a.qemu,
       args: qemuArgs({
         accel: a.accel,
-        kernel: a.kernel,
-        initramfs: a.initramfs,
-        rootfs: a.rootfs,
+        name: this.id,
+        ...JAILED,
         memoryBytes: p.spec.limits.memoryBytes,
         pids: p.spec.limits.pids,
         vcpus: p.spec.limits.cpus,
         diskBytes: p.spec.limits.diskBytes,
-        agentSocket: sock,
-        consoleLog,
         ...(tap !== undefined
           ? { net: { fd: TAP_FD, guest: GUEST_ADDRESS, gateway: TAP_HOST_ADDRESS } }
           : {}),
@@ -138,6 +131,14 @@ export class MicrovmSandbox implements BackendSandbox {
       enroll: (pid) => this.host.enroll(pid),
       enterNetns: (f) => withNetns(p.netns, f),
       ...(tap !== undefined ? { tapFd: tap } : {}),
+      jail: {
+        dir: join(p.res.dir, 'jail'),
+        kernel: a.kernel,
+        initramfs: a.initramfs,
+        rootfs: a.rootfs,
+        vmDir: join(p.res.dir, 'vm'),
+        kvm: a.accel === 'kvm',
+      },
     });
   }
 
