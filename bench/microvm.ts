@@ -1,11 +1,15 @@
 // The microVM tier beside raw QEMU, same run, same kernel, initramfs and rootfs image:
 //  - boot-to-first-exec: Airlock create → exec `true` finished (then kill, not timed);
 //  - raw: QEMU started directly (as root, no cgroup, no netns) with the same command line → its agent's
-//    hello → EXEC `true` → EXIT, no Airlock in between.
+//    hello → EXEC `true` → EXIT, no Airlock in between;
+//  - raw in a cgroup: the same, started inside a CPU cgroup beside the sandboxes' (under `airlock/`).
+//    On a loaded host the scheduler weighs the whole `airlock/` group as one task against every
+//    root-level one, so a sandbox's QEMU gets less CPU than a raw QEMU in the root group: this row
+//    shows how much of the gap is that weight, not Airlock's work (with it, the ratio here is 1.0).
 // Target (issue 33): Airlock ≤ 1.2× raw. The report names the accelerator (TCG here: no usable KVM).
 // Run: `npx tsx bench/microvm.ts [rounds]` (as root, after scripts/setup.sh). VMs run one at a time.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, rmdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { AgentConnection } from '../src/backends/microvm/agent.js';
@@ -25,23 +29,47 @@ import { fmt, summarize, type Summary } from './stats.js';
 
 const MiB = 1024 * 1024;
 
-async function rawBoot(qemu: string, kernel: string, initramfs: string, rootfs: string): Promise<number> {
+/** A CPU cgroup beside the sandboxes' (cgroup v1 `cpu` hierarchy, else the v2 unified one). */
+function benchCgroup(): string | undefined {
+  for (const base of ['/sys/fs/cgroup/cpu/airlock', '/sys/fs/cgroup/airlock']) {
+    if (!existsSync(base)) continue;
+    const dir = join(base, `bench-raw-${process.pid}`);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  }
+  return undefined;
+}
+
+async function rawBoot(
+  qemu: string,
+  kernel: string,
+  initramfs: string,
+  rootfs: string,
+  cgroup?: string,
+): Promise<number> {
   const dir = mkdtempSync('/var/tmp/airlock-bench-microvm-');
   const sock = join(dir, 'agent.sock');
   const t0 = performance.now();
+  // In a cgroup: a shell enters it, then execs QEMU (so all of QEMU runs inside).
+  const [cmd, pre] = cgroup
+    ? ['/bin/sh', ['-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, qemu]]
+    : [qemu, []];
   const q = spawn(
-    qemu,
-    qemuArgs({
-      accel: 'tcg',
-      kernel,
-      initramfs,
-      rootfs,
-      memoryBytes: 512 * MiB,
-      pids: 256,
-      vcpus: 1,
-      diskBytes: 512 * MiB,
-      agentSocket: sock,
-    }),
+    cmd,
+    [
+      ...pre,
+      ...qemuArgs({
+        accel: 'tcg',
+        kernel,
+        initramfs,
+        rootfs,
+        memoryBytes: 512 * MiB,
+        pids: 256,
+        vcpus: 1,
+        diskBytes: 512 * MiB,
+        agentSocket: sock,
+      }),
+    ],
     { stdio: 'ignore' },
   );
   const gone = new Promise((r) => q.on('exit', r));
@@ -75,6 +103,9 @@ export interface MicrovmReport {
   readonly airlock: Summary;
   readonly raw: Summary;
   readonly ratio: number;
+  /** Raw QEMU in a cgroup beside the sandboxes' (undefined without a cgroup hierarchy). */
+  readonly rawInCgroup?: Summary;
+  readonly ratioInCgroup?: number;
 }
 
 export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
@@ -91,6 +122,8 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
   const airlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 });
   const a: number[] = [];
   const r: number[] = [];
+  const rc: number[] = [];
+  const cg = benchCgroup();
   try {
     // Interleaved, so a change in host load hits both rows alike.
     for (let i = 0; i < rounds; i++) {
@@ -100,19 +133,32 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
       a.push(performance.now() - t0);
       await sbx.kill();
       r.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs));
+      if (cg) rc.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs, cg));
     }
   } finally {
     await airlock.killAll();
+    if (cg) rmdirSync(cg);
   }
   const airlockS = summarize(a);
   const rawS = summarize(r);
-  return { accel: 'tcg', airlock: airlockS, raw: rawS, ratio: airlockS.p50 / rawS.p50 };
+  const rawCg = rc.length ? summarize(rc) : undefined;
+  return {
+    accel: 'tcg',
+    airlock: airlockS,
+    raw: rawS,
+    ratio: airlockS.p50 / rawS.p50,
+    ...(rawCg ? { rawInCgroup: rawCg, ratioInCgroup: airlockS.p50 / rawCg.p50 } : {}),
+  };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const rep = await microvmBench(Number(process.argv[2] ?? 5));
   process.stdout.write(
     `microvm (${rep.accel}) boot-to-first-exec p50 ${fmt(rep.airlock.p50)} p99 ${fmt(rep.airlock.p99)}; ` +
-      `raw QEMU p50 ${fmt(rep.raw.p50)} p99 ${fmt(rep.raw.p99)}; ratio ${rep.ratio.toFixed(2)}\n`,
+      `raw QEMU p50 ${fmt(rep.raw.p50)} p99 ${fmt(rep.raw.p99)}; ratio ${rep.ratio.toFixed(2)}` +
+      (rep.rawInCgroup
+        ? `; raw QEMU in a cgroup beside the sandboxes' p50 ${fmt(rep.rawInCgroup.p50)} p99 ${fmt(rep.rawInCgroup.p99)}; ratio ${rep.ratioInCgroup!.toFixed(2)}`
+        : '') +
+      '\n',
   );
 }

@@ -7,7 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -23,8 +29,8 @@ void die(const char *what) {
   _exit(1);
 }
 
-static void load_modules(void) {
-  FILE *f = fopen("/modules.order", "r");
+static void load_modules(const char *list) {
+  FILE *f = fopen(list, "r");
   if (!f) return;
   char line[256];
   while (fgets(line, sizeof line, f)) {
@@ -59,6 +65,52 @@ const char *cmdline(const char *key, const char *def) {
   return def;
 }
 
+static void set_addr(int s, unsigned long req, const char *ifname, const char *addr) {
+  struct ifreq ifr = {0};
+  struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+  snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
+  sin->sin_family = AF_INET;
+  if (inet_pton(AF_INET, addr, &sin->sin_addr) != 1) {
+    errno = EINVAL;
+    die(addr);
+  }
+  if (ioctl(s, req, &ifr) != 0) die(ifname);
+}
+
+static void link_up(int s, const char *ifname) {
+  struct ifreq ifr = {0};
+  snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) != 0) die(ifname);
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) die(ifname);
+}
+
+// lo always; eth0 only for a sandbox with a network policy (airlock.ip and airlock.gw on the command
+// line): ip/30, default route via gw, where the host's egress gateway listens (proxy and DNS). The
+// kernel has no CONFIG_IP_PNP, so this is done here. The host side decides what any of it reaches.
+static void net_up(const char *ip, const char *gw) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) die("socket");
+  link_up(s, "lo");
+  if (ip[0]) {
+    set_addr(s, SIOCSIFADDR, "eth0", ip);
+    set_addr(s, SIOCSIFNETMASK, "eth0", "255.255.255.252");
+    link_up(s, "eth0");
+    struct rtentry rt = {0};
+    struct sockaddr_in *g = (struct sockaddr_in *)&rt.rt_gateway;
+    ((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+    ((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+    g->sin_family = AF_INET;
+    if (inet_pton(AF_INET, gw, &g->sin_addr) != 1) {
+      errno = EINVAL;
+      die(gw);
+    }
+    rt.rt_flags = RTF_UP | RTF_GATEWAY;
+    if (ioctl(s, SIOCADDRT, &rt) != 0) die("default route");
+  }
+  close(s);
+}
+
 static void wait_for(const char *path) {
   for (int i = 0; i < 5000 && access(path, F_OK) != 0; i++) usleep(1000);
   if (access(path, F_OK) != 0) die(path);
@@ -87,7 +139,12 @@ int boot(void) {
     write(1, "AIRLOCK-PROBE-OK\n", 17);
     reboot(RB_POWER_OFF);
   }
-  load_modules();
+  load_modules("/modules.order");
+  char ip[64], gw[64];
+  snprintf(ip, sizeof ip, "%s", cmdline("ip", ""));
+  snprintf(gw, sizeof gw, "%s", cmdline("gw", ""));
+  if (ip[0]) load_modules("/modules.net");
+  net_up(ip, gw);
   const char *root = cmdline("root", "/dev/vda");
   const char *fstype = cmdline("fstype", "erofs");
   char tmpopt[64];
@@ -122,6 +179,16 @@ int boot(void) {
                    put_file(SANDBOX_CG "/memory.max", cmdline("mem", "max")) &&
                    put_file(SANDBOX_CG "/cgroup.subtree_control", "+pids +memory");
     if (!have_cgroups) die("sandbox cgroup");
+  }
+  // The resolver is the egress gateway's DNS on the host side of eth0 (the guest's own 127.0.0.1,
+  // which the generated /etc names, has no DNS server).
+  if (ip[0]) {
+    char conf[128];
+    snprintf(conf, sizeof conf, "nameserver %s\noptions timeout:1 attempts:2\n", gw);
+    unlink("/etc/resolv.conf");
+    int fd = open("/etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, conf, strlen(conf)) != (ssize_t)strlen(conf)) die("/etc/resolv.conf");
+    close(fd);
   }
   // The guest's RAM is the limit plus the kernel's share: without overcommit one large allocation
   // (over total RAM) would fail with ENOMEM instead of meeting the sandbox cgroup's OOM killer.

@@ -1,6 +1,6 @@
 // The sandbox contract against the microVM tier (QEMU -M microvm; TCG on this host, so slow: one VM
-// at a time, longer timeouts). The tier's first milestone has no egress, no host dirs in the guest and
-// no snapshots: those tests are declared skips, each with its reason.
+// at a time, longer timeouts). Host dirs are not shared into the guest: those tests are declared skips,
+// each with its reason. Egress runs in test/egress/microvm.test.ts (only via scripts/egress-test.sh).
 import { existsSync, readdirSync } from 'node:fs';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { canRunNamespaces } from '../helpers.js';

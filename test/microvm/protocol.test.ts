@@ -169,4 +169,29 @@ describe('microvm: initramfs archive and QEMU command line', () => {
       'tsc_early_khz',
     );
   });
+
+  it('with a network policy, one virtio-net on the inherited tap fd and the guest addresses on the command line', () => {
+    const base = {
+      accel: 'tcg' as const,
+      kernel: '/k',
+      initramfs: '/i',
+      rootfs: '/r.erofs',
+      memoryBytes: 256 * 1024 * 1024,
+      pids: 100,
+      vcpus: 1,
+      diskBytes: 1 << 30,
+      agentSocket: '/s',
+    };
+    const net = { fd: 4, guest: '10.0.2.2', gateway: '10.0.2.1' };
+    const joined = qemuArgs({ ...base, net }).join(' ');
+    expect(joined).not.toContain('-nic none');
+    expect(joined.match(/-netdev /g)).toHaveLength(1);
+    expect(joined).toContain('-netdev tap,id=net0,fd=4 -device virtio-net-device,netdev=net0');
+    // QEMU never opens or configures a host interface itself: no ifname, no helper, no script.
+    expect(joined).not.toMatch(/ifname=|helper=|script=|user,|bridge/);
+    expect(kernelCmdline({ ...base, net })).toContain('airlock.ip=10.0.2.2 airlock.gw=10.0.2.1');
+    expect(kernelCmdline(base)).not.toContain('airlock.ip');
+    // The accelerator probe boots without devices, network or not.
+    expect(qemuArgs({ ...base, net, probe: true }).join(' ')).not.toContain('netdev');
+  });
 });

@@ -1,6 +1,7 @@
 // What the microVM tier promises beyond the contract: each sandbox is its own guest kernel; QEMU runs
-// as the sandbox's leased uid inside its cgroup, with no network device; specs the milestone cannot
-// honour are refused with a typed error and leave nothing behind; kill leaves no QEMU.
+// as the sandbox's leased uid inside its cgroup, with no network device unless the spec has a network
+// policy (test/egress/microvm.test.ts); pause freezes the whole VM; specs the tier cannot honour are
+// refused with a typed error and leave nothing behind; kill leaves no QEMU.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { myQemus } from './qemus.js';
@@ -49,7 +50,7 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(release).not.toBe(execFileSync('uname', ['-r'], { encoding: 'utf8' }).trim());
     expect(init).toBe('init'); // the agent is the guest's PID 1
     expect(nics).toEqual(['lo']);
-    const mine = qemus().filter(([, args]) => args.includes(`/${sbx.id}/`));
+    const mine = qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `));
     expect(mine).toHaveLength(1);
     const [pid] = mine[0]!;
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -59,6 +60,29 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(status).toMatch(/^Seccomp:\s+2$/m);
     expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toContain(sbx.id);
+    // The jail: QEMU is PID 1 of a PID namespace of its own, and its root holds none of the host's
+    // files but /usr: no /etc, no /home, no state dir; its mount table is the jail's alone.
+    expect(status).toMatch(/^NSpid:\s+\d+\s+1$/m);
+    expect(existsSync('/etc/passwd')).toBe(true);
+    for (const gone of ['etc/passwd', 'home', 'var', 'root', 'proc/1', 'tmp', 'sys'])
+      expect(existsSync(`/proc/${pid}/root/${gone}`), gone).toBe(false);
+    expect(existsSync(`/proc/${pid}/root/usr/bin`)).toBe(true);
+    const mounts = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(' ')[4]);
+    expect(new Set(mounts)).toEqual(
+      new Set([
+        '/',
+        '/usr',
+        '/boot/vmlinuz',
+        '/boot/initramfs',
+        '/boot/rootfs',
+        '/vm',
+        '/dev/null',
+        '/dev/urandom',
+      ]),
+    );
   });
 
   it('two VMs side by side keep their files and processes apart', async () => {
@@ -89,11 +113,57 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     const running = await sbx.exec('sleep 300', { background: true });
     await sbx.kill();
     expect((await running.wait()).killedBy).toBe('killed');
-    expect(qemus().filter(([, args]) => args.includes(`/${sbx.id}/`))).toEqual([]);
+    expect(qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `))).toEqual([]);
+  });
+
+  it('pause freezes the whole VM (its QEMU in the frozen cgroup) until resume; kill works while paused', async () => {
+    const sbx = await create();
+    const [pid] = qemus().find(([, args]) => args.includes(`-name ${sbx.id} `))!;
+    // The freezer state of QEMU's cgroup: v1 freezer.state, or v2 cgroup.events' `frozen`.
+    const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n');
+    const v1 = lines.find((l) => l.split(':')[1] === 'freezer')?.split(':')[2];
+    const frozen = (): string =>
+      v1 !== undefined
+        ? readFileSync(`/sys/fs/cgroup/freezer${v1}/freezer.state`, 'utf8').trim() === 'FROZEN'
+          ? '1'
+          : '0'
+        : /^frozen (\d)$/m.exec(
+            readFileSync(
+              `/sys/fs/cgroup${lines.find((l) => l.startsWith('0::'))!.slice(3)}/cgroup.events`,
+              'utf8',
+            ),
+          )![1]!;
+    expect(frozen()).toBe('0');
+    // A ticker started before the pause: while frozen, the guest runs no instruction, so no tick
+    // arrives; after resume the same process ticks on.
+    let ticks = 0;
+    const ticker = await sbx.exec('while :; do echo t; sleep 0.2; done', {
+      background: true,
+      onStdout: (t) => void (ticks += t.split('\n').length - 1),
+    });
+    await new Promise<void>((r) => {
+      const i = setInterval(() => ticks > 0 && (clearInterval(i), r()), 50);
+    });
+    await sbx.pause();
+    await sbx.pause(); // idempotent
+    expect(frozen()).toBe('1');
+    const atPause = ticks;
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(ticks).toBe(atPause);
+    await sbx.resume();
+    await sbx.resume();
+    expect(frozen()).toBe('0');
+    await new Promise<void>((r) => {
+      const i = setInterval(() => ticks > atPause && (clearInterval(i), r()), 50);
+    });
+    expect((await sbx.exec('echo ran')).stdout).toBe('ran\n');
+    await ticker.kill();
+    await sbx.pause();
+    await sbx.kill();
+    expect(qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `))).toEqual([]);
   });
 
   it.each([
-    ['a network policy', { network: { allow: ['example.com'] } }],
     [
       'a host workspace',
       { workspace: { mode: 'ro' as const, hostDir: mkdtempSync('/var/tmp/airlock-mvm-') } },

@@ -98,6 +98,11 @@ export interface HostTier {
    * runtime that lives in the sandbox's cgroup (gVisor).
    */
   hostLimits(l: Limits): Limits;
+  /**
+   * false: warm slots never get egress made ahead (listeners at 127.0.0.1, output-hook
+   * interception): the tier plumbs egress its own way (the microVM tier's tap). Default true.
+   */
+  readonly egressAhead?: boolean;
 }
 
 export class SandboxHost {
@@ -179,7 +184,11 @@ export class SandboxHost {
       }
       workspace = { ...workspace, hostDir: checkHostDir(workspace.hostDir, realpathOr(this.ctx.stateDir)) };
     }
-    this.pool.prepare({ ...plan, ...(workspace ? { workspace } : {}) });
+    this.pool.prepare({
+      ...plan,
+      ...(this.tier.egressAhead === false ? { network: 'none' as const } : {}),
+      ...(workspace ? { workspace } : {}),
+    });
   }
 
   /** What warm slots are made ready for now. */
@@ -336,7 +345,8 @@ export class SandboxHost {
     const egress = spec.network !== undefined;
     const intercept = spec.network?.transparent === true;
     this.pool.learn({
-      network: intercept ? 'transparent' : egress ? 'proxy' : 'none',
+      network:
+        this.tier.egressAhead === false ? 'none' : intercept ? 'transparent' : egress ? 'proxy' : 'none',
       snapshotForks: layers.length > 0,
       ...(hostDir !== undefined && ws.mode !== 'empty'
         ? { workspace: { hostDir, mode: ws.mode, onSnapshot: layers.length > 0 } }

@@ -67,6 +67,7 @@ const NFTA_CHAIN_POLICY = 5;
 const NFTA_CHAIN_TYPE = 7;
 const NFTA_HOOK_HOOKNUM = 1;
 const NFTA_HOOK_PRIORITY = 2;
+const NF_INET_PRE_ROUTING = 0;
 const NF_INET_LOCAL_OUT = 3;
 const NF_ACCEPT = 1;
 const NFTA_RULE_TABLE = 1;
@@ -206,11 +207,18 @@ export function routeMessages(loIndex: number, address: string): Buffer[] {
   ];
 }
 
-/** One nf_tables transaction (batch): the table, its NAT output chain and the three rules. */
-export function nftMessages(address: string, port: number): Buffer[] {
+/**
+ * One nf_tables transaction (batch): the table, its NAT output chain and the three rules.
+ * `forwarded` (the microVM tier): the chain hooks prerouting instead (connections that arrive from a
+ * guest's tap, not ones made in the netns), is named `pre`, and also lets connections to `keep` (the
+ * tap's own address, where the proxy listens) through untouched.
+ */
+export function nftMessages(address: string, port: number, forwarded?: { readonly keep: string }): Buffer[] {
   if (!Number.isInteger(port) || port < 1 || port > 65535)
     throw new AirlockError('INTERNAL', `bad port ${port}`);
   const a = ipv4(address);
+  const keep = forwarded ? ipv4(forwarded.keep) : undefined;
+  const chain = forwarded ? 'pre' : NFT_CHAIN;
   const p = Buffer.alloc(2);
   p.writeUInt16BE(port);
   const type = (m: number): number => (NFNL_SUBSYS_NFTABLES << 8) | m;
@@ -219,7 +227,7 @@ export function nftMessages(address: string, port: number): Buffer[] {
     message(type(NFT_MSG_NEWRULE), create | NLM_F_APPEND, seq, [
       nfgen(NFPROTO_IPV4),
       attr(NFTA_RULE_TABLE, str(NFT_TABLE)),
-      attr(NFTA_RULE_CHAIN, str(NFT_CHAIN)),
+      attr(NFTA_RULE_CHAIN, str(chain)),
       attr(NFTA_RULE_EXPRESSIONS, exprs),
     ]);
   return [
@@ -231,9 +239,9 @@ export function nftMessages(address: string, port: number): Buffer[] {
     message(type(NFT_MSG_NEWCHAIN), create | NLM_F_EXCL, 3, [
       nfgen(NFPROTO_IPV4),
       attr(NFTA_CHAIN_TABLE, str(NFT_TABLE)),
-      attr(NFTA_CHAIN_NAME, str(NFT_CHAIN)),
+      attr(NFTA_CHAIN_NAME, str(chain)),
       attr(NFTA_CHAIN_HOOK, [
-        attr(NFTA_HOOK_HOOKNUM, be32(NF_INET_LOCAL_OUT)),
+        attr(NFTA_HOOK_HOOKNUM, be32(forwarded ? NF_INET_PRE_ROUTING : NF_INET_LOCAL_OUT)),
         attr(NFTA_HOOK_PRIORITY, be32(-100)),
       ]),
       attr(NFTA_CHAIN_POLICY, be32(NF_ACCEPT)),
@@ -243,6 +251,8 @@ export function nftMessages(address: string, port: number): Buffer[] {
     rule(4, [loadDaddr(1), cmpEq(Buffer.from([127])), returnVerdict()]),
     // ip daddr A return
     rule(5, [loadDaddr(4), cmpEq(a), returnVerdict()]),
+    // (forwarded) ip daddr K return
+    ...(keep ? [rule(8, [loadDaddr(4), cmpEq(keep), returnVerdict()])] : []),
     // meta l4proto tcp dnat to A:P
     rule(6, [
       expr('meta', [

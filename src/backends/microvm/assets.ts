@@ -46,6 +46,13 @@ const MODULES = [
   'fs/overlayfs/overlay.ko',
 ] as const;
 
+/** The guest's NIC driver, loaded (after MODULES) only in a guest that has a NIC (`airlock.ip`). */
+const NET_MODULES = [
+  'net/core/failover.ko',
+  'drivers/net/net_failover.ko',
+  'drivers/net/virtio_net.ko',
+] as const;
+
 /** Host packages (and their dependency closure) the package rootfs is made of. */
 export const ROOTFS_PACKAGES = [
   'base-files',
@@ -79,7 +86,7 @@ export function findKernel(cacheDir: string): Kernel | string {
   }
   const version = vmlinuz.slice('vmlinuz-'.length);
   const modulesDir = join(cacheDir, 'kernel', 'lib', 'modules', version, 'kernel');
-  const missing = MODULES.find((m) => !existsSync(join(modulesDir, m)));
+  const missing = [...MODULES, ...NET_MODULES].find((m) => !existsSync(join(modulesDir, m)));
   if (missing) return `the guest kernel ${version} has no module ${missing}`;
   return { vmlinuz: join(boot, vmlinuz), version, modulesDir };
 }
@@ -140,17 +147,17 @@ export function ensureAgent(cacheDir: string): Promise<string> {
 
 /** The initramfs: the agent as /init, the modules it loads and their order (cached by content). */
 export function ensureInitramfs(cacheDir: string, kernel: Kernel, agent: string): Promise<string> {
-  const out = join(cacheDir, `initramfs-${sha(agent, kernel.version, MODULES.join(','))}.cpio`);
+  const all = [...MODULES, ...NET_MODULES];
+  const out = join(cacheDir, `initramfs-${sha(agent, kernel.version, all.join(','))}.cpio`);
+  const list = (ms: readonly string[]): Buffer =>
+    Buffer.from(ms.map((m) => `/m/${m.split('/').pop()}\n`).join(''));
   return once(out, async (tmp) => {
     const entries: CpioEntry[] = [
       ...['dev', 'proc', 'sys', 'lower', 'rw', 'newroot', 'm'].map((d) => ({ name: d, mode: 0o40755 })),
       { name: 'init', mode: 0o100755, data: readFileSync(agent) },
-      {
-        name: 'modules.order',
-        mode: 0o100644,
-        data: Buffer.from(MODULES.map((m) => `/m/${m.split('/').pop()}\n`).join('')),
-      },
-      ...MODULES.map((m) => ({
+      { name: 'modules.order', mode: 0o100644, data: list(MODULES) },
+      { name: 'modules.net', mode: 0o100644, data: list(NET_MODULES) },
+      ...all.map((m) => ({
         name: `m/${m.split('/').pop()}`,
         mode: 0o100644,
         data: readFileSync(join(kernel.modulesDir, m)),

@@ -53,10 +53,6 @@ export function microvmHostLimits(l: Limits): Limits {
 
 /** What this milestone of the tier cannot do yet, as the typed error a create gets. */
 function unsupported(spec: SandboxSpec): string | undefined {
-  if (spec.network)
-    return 'network policies (egress through the gateway is a later milestone of the microvm tier)';
-  if (spec.secrets.length)
-    return 'secrets (they are swapped at egress, which the microvm tier does not have yet)';
   if (spec.workspace.mode !== 'empty')
     return `workspace mode '${spec.workspace.mode}' (host dirs are not shared into the VM yet)`;
   if (spec.mounts.length) return 'mounts (host dirs are not shared into the VM yet)';
@@ -82,7 +78,8 @@ export class MicrovmBackend implements BackendV1 {
   ) {
     this.host = new SandboxHost(
       ctx,
-      { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits },
+      // Egress goes through a tap made at boot (tap.privileged.ts), not listeners made ahead.
+      { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits, egressAhead: false },
       opts,
     );
     this.cacheDir = opts.cacheDir ?? DEFAULT_CACHE_DIR;

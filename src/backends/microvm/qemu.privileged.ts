@@ -5,11 +5,15 @@
 //     QEMU gets no network device anyway) that blocks reading a gate pipe; Airlock's inherited fds
 //     are close-on-exec first;
 //  2. move it into the sandbox's cgroup (QEMU and its threads inherit it);
-//  3. open the gate: it execs setpriv, which drops to the sandbox's leased uid and gid (no groups, no
-//     capabilities, no_new_privs, SIGKILL when Airlock dies) and execs QEMU. If Airlock died before,
-//     the gate reads EOF and nothing runs.
+//  3. open the gate: it jails itself (JAIL below: a mount and a PID namespace of its own, pivot_root
+//     into a tmpfs holding only /usr read-only, the guest's kernel, initramfs and rootfs read-only,
+//     the VM's socket dir, /dev/null and /dev/urandom (and /dev/kvm under KVM)), then execs setpriv,
+//     which drops to the sandbox's leased uid and gid (no groups, no capabilities, no_new_privs,
+//     SIGKILL when its parent dies) and execs QEMU. If Airlock died before, the gate reads EOF and
+//     nothing runs.
 // QEMU then also applies its own seccomp filter (-sandbox on, see qemu.ts). What a guest escape into
-// QEMU lands as: an unprivileged uid in a cgroup, in a netns without routes.
+// QEMU lands as: an unprivileged uid in a cgroup, in a netns without routes, PID 1 of a PID namespace
+// of its own, with a root that holds no host file but /usr and the VM's own.
 import { spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import type { ProcessExit } from '../../core/backend.js';
@@ -18,7 +22,39 @@ import { libc } from '../../core/libc.privileged.js';
 import { childExited } from '../host/child-exit.js';
 
 const GATE_FD = 3;
-const TRAMPOLINE = `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; exec /usr/bin/setpriv "$@"`;
+/**
+ * The jail, as root in fresh mount and PID namespaces (unshare forks: this runs as the namespace's
+ * PID 1 and QEMU becomes it; unshare waits outside and dies with Airlock, taking it along). $1 the
+ * jail's (empty, root-owned) mount point, $2-$4 kernel, initramfs and rootfs, $5 the VM dir, $6
+ * "kvm" or not; the rest is setpriv's command line. `set -e`: any failure and QEMU never starts.
+ * After pivot_root there is no /proc, which util-linux's libmount needs: busybox (static) unmounts
+ * the old root (its empty mount point stays: the jail's root is read-only by then).
+ */
+const JAIL = `set -e
+J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; shift 6
+/usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
+cd "$J"
+/usr/bin/mkdir usr boot vm dev .old
+/usr/bin/ln -s usr/lib64 lib64
+/usr/bin/ln -s usr/lib lib
+/usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs dev/null dev/urandom
+/usr/bin/mount --bind -o ro,nosuid,nodev /usr usr
+/usr/bin/mount --bind -o ro,nosuid,nodev "$K" boot/vmlinuz
+/usr/bin/mount --bind -o ro,nosuid,nodev "$I" boot/initramfs
+/usr/bin/mount --bind -o ro,nosuid,nodev "$R" boot/rootfs
+/usr/bin/mount --bind -o nosuid,nodev,noexec "$V" vm
+/usr/bin/mount --bind -o ro,nosuid,noexec /dev/null dev/null
+/usr/bin/mount --bind -o ro,nosuid,noexec /dev/urandom dev/urandom
+if [ "$A" = kvm ]; then /usr/bin/touch dev/kvm; /usr/bin/mount --bind -o nosuid,noexec /dev/kvm dev/kvm; fi
+/usr/bin/mount -o remount,bind,ro "$J"
+/usr/sbin/pivot_root . .old
+cd /
+/usr/bin/busybox umount -l /.old
+exec /usr/bin/setpriv "$@"`;
+const TRAMPOLINE =
+  `read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-; ` +
+  `exec /usr/bin/setpriv --pdeathsig KILL -- /usr/bin/unshare --mount --pid --fork --kill-child ` +
+  `--propagation private -- /bin/sh -c '${JAIL}' jail "$@"`;
 /** The tail of QEMU's stderr kept to explain a failed boot. */
 const STDERR_KEEP = 4000;
 
@@ -29,6 +65,19 @@ export interface QemuStart {
   readonly uid: number;
   readonly enroll: (pid: number) => Promise<void> | void;
   readonly enterNetns: <T>(f: () => T) => T;
+  /** An fd QEMU inherits as its fd 4 (TAP_FD in qemu.ts): the guest's tap. */
+  readonly tapFd?: number;
+  /** What the jail shows QEMU (at the paths of JAILED in qemu.ts, which `args` must use). */
+  readonly jail: {
+    /** An empty dir owned by root: the jail's mount point (in QEMU's mount namespace only). */
+    readonly dir: string;
+    readonly kernel: string;
+    readonly initramfs: string;
+    readonly rootfs: string;
+    /** The VM's dir (agent socket, console log), owned by the sandbox uid. */
+    readonly vmDir: string;
+    readonly kvm: boolean;
+  };
 }
 
 export interface QemuProcess {
@@ -56,12 +105,23 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     o.qemu,
     ...o.args,
   ];
+  // The jail shows QEMU the host's /usr and nothing else of it.
+  if (!o.qemu.startsWith('/usr/'))
+    throw new AirlockError(
+      'BACKEND_UNAVAILABLE',
+      `QEMU must live under /usr (the jail shows only /usr): ${o.qemu}`,
+    );
+  const j = o.jail;
+  const jail = [j.dir, j.kernel, j.initramfs, j.rootfs, j.vmDir, j.kvm ? 'kvm' : 'tcg'];
+  if (jail.slice(0, 5).some((a) => !a.startsWith('/')))
+    throw new AirlockError('INTERNAL', `jail paths must be absolute: ${jail.join(' ')}`);
   libc().cloexecFrom(3);
   const child = o.enterNetns(() =>
-    spawn('/bin/sh', ['-c', TRAMPOLINE, 'setpriv', ...setpriv], {
+    spawn('/bin/sh', ['-c', TRAMPOLINE, 'trampoline', ...jail, ...setpriv], {
       env: {},
       cwd: '/',
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
+      // fd 4 (the tap, if any) survives the trampoline and setpriv: neither closes inherited fds.
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(o.tapFd !== undefined ? [o.tapFd] : [])],
     }),
   );
   const gate = (child.stdio as unknown as Array<Readable & Writable>)[GATE_FD]!;

@@ -1,5 +1,5 @@
 // QEMU's command line for one microVM (pure: no I/O). `-M microvm` with no default devices, no
-// network device at all, the kernel booted directly (bzImage through qboot), the read-only rootfs on
+// network device unless the sandbox has a network policy (then one virtio-net on a tap, tap.privileged.ts), the kernel booted directly (bzImage through qboot), the read-only rootfs on
 // a virtio-blk device and the agent's virtio-serial port on a unix socket QEMU listens on.
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -40,7 +40,26 @@ export interface VmConfig {
   readonly consoleLog?: string;
   /** Boot only far enough to say init runs (the accelerator probe). */
   readonly probe?: boolean;
+  /**
+   * The guest's one NIC (a sandbox with a network policy): a tap QEMU inherits as fd `fd`, and the
+   * addresses the guest's eth0 gets. Absent: no network device at all.
+   */
+  readonly net?: { readonly fd: number; readonly guest: string; readonly gateway: string };
+  /** The VM's name (the sandbox id): QEMU's command line then says whose VM it is. */
+  readonly name?: string;
 }
+
+/** Where the jail (qemu.privileged.ts) shows QEMU its files: the paths its command line names. */
+export const JAILED = {
+  kernel: '/boot/vmlinuz',
+  initramfs: '/boot/initramfs',
+  rootfs: '/boot/rootfs',
+  agentSocket: '/vm/agent.sock',
+  consoleLog: '/vm/console.log',
+} as const;
+
+/** Where QEMU finds the tap fd it inherits (after stdin/stdout/stderr and the start gate). */
+export const TAP_FD = 4;
 
 /**
  * The guest kernel's command line. Under TCG the guest has no clock it can calibrate (microvm has no
@@ -48,7 +67,7 @@ export interface VmConfig {
  * skips the watchdog that would otherwise stall boot for seconds.
  */
 export function kernelCmdline(
-  c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids'>,
+  c: Pick<VmConfig, 'accel' | 'diskBytes' | 'probe' | 'memoryBytes' | 'pids' | 'net'>,
 ): string {
   return [
     'console=ttyS0',
@@ -61,12 +80,14 @@ export function kernelCmdline(
     `airlock.mem=${Math.floor(c.memoryBytes)}`,
     `airlock.pids=${Math.floor(c.pids)}`,
     ...(c.probe ? ['airlock.probe=1'] : []),
+    ...(c.net ? [`airlock.ip=${c.net.guest}`, `airlock.gw=${c.net.gateway}`] : []),
   ].join(' ');
 }
 
 export function qemuArgs(c: VmConfig): string[] {
   const mib = Math.ceil((c.memoryBytes + GUEST_KERNEL_BYTES) / (1024 * 1024));
   return [
+    ...(c.name ? ['-name', c.name] : []),
     '-M',
     'microvm',
     '-accel',
@@ -81,8 +102,14 @@ export function qemuArgs(c: VmConfig): string[] {
     '-no-user-config',
     '-nographic',
     '-no-reboot',
-    '-nic',
-    'none',
+    ...(c.net && !c.probe
+      ? [
+          '-netdev',
+          `tap,id=net0,fd=${c.net.fd}`,
+          '-device',
+          'virtio-net-device,netdev=net0,mac=52:54:00:12:34:56',
+        ]
+      : ['-nic', 'none']),
     // QEMU's own seccomp filter: no exec, no privilege changes, no obsolete syscalls.
     '-sandbox',
     'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
