@@ -278,6 +278,7 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
         '--policy <file>',
         'MCP policy YAML/JSON: network, secrets, tools, budgets, scan, output, limits',
       )
+      .option('--image <REF>', "run the server on this image's root (its uvx/npx/python)")
       .option('--name <name>', 'server name in the lockfile and logs (default: from the command)')
       .option('--lockfile <file>', 'pinned definitions (default ./airlock.lock.json)')
       .passThroughOptions();
