@@ -205,6 +205,7 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       '--image <REF>',
       "run on this image's root filesystem instead of the host's /usr (e.g. registry.example.com/team/py:3.12)",
     )
+    .option('--executables <list>', 'only these programs (comma-separated) and what they need exist')
     .addOption(
       new Option('--pull <policy>', 'when to pull --image (default: missing)').choices([
         'missing',
