@@ -395,8 +395,10 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
   template
     .command('build')
-    .description('build a template from a YAML file (name, base, files, steps, limits)')
-    .argument('<FILE>', 'template YAML file')
+    .description('build a template from a YAML file, or a Dockerfile with -f')
+    .argument('[FILE]', 'template YAML file')
+    .option('-f, --file <Dockerfile>', 'build from this Dockerfile (its dir is the build context)')
+    .option('--name <name>', "the template's name with -f (default: the context dir's name)")
     .addOption(
       new Option(
         '--backend <name>',
@@ -404,8 +406,11 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       ).choices(CLI_BACKENDS),
     )
     .option('--json', 'print the built template as JSON')
-    .action(async (file: string, opts: { json?: boolean; backend?: string }) =>
-      setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
+    .action(
+      async (
+        file: string | undefined,
+        opts: { json?: boolean; backend?: string; file?: string; name?: string },
+      ) => setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
     );
   template
     .command('ls')
