@@ -1,13 +1,19 @@
-// `tsx bench/images.ts [--runs N] [--mib M]`: cold pull + unpack of an image from a real registry
-// (docker-registry in its own netns, reached over loopback, as in test/images/), in MB/s, beside
-// `tar -x` (GNU tar, gzip through zlib) of the very same layer blobs, in one run. Prints a table and
-// one JSON line. Not part of the test run; no numbers are written into docs by hand.
+// `tsx bench/images.ts [--runs N] [--mib M] [--creates N]`: cold pull + unpack of an image from a real
+// registry (docker-registry in its own netns, reached over loopback, as in test/images/), in MB/s,
+// beside `tar -x` (GNU tar, gzip through zlib) of the very same layer blobs, in one run; then
+// `Sandbox.create` from the cached image, p50, beside create on the host root (interleaved, the same
+// runtime and warm pool; target ≤ 1.2×). Prints a table and one JSON line. Not part of the test run;
+// no numbers are written into docs by hand. State: AIRLOCK_BENCH_STATE_DIR, AIRLOCK_BENCH_UID_FIRST.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ImageStore } from '../src/images/store.js';
+import { Airlock } from '../src/sandbox/airlock.js';
+import type { SandboxSpecInput } from '../src/core/spec.js';
+import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
+import { summarize } from './stats.js';
 import { busyboxEntries, imageOf, layerOf, pushImage, tarOf, type TarEntry } from '../test/images/build.js';
 import { startRegistry } from '../test/images/registry.js';
 
@@ -77,6 +83,9 @@ async function main(): Promise<void> {
       tarx.push(Number(process.hrtime.bigint() - t1) / 1e9);
       rmSync(dir, { recursive: true, force: true });
     }
+    const creates = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30));
+    // Without the warm pool: what each create itself sets up (slot, mounts), nothing made ahead.
+    const cold = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30), 0);
     const mb = (b: number, s: number): number => b / 1e6 / s;
     const p = median(pull);
     const t = median(tarx);
@@ -95,6 +104,23 @@ async function main(): Promise<void> {
         mb(unpacked, t).toFixed(1),
       ],
     ];
+    rows.push(
+      ['create (ms)', 'p50', 'p99', 'p50 vs host'],
+      ['Sandbox.create on the host root', creates.host.p50.toFixed(1), creates.host.p99.toFixed(1), '1.00×'],
+      [
+        'Sandbox.create from the cached image',
+        creates.image.p50.toFixed(1),
+        creates.image.p99.toFixed(1),
+        `${(creates.image.p50 / creates.host.p50).toFixed(2)}×`,
+      ],
+      ['create, no warm pool: host root', cold.host.p50.toFixed(1), cold.host.p99.toFixed(1), '1.00×'],
+      [
+        'create, no warm pool: cached image',
+        cold.image.p50.toFixed(1),
+        cold.image.p99.toFixed(1),
+        `${(cold.image.p50 / cold.host.p50).toFixed(2)}×`,
+      ],
+    );
     for (const r of rows)
       process.stdout.write(
         `${r[0]!.padEnd(56)} ${r
@@ -112,11 +138,58 @@ async function main(): Promise<void> {
         pullS: pull,
         tarS: tarx,
         ratio: p / t,
+        createHostMs: creates.host,
+        createImageMs: creates.image,
+        createRatio: creates.image.p50 / creates.host.p50,
+        coldCreateHostMs: cold.host,
+        coldCreateImageMs: cold.image,
+        coldCreateRatio: cold.image.p50 / cold.host.p50,
       }) + '\n',
     );
   } finally {
     await reg.close();
     rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Create-only time (kill not counted) on the host root and from `ref` (pulled into the runtime's
+ * store first, so every timed create finds it cached), interleaved so that drift moves both alike.
+ */
+async function createFromImage(
+  ref: string,
+  n: number,
+  warmPool?: number,
+): Promise<{ host: ReturnType<typeof summarize>; image: ReturnType<typeof summarize> }> {
+  const airlock = new Airlock({
+    stateDir: BENCH_STATE_DIR,
+    uidRange: BENCH_UID_RANGE,
+    ...(warmPool !== undefined ? { warmPool } : {}),
+  });
+  try {
+    await airlock.reapOrphans();
+    await new ImageStore({ stateDir: BENCH_STATE_DIR }).pull(ref);
+    const once = async (spec: SandboxSpecInput): Promise<number> => {
+      const t0 = process.hrtime.bigint();
+      const sbx = await airlock.create(spec);
+      const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+      await sbx.kill();
+      return ms;
+    };
+    const image: SandboxSpecInput = { image: ref, pull: 'never' };
+    for (let i = 0; i < 3; i++) {
+      await once({}); // warm-up: the pool, the page cache, the image helper
+      await once(image);
+    }
+    const host: number[] = [];
+    const img: number[] = [];
+    for (let i = 0; i < n; i++) {
+      host.push(await once({}));
+      img.push(await once(image));
+    }
+    return { host: summarize(host), image: summarize(img) };
+  } finally {
+    await airlock.close();
   }
 }
 

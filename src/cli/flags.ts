@@ -24,6 +24,8 @@ export interface RunFlags extends EgressFlags {
   image?: string;
   /** When to pull --image: missing (default), always, never. */
   pull?: string;
+  /** Only these programs (comma-separated) and their closure exist in the root. */
+  executables?: string;
   env: string[];
   maxOutput?: string;
   json?: boolean;
@@ -179,6 +181,14 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
     ...(f.template !== undefined ? { template: f.template } : {}),
     ...(f.image !== undefined ? { image: f.image } : {}),
     ...(f.pull !== undefined ? { pull: parsePull(f.pull, f.image) } : {}),
+    ...(f.executables !== undefined
+      ? {
+          executables: f.executables
+            .split(',')
+            .map((e) => e.trim())
+            .filter((e) => e !== ''),
+        }
+      : {}),
     env: parseEnvPairs(f.env),
     ...(egress.network ? { network: egress.network, secrets: egress.secrets } : {}),
   };

@@ -205,6 +205,7 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       '--image <REF>',
       "run on this image's root filesystem instead of the host's /usr (e.g. registry.example.com/team/py:3.12)",
     )
+    .option('--executables <list>', 'only these programs (comma-separated) and what they need exist')
     .addOption(
       new Option('--pull <policy>', 'when to pull --image (default: missing)').choices([
         'missing',
@@ -278,6 +279,7 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
         '--policy <file>',
         'MCP policy YAML/JSON: network, secrets, tools, budgets, scan, output, limits',
       )
+      .option('--image <REF>', "run the server on this image's root (its uvx/npx/python)")
       .option('--name <name>', 'server name in the lockfile and logs (default: from the command)')
       .option('--lockfile <file>', 'pinned definitions (default ./airlock.lock.json)')
       .passThroughOptions();
@@ -393,8 +395,10 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .description('build, list, inspect and remove templates (immutable layers sandboxes start from)');
   template
     .command('build')
-    .description('build a template from a YAML file (name, base, files, steps, limits)')
-    .argument('<FILE>', 'template YAML file')
+    .description('build a template from a YAML file, or a Dockerfile with -f')
+    .argument('[FILE]', 'template YAML file')
+    .option('-f, --file <Dockerfile>', 'build from this Dockerfile (its dir is the build context)')
+    .option('--name <name>', "the template's name with -f (default: the context dir's name)")
     .addOption(
       new Option(
         '--backend <name>',
@@ -402,8 +406,11 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       ).choices(CLI_BACKENDS),
     )
     .option('--json', 'print the built template as JSON')
-    .action(async (file: string, opts: { json?: boolean; backend?: string }) =>
-      setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
+    .action(
+      async (
+        file: string | undefined,
+        opts: { json?: boolean; backend?: string; file?: string; name?: string },
+      ) => setStatus(await (await templateCli()).templateBuildCommand(file, opts, io)),
     );
   template
     .command('ls')

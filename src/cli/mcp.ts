@@ -39,6 +39,7 @@ import type { Io } from './run.js';
 
 export interface McpFlags {
   backend?: string;
+  image?: string;
   memory?: string;
   cpus?: string;
   pids?: string;
@@ -160,6 +161,7 @@ export function serverFromFlags(cmd: readonly string[], f: McpFlags, cwd: string
   const raw = {
     ...base,
     ...(f.backend !== undefined ? { backend: parseBackend(f.backend) } : {}),
+    ...(f.image !== undefined ? { image: f.image } : {}),
     ...(f.ttl !== undefined ? { ttlMs: parseDurationMs(f.ttl, '--ttl') } : {}),
     ...(Object.keys(limits).length ? { limits } : {}),
     ...(workspace !== undefined ? { workspace } : {}),

@@ -1,6 +1,11 @@
 // `airlock template build FILE | ls [--json] | inspect NAME|DIGEST | rm NAME`: templates in this state
 // dir (AIRLOCK_STATE_DIR). Build progress is one updating line on a TTY, plain lines otherwise.
+import { readFileSync } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import { AirlockError } from '../core/errors.js';
+import type { TemplateInput } from '../core/template.js';
 import { formatBytes } from '../core/units.js';
+import { dockerfileTemplate } from '../sandbox/dockerfile-template.js';
 import type { TemplateInfo, TemplateProgress } from '../sandbox/templates.js';
 import { cliAirlock, trapSignals } from './lifecycle.js';
 import { parseBackend } from './flags.js';
@@ -26,8 +31,8 @@ function progressText(p: TemplateProgress, total: { steps: number }): string {
 }
 
 export async function templateBuildCommand(
-  file: string,
-  opts: { json?: boolean; backend?: string },
+  file: string | undefined,
+  opts: { json?: boolean; backend?: string; file?: string; name?: string },
   io: Io = processIo,
   tty = process.stderr.isTTY === true,
 ): Promise<number> {
@@ -48,8 +53,9 @@ export async function templateBuildCommand(
   };
   try {
     const backend = opts.backend === undefined ? {} : { backend: parseBackend(opts.backend) };
+    const source = templateSource(file, opts);
     const t = await airlock.templates
-      .build(file, { onProgress, signal: trap.signal, ...backend })
+      .build(source, { onProgress, signal: trap.signal, ...backend })
       .catch((e: unknown) => {
         if (trap.exitCode !== undefined) return trap.exitCode;
         throw e;
@@ -106,4 +112,41 @@ export async function templateRemoveCommand(name: string, io: Io = processIo): P
   await cliAirlock().templates.remove(name);
   io.out(`removed ${name}\n`);
   return 0;
+}
+
+/** The YAML file as given, or the template a Dockerfile (-f) describes (sandbox/dockerfile-template.ts). */
+function templateSource(
+  file: string | undefined,
+  opts: { file?: string; name?: string },
+): string | TemplateInput {
+  if (opts.file === undefined) {
+    if (file === undefined)
+      throw new AirlockError('INVALID_ARGUMENT', 'give a template YAML file, or a Dockerfile with -f', {
+        field: 'FILE',
+      });
+    return file;
+  }
+  if (file !== undefined)
+    throw new AirlockError('INVALID_ARGUMENT', 'give a template YAML file or -f Dockerfile, not both', {
+      field: 'FILE',
+    });
+  let text: string;
+  try {
+    text = readFileSync(opts.file, 'utf8');
+  } catch (e) {
+    throw new AirlockError('FILE_NOT_FOUND', `cannot read the Dockerfile ${opts.file}`, {
+      field: '--file',
+      cause: e,
+    });
+  }
+  const context = dirname(resolve(opts.file));
+  const name =
+    opts.name ??
+    (basename(context)
+      .toLowerCase()
+      .replace(/[^a-z0-9._-]/g, '-')
+      .replace(/^[^a-z0-9]+/, '')
+      .slice(0, 63) ||
+      'dockerfile');
+  return dockerfileTemplate(text, { name, context });
 }

@@ -275,6 +275,27 @@ export const SandboxSpecSchema = z
       .optional(),
     /** When to contact the registry for `image`: `missing` (default), `always`, or `never`. */
     pull: z.enum(PULL_POLICIES as [PullPolicy, ...PullPolicy[]]).optional(),
+    /**
+     * An executable allowlist: the sandbox's root holds only these programs (names looked up on the
+     * source's PATH, or absolute paths) and what they need to run (shared libraries, script
+     * interpreters, runtime data such as Python's stdlib), taken from the host root or from `image`.
+     * Anything else is absent: exec of it fails (ENOENT; exit 127 through exec). See docs/allowlists.md.
+     */
+    executables: z
+      .array(
+        z
+          .string()
+          .min(1)
+          .max(4096)
+          .refine(
+            (e) => /^[A-Za-z0-9._+-]+$/.test(e) || (e.startsWith('/') && !e.includes('\0')),
+            'executables are program names (letters, digits, ".", "_", "+", "-") or absolute paths',
+          )
+          .refine((e) => e !== '.' && e !== '..', 'executables are program names or absolute paths'),
+      )
+      .min(1, 'executables lists at least one program (omit it for the whole root)')
+      .max(64, 'executables lists at most 64 programs')
+      .optional(),
     /** Internal (set from `image` at create): see RootfsSchema. */
     rootfs: RootfsSchema.optional(),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
@@ -310,6 +331,13 @@ export const SandboxSpecSchema = z
       ctx.addIssue({ code: 'custom', path: ['pull'], message: 'pull needs image (it says when to pull it)' });
     }
     for (const f of ['template', 'layers'] as const) {
+      if (spec.executables !== undefined && spec[f] !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['executables'],
+          message: `executables cannot be combined with ${f} (an allowlist root starts fresh)`,
+        });
+      }
       if ((spec.image !== undefined || spec.rootfs !== undefined) && spec[f] !== undefined) {
         ctx.addIssue({
           code: 'custom',

@@ -59,7 +59,9 @@ export interface ExecutableRoot {
   readonly bytes: number;
 }
 
-function checkOptions(o: ExecutableRootOptions): void {
+type PlanOptions = Omit<ExecutableRootOptions, 'destDir' | 'link' | 'hash'>;
+
+function checkOptions(o: PlanOptions & Partial<ExecutableRootOptions>, withDest = true): void {
   const bad = (field: string, msg: string): never => {
     throw new AirlockError('INVALID_ARGUMENT', msg, { field });
   };
@@ -78,14 +80,45 @@ function checkOptions(o: ExecutableRootOptions): void {
   for (const p of o.extraPaths ?? [])
     if (typeof p !== 'string' || !isAbsolute(p) || p.includes('\0'))
       bad('extraPaths', `extra path ${JSON.stringify(p)} is not an absolute path`);
-  if (typeof o.destDir !== 'string' || !isAbsolute(o.destDir) || o.destDir.includes('\0'))
-    bad('destDir', 'destDir must be an absolute path');
-  if (existsSync(o.destDir)) bad('destDir', `destDir ${o.destDir} already exists: give a new path`);
-  if (!existsSync(dirname(o.destDir))) bad('destDir', `the parent of destDir ${o.destDir} does not exist`);
-  if (o.link !== undefined && o.link !== 'hardlink' && o.link !== 'copy')
-    bad('link', 'link must be "hardlink" or "copy"');
   if (o.searchPath !== undefined && (typeof o.searchPath !== 'string' || o.searchPath.includes('\0')))
     bad('searchPath', 'searchPath must be a PATH string');
+  if (!withDest) return;
+  const dest = o.destDir ?? '';
+  if (typeof dest !== 'string' || !isAbsolute(dest) || dest.includes('\0'))
+    bad('destDir', 'destDir must be an absolute path');
+  if (existsSync(dest)) bad('destDir', `destDir ${dest} already exists: give a new path`);
+  if (!existsSync(dirname(dest))) bad('destDir', `the parent of destDir ${dest} does not exist`);
+  if (o.link !== undefined && o.link !== 'hardlink' && o.link !== 'copy')
+    bad('link', 'link must be "hardlink" or "copy"');
+}
+
+/** What buildExecutableRoot plans before it writes (see planExecutableRoot). */
+export interface ClosurePlan {
+  readonly planner: ClosurePlanner;
+  readonly searchPath: string;
+}
+
+/**
+ * Plans a root for `options` (reads the source, writes nothing): which paths it holds and why. The
+ * plan can be fingerprinted (closure-cache.ts) before anything is written.
+ */
+export function planExecutableRoot(options: PlanOptions, checkpoint: () => void): ClosurePlan {
+  checkOptions(options, false);
+  const searchPath = options.searchPath ?? DEFAULT_SEARCH_PATH;
+  const planner = new ClosurePlanner(new SourceRoot(options.sourceLayers), searchPath, checkpoint);
+  for (const name of options.executables) planner.addExecutable(name);
+  for (const p of options.extraPaths ?? []) planner.addExtra(p);
+  planner.addRootLinks();
+  planner.addMountPoints();
+  if (planner.items.has(`/${CLOSURE_MANIFEST}`))
+    throw new AirlockError('INVALID_ARGUMENT', `the source has its own /${CLOSURE_MANIFEST}: remove it`);
+  return { planner, searchPath };
+}
+
+function abortCheck(signal: AbortSignal | undefined): () => void {
+  return () => {
+    if (signal?.aborted) throw new AirlockError('ABORTED', 'building the executable root was aborted');
+  };
 }
 
 /**
@@ -96,20 +129,18 @@ function checkOptions(o: ExecutableRootOptions): void {
  */
 export async function buildExecutableRoot(options: ExecutableRootOptions): Promise<ExecutableRoot> {
   checkOptions(options);
-  const { signal } = options;
-  const checkpoint = (): void => {
-    if (signal?.aborted) throw new AirlockError('ABORTED', 'building the executable root was aborted');
-  };
+  const checkpoint = abortCheck(options.signal);
   checkpoint();
-  const searchPath = options.searchPath ?? DEFAULT_SEARCH_PATH;
-  const planner = new ClosurePlanner(new SourceRoot(options.sourceLayers), searchPath, checkpoint);
-  for (const name of options.executables) planner.addExecutable(name);
-  for (const p of options.extraPaths ?? []) planner.addExtra(p);
-  planner.addRootLinks();
-  planner.addMountPoints();
-  if (planner.items.has(`/${CLOSURE_MANIFEST}`))
-    throw new AirlockError('INVALID_ARGUMENT', `the source has its own /${CLOSURE_MANIFEST}: remove it`);
+  return writeExecutableRoot(planExecutableRoot(options, checkpoint), options);
+}
 
+/** Writes a planned root at `options.destDir` (see buildExecutableRoot). */
+export async function writeExecutableRoot(
+  plan: ClosurePlan,
+  options: ExecutableRootOptions,
+): Promise<ExecutableRoot> {
+  const { planner, searchPath } = plan;
+  const checkpoint = abortCheck(options.signal);
   const tmp = join(
     dirname(options.destDir),
     `.${basename(options.destDir)}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`,

@@ -30,7 +30,7 @@ export const SANDBOX_NODE = '/usr/bin/node';
 /** Host paths that would cover the sandbox layout (/tmp, /home, ...) are bound under here instead. */
 export const RELOCATED_MOUNTS_ROOT = '/opt/airlock/mounts';
 
-export type CommandSource = 'npx-local' | 'npx-cache' | 'npx-global' | 'script' | 'binary';
+export type CommandSource = 'npx-local' | 'npx-cache' | 'npx-global' | 'script' | 'binary' | 'image';
 
 export interface ResolvedCommand {
   /** What to run inside the sandbox, e.g. `['/usr/bin/node', '<package bin>', ...args]`. */
@@ -103,6 +103,16 @@ interface Ctx {
   env: Record<string, string | undefined>;
   home: string | undefined;
   globalRoots: string[];
+}
+
+/**
+ * A server command for a sandbox on an image: run as given, with the image's programs (its PATH, its
+ * launchers); nothing of the host is bound. What a launcher may download is up to the network policy.
+ */
+export function imageServerCommand(argv: readonly string[], image: string): ResolvedCommand {
+  if (argv.length === 0 || argv[0]!.trim() === '')
+    throw bad('no MCP server command given, e.g. `uvx some-server` (run with what the image holds)');
+  return { argv: [...argv], mounts: [], source: 'image', description: `${argv[0]} in image ${image}` };
 }
 
 /**

@@ -66,6 +66,16 @@ const sandboxShape = {
   /** Egress policy. Absent: no network at all. */
   network: NetworkPolicySchema.optional(),
   secrets: SecretsSchema.default([]),
+  /**
+   * Run the server on this image's root (a reference, as in a sandbox spec): the command runs as
+   * given with the image's programs (its uvx, npx, python), and no host files are bound for it.
+   */
+  image: z
+    .string()
+    .min(1, 'image is an image reference, e.g. "registry.example.com/team/mcp:1"')
+    .max(1024)
+    .refine((r) => !/[\s\0]/.test(r), 'image references hold no whitespace or NUL')
+    .optional(),
 };
 
 /** Secrets are swapped in at egress, so they need a network policy that reaches their hosts (as in spec.ts). */

@@ -22,6 +22,7 @@ export function serverSandboxSpec(server: McpServerConfig): Omit<SandboxSpecInpu
   const a = server.airlock;
   return {
     ...(a.backend ? { backend: a.backend } : {}),
+    ...(a.image !== undefined ? { image: a.image } : {}),
     ...(a.ttlMs ? { ttlMs: a.ttlMs } : {}),
     ...(a.limits ? { limits: a.limits } : {}),
     ...(a.workspace ? { workspace: a.workspace } : {}),

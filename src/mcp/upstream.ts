@@ -29,7 +29,7 @@ import type { Logger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import type { SandboxSpecInput } from '../core/spec.js';
 import type { McpSandbox, McpSandboxProvider, McpServerProcess } from './sandbox-provider.js';
-import { resolveServerCommand, type ResolvedCommand } from './command.js';
+import { imageServerCommand, resolveServerCommand, type ResolvedCommand } from './command.js';
 import type { ServerDefinitions } from './pin.js';
 import { StreamTransport, type FrameErrorInfo } from './transport.js';
 
@@ -150,10 +150,15 @@ export class Upstream {
     hooks: UpstreamHooks = {},
     opts: { clientCapabilities?: ClientCapabilities; logger?: Logger } = {},
   ): Promise<Upstream> {
-    const resolved = resolveServerCommand([...launch.command], {
-      cwd: launch.cwd,
-      env: { ...(launch.hostEnv ?? process.env) },
-    });
+    // On an image the command runs with the image's programs; on the host root it is resolved to
+    // the host files it needs (command.ts), bound read-only.
+    const resolved =
+      launch.sandbox.image !== undefined
+        ? imageServerCommand(launch.command, launch.sandbox.image)
+        : resolveServerCommand([...launch.command], {
+            cwd: launch.cwd,
+            env: { ...(launch.hostEnv ?? process.env) },
+          });
     const sandbox = await airlock.create({
       ttlMs: DAY_MS,
       ...launch.sandbox,
@@ -164,7 +169,10 @@ export class Upstream {
     let up: Upstream | undefined;
     try {
       hooks.onSandbox?.(sandbox);
-      proc = await sandbox.spawn(resolved.argv, { cwd: '/workspace' });
+      proc = await sandbox.spawn(
+        resolved.argv,
+        launch.sandbox.image !== undefined ? {} : { cwd: '/workspace' },
+      );
       pipeLines(proc.stderr, (l) => hooks.onStderr?.(l));
       // Results may be large (the output guard cuts them for the client); bounded all the same.
       const transport = new StreamTransport(proc.stdout, proc.stdin, {

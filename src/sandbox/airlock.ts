@@ -17,7 +17,7 @@ import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
 import type { ImageResolver } from '../core/image.js';
-import { defaultImageResolver } from './images.js';
+import { defaultImageResolver, withExecutables } from './images.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   DIGEST_RE,
@@ -399,6 +399,7 @@ export class Airlock {
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     let spec = parseSandboxSpec(input);
     if (spec.image !== undefined) spec = await this.withImage(spec);
+    if (spec.executables !== undefined) spec = await withExecutables(this.stateDir, spec);
     if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
     else if (spec.layers?.length && input.backend === undefined) {
       // On snapshot layers with no tier named: the tier the top layer was taken on, not the default.

@@ -26,6 +26,11 @@ export const CreateRequestSchema = z
     backend: z.enum(['namespaces', 'gvisor']).optional(),
     /** A template name or digest visible to the caller. */
     template: z.string().min(1).max(200).optional(),
+    /**
+     * Run on this image (a reference naming its registry). Refused unless the operator allows that
+     * registry (`images.registries` in the server config; none by default). Not with template/snapshot.
+     */
+    image: z.string().min(1).max(1024).optional(),
     /** Fork this snapshot instead of starting fresh (not with template). */
     snapshot: z.string().min(1).max(200).optional(),
     ttlMs: z.number().int().min(1000).max(86_400_000).optional(),

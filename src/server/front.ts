@@ -89,6 +89,14 @@ export const ServerConfigSchema = z
     previewDomain: z.string().default('localhost'),
     /** A gateway config (mcpServers, as `airlock gateway --config`) served at /mcp; relative to this file. */
     mcpConfig: z.string().min(1).optional(),
+    /**
+     * Images clients may run (`image` in a create): only from these registries (`host[:port]`).
+     * None by default: a create naming an image is refused.
+     */
+    images: z
+      .object({ registries: z.array(z.string().min(1).max(255)).max(64).default([]) })
+      .strict()
+      .default({ registries: [] }),
     /** How often the supervisor is checked (boot id, liveness). */
     supervisorCheckMs: z.number().int().min(100).max(60_000).default(2000),
   })
@@ -235,7 +243,11 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
     inner,
     store,
     quotas,
-    { allowPrivateNetwork: cfg.allowPrivateNetwork, defaultQueueTimeoutMs: cfg.defaultQueueTimeoutMs },
+    {
+      allowPrivateNetwork: cfg.allowPrivateNetwork,
+      defaultQueueTimeoutMs: cfg.defaultQueueTimeoutMs,
+      imageRegistries: cfg.images.registries,
+    },
     {
       bootId: () => {
         if (!boot)

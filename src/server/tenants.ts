@@ -24,12 +24,15 @@ import type {
 import { QuotaError, usageOf, type Quotas } from './quotas.js';
 import type { SandboxRow, Store } from './store.js';
 import { TenantTemplates } from './templates.js';
+import { checkImageAllowed } from './image-policy.js';
 
 export interface TenantPolicy {
   /** Let clients send network.allowPrivate (default false: private/loopback targets stay refused). */
   readonly allowPrivateNetwork: boolean;
   /** Default queueTimeoutMs of a create (default 5000). */
   readonly defaultQueueTimeoutMs: number;
+  /** Registries `image` may name (server config images.registries); none or absent: no images. */
+  readonly imageRegistries?: readonly string[];
 }
 
 export interface TenantHooks {
@@ -163,6 +166,7 @@ export class TenantScopedApi implements SandboxApi {
         { field: 'network.allowPrivate' },
       );
     }
+    if (req.image !== undefined) checkImageAllowed(req.image, this.policy.imageRegistries ?? []);
     if (req.snapshot !== undefined && this.store.snapshotTenant(req.snapshot) !== caller.tenant) {
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${req.snapshot}`, { field: 'snapshot' });
     }

@@ -220,6 +220,10 @@ function remoteOnly(input: SandboxSpecInput): SandboxSpecInput {
   if (i.persistent === true)
     refuse('persistent', 'keeps a sandbox without a TTL for a client; set ttlMs (at most 24 h)');
   if (i.layers !== undefined) refuse('layers', 'takes internal layers; fork a snapshot or name a template');
+  if (i.rootfs !== undefined) refuse('rootfs', 'takes internal host paths; name an image instead');
+  if (i.executables !== undefined)
+    refuse('executables', 'builds allowlist roots; not offered by servers yet');
+  if (i.pull !== undefined) refuse('pull', 'decides when to pull (a server pulls what it lacks)');
   return input;
 }
 
@@ -243,6 +247,7 @@ function toCreateRequest(spec: SandboxSpec, input: SandboxSpecInput): CreateRequ
     ...(Object.keys(spec.env).length ? { env: spec.env } : {}),
     ...(Object.keys(spec.metadata).length ? { metadata: spec.metadata } : {}),
     ...(template !== undefined ? { template } : {}),
+    ...(spec.image !== undefined ? { image: spec.image } : {}),
     ...(spec.secrets.length
       ? {
           secrets: spec.secrets.map((x) => ({
