@@ -64,20 +64,21 @@ export class AirlockSandboxSession implements SandboxSession {
   readonly description: string;
   /** The sandbox this session runs in. */
   readonly sandbox: PortableSandbox;
-  private readonly forwards: PortForwards;
+  private readonly forwards: PortForwards | undefined;
   private readonly declaredPorts: readonly number[];
 
   constructor(sandbox: PortableSandbox, opts: AirlockSessionOptions = {}) {
     this.sandbox = sandbox;
     this.declaredPorts = [...(opts.ports ?? [])];
     for (const p of this.declaredPorts) checkPort(p);
-    this.forwards = new PortForwards(connectorFor(sandbox, opts.airlock));
+    const connect = connectorFor(sandbox, opts.airlock);
+    this.forwards = connect ? new PortForwards(connect) : undefined;
     this.description = describe(sandbox, this.declaredPorts);
   }
 
   /** Ports declared up front and every port getPortUrl has opened, ascending. */
   get ports(): number[] {
-    return [...new Set([...this.declaredPorts, ...this.forwards.ports])].sort((a, b) => a - b);
+    return [...new Set([...this.declaredPorts, ...(this.forwards?.ports ?? [])])].sort((a, b) => a - b);
   }
 
   readonly run = async (o: {
@@ -287,6 +288,13 @@ export class AirlockSandboxSession implements SandboxSession {
     if (!this.sandbox.alive) {
       throw new AirlockError('SANDBOX_GONE', `sandbox ${this.sandbox.id} is gone; start a new session`);
     }
+    if (!this.forwards) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        'getPortUrl on a remote sandbox needs its runtime: create the session with { airlock: remoteAirlock }',
+        { field: 'airlock' },
+      );
+    }
     return this.forwards.url(port);
   }
 
@@ -311,7 +319,7 @@ export class AirlockSandboxSession implements SandboxSession {
 
   /** Stop the session: close its port listeners and kill the sandbox. Idempotent. */
   async stop(): Promise<void> {
-    await this.forwards.close();
+    await this.forwards?.close();
     await this.sandbox.kill();
   }
 
@@ -353,7 +361,7 @@ export async function createAirlockSandboxSession(
   }
 }
 
-function connectorFor(sbx: PortableSandbox, runtime: SessionRuntime | undefined): PortConnector {
+function connectorFor(sbx: PortableSandbox, runtime: SessionRuntime | undefined): PortConnector | undefined {
   const own = (
     sbx as {
       connectPort?: (port: number, o?: { signal?: AbortSignal }) => Promise<import('node:stream').Duplex>;
@@ -365,14 +373,7 @@ function connectorFor(sbx: PortableSandbox, runtime: SessionRuntime | undefined)
     const caller = runtime?.caller ?? { tenant: 'remote-client' };
     return (port, signal) => api.connectPort!(sbx.id, port, caller, signal);
   }
-  return () =>
-    Promise.reject(
-      new AirlockError(
-        'INVALID_ARGUMENT',
-        'getPortUrl on a remote sandbox needs its runtime: pass { airlock: remoteAirlock } to the session',
-        { field: 'airlock' },
-      ),
-    );
+  return undefined;
 }
 
 function describe(sbx: PortableSandbox, ports: readonly number[]): string {
