@@ -1,6 +1,8 @@
 // OpenAI function calling: the definitions are valid JSON Schema (ajv compiles each, and accepts and
 // refuses what the zod schemas do), and a tool call makes a round trip through a real sandbox.
+import { join } from 'node:path';
 import Ajv2020 from 'ajv/dist/2020.js';
+import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Airlock, Sandbox } from '../../src/index.js';
 import {
@@ -12,6 +14,26 @@ import {
 } from '../../src/adapters/ai.js';
 import { expectError } from '../contract/support.js';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
+
+describe('airlock-sandbox/ai without the ai package', () => {
+  it('loads nothing from `ai` at run time (types only)', async () => {
+    const r = await build({
+      entryPoints: [join(import.meta.dirname, '..', '..', 'src', 'adapters', 'ai.ts')],
+      bundle: true,
+      write: false,
+      platform: 'node',
+      format: 'esm',
+      packages: 'external',
+      metafile: true,
+      logLevel: 'silent',
+    });
+    const external = Object.values(r.metafile.inputs).flatMap((i) =>
+      i.imports.filter((x) => x.external).map((x) => x.path),
+    );
+    expect(external).toContain('zod'); // the check sees package imports
+    expect(external.filter((x) => x === 'ai' || x.startsWith('ai/') || x.startsWith('@ai-sdk/'))).toEqual([]);
+  });
+});
 
 describe('OpenAI tool definitions', () => {
   const tools = openAiTools();
