@@ -14,6 +14,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { McpHttpServer } from '../../src/adapters/mcp-server/http.js';
+import { Sandbox } from '../../src/index.js';
 import { expectError } from '../contract/support.js';
 import {
   NO_RESIDUE,
@@ -291,6 +292,29 @@ describe.skipIf(!canRunNamespaces)(`airlock mcp-server (${SKIP_REASON})`, () => 
         method: 'DELETE',
         headers: { authorization: `Bearer ${TOKEN}`, 'mcp-session-id': ok.headers.get('mcp-session-id')! },
       });
+    });
+
+    it('run_code runs code where the sandbox has runCode, and says to use exec where it has not', async () => {
+      const t = new StreamableHTTPClientTransport(new URL(url), {
+        requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
+      });
+      const client = new Client({ name: 'test', version: '1' });
+      await client.connect(t);
+      try {
+        const r = await call(client, 'run_code', { code: 'print("hi")\n6 * 7', language: 'python' });
+        if (typeof (Sandbox.prototype as { runCode?: unknown }).runCode === 'function') {
+          expect(r.isError).toBe(false);
+          expect(r.json).toMatchObject({ stdout: 'hi\n', error: null });
+          expect((r.json.results as Array<{ text?: string }>).map((x) => x.text)).toContain('42');
+        } else {
+          expect(r.isError).toBe(true);
+          expect(r.json).toMatchObject({ error: { code: 'INVALID_ARGUMENT' } });
+          expect(r.text).toContain('exec');
+        }
+      } finally {
+        await t.terminateSession();
+        await client.close();
+      }
     });
 
     it('stops on SIGTERM, killing the sandboxes of open sessions', async () => {
