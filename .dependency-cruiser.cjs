@@ -1,7 +1,9 @@
 // Import rules for src/ (checked by `npm run lint:deps`, part of `npm run lint`).
 // Layers, lowest first; a module may import its own layer and the layers below it, never above:
-//   core ← policy ← egress/secrets/guard/images ← backends/mcp ← sandbox ← server ← cli/api (src/index.ts: the top)
-// and the FFI library (koffi) only from files marked *.privileged.ts.
+//   core ← policy ← egress/secrets/guard/images ← backends/mcp ← sandbox ← server ← cli/api/adapters
+// (src/index.ts and src/adapters/ai.ts, the package entries: the top), and the FFI library (koffi)
+// only from files marked *.privileged.ts. The framework adapters (AI SDK, MCP server, OpenAI) are
+// imported only by the CLI and the package entries.
 const LAYERS = [
   ['core'],
   ['policy'],
@@ -10,7 +12,7 @@ const LAYERS = [
   ['backends', 'mcp'],
   ['sandbox'],
   ['server'],
-  ['cli', 'api'],
+  ['cli', 'api', 'adapters'],
 ];
 
 const dirs = (layers) => `^src/(${layers.flat().join('|')})/`;
@@ -42,6 +44,20 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/(backends|mcp)/' },
       to: { path: '^src/(backends|mcp)/', pathNot: ['^src/$1/'] },
+    },
+    {
+      name: 'adapters-leaf',
+      comment:
+        'Only the CLI and the package entries import the framework adapters; adapters never import the CLI.',
+      severity: 'error',
+      from: { path: '^src/', pathNot: ['^src/(cli|adapters)/', '^src/index\\.ts$'] },
+      to: { path: '^src/adapters/' },
+    },
+    {
+      name: 'adapters-not-cli',
+      severity: 'error',
+      from: { path: '^src/adapters/' },
+      to: { path: '^src/cli/' },
     },
     {
       name: 'koffi-only-privileged',

@@ -32,6 +32,7 @@ const serveCli = (): Promise<typeof import('./serve.js')> => import('./serve.js'
 const keysCli = (): Promise<typeof import('./keys.js')> => import('./keys.js');
 const remoteCli = (): Promise<typeof import('./remote.js')> => import('./remote.js');
 const imageCli = (): Promise<typeof import('./image.js')> => import('./image.js');
+const mcpServerCli = (): Promise<typeof import('./mcp-server.js')> => import('./mcp-server.js');
 
 /** Each command's module loader, by command name (the build's code-cache step loads them). */
 const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
@@ -46,6 +47,7 @@ const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
   keys: keysCli,
   remote: remoteCli,
   image: imageCli,
+  'mcp-server': mcpServerCli,
 };
 
 /**
@@ -446,6 +448,16 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
     .action(async () => setStatus(await (await demoCli()).demoCommand(io)));
 
   registerServerCommands(program, io, setStatus);
+  program
+    .command('mcp-server')
+    .description('serve Airlock itself as an MCP server (sandbox, exec, run_code and file tools)')
+    .option('--http <host:port>', 'Streamable HTTP on loopback (token: AIRLOCK_MCP_TOKEN) instead of stdio')
+    .addOption(new Option('--backend <name>', 'default isolation tier').choices(CLI_BACKENDS))
+    .option('--ttl <duration>', 'default sandbox lifetime (default 10m)')
+    .option('--max-sandboxes <n>', 'live sandboxes per session (default 4)')
+    .action(async (flags: import('./mcp-server.js').McpServerFlags) =>
+      setStatus(await (await mcpServerCli()).mcpServerCommand(flags, io)),
+    );
   registerRemoteCommands(program, io, setStatus);
   return program;
 }

@@ -146,7 +146,10 @@ process.exit(failed ? 1 : 0);
         moduleResolution: 'NodeNext',
         target: 'ES2022',
         allowImportingTsExtensions: true,
-        paths: { 'airlock-sandbox': ['./airlock-sandbox.ts'] },
+        paths: {
+          'airlock-sandbox': ['./airlock-sandbox.ts'],
+          'airlock-sandbox/ai': [join(ROOT, 'src', 'adapters', 'ai.ts')],
+        },
       },
     }),
   );
@@ -283,7 +286,10 @@ async function typecheckAll(blocks: readonly Block[]): Promise<Map<Block, string
         noEmit: true,
         types: ['node'],
         typeRoots: [join(ROOT, 'node_modules', '@types')],
-        paths: { 'airlock-sandbox': [join(ROOT, 'src', 'index.ts')] },
+        paths: {
+          'airlock-sandbox': [join(ROOT, 'src', 'index.ts')],
+          'airlock-sandbox/ai': [join(ROOT, 'src', 'adapters', 'ai.ts')],
+        },
       },
       files,
     }),
