@@ -1,0 +1,143 @@
+// The WASM tier: pure compute in this process's worker threads. Python runs in Pyodide (CPython
+// compiled to WebAssembly), JavaScript in QuickJS; the only filesystem is in memory and there is no
+// network. The boundary is V8 and WebAssembly (user code makes no system calls), inside the Airlock
+// process: see docs/wasm.md and the threat model. One warm worker (interpreters loaded, nothing of a
+// user's) is kept ready so that a create does not pay the interpreters' load.
+import { createRequire } from 'node:module';
+import type {
+  BackendContext,
+  BackendProbe,
+  BackendSandbox,
+  BackendV1,
+  PreparePlan,
+  ProbeCheck,
+  ReapReport,
+} from '../../core/backend.js';
+import { AirlockError } from '../../core/errors.js';
+import type { BackendName, SandboxSpec } from '../../core/spec.js';
+import { WasmSandbox } from './sandbox.js';
+import { WasmThread } from './thread.js';
+
+export interface WasmOptions {
+  /** Warm workers kept loaded (0 or 1; default 1). */
+  readonly warmPool?: number;
+}
+
+/** What the tier cannot do, as the typed error a create gets. */
+function unsupported(spec: SandboxSpec): string | undefined {
+  if (spec.network) return 'network policies (the wasm tier has no network at all)';
+  if (spec.secrets.length) return 'secrets (they are swapped at egress, and the wasm tier has no network)';
+  if (spec.workspace.mode !== 'empty')
+    return `workspace mode '${spec.workspace.mode}' (its filesystem is in memory: no host dirs)`;
+  if (spec.mounts.length) return 'mounts (its filesystem is in memory: no host dirs)';
+  if (spec.layers?.length) return 'snapshot layers (the wasm tier takes no snapshots)';
+  if (spec.rootfs || spec.image !== undefined) return 'images (it runs Pyodide and QuickJS, not a root filesystem)';
+  return undefined;
+}
+
+export class WasmBackend implements BackendV1 {
+  readonly specificationVersion = 'v1' as const;
+  readonly name: BackendName = 'wasm';
+  private readonly poolSize: number;
+  private warm: WasmThread | undefined;
+  private learnedMemory: number | undefined;
+  private probed: Promise<BackendProbe> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly ctx: BackendContext,
+    opts: WasmOptions = {},
+  ) {
+    this.poolSize = Math.min(1, opts.warmPool ?? 1);
+  }
+
+  probe(): Promise<BackendProbe> {
+    this.probed ??= (async () => {
+      const checks: ProbeCheck[] = [];
+      const req = createRequire(import.meta.url);
+      for (const pkg of ['pyodide', 'quickjs-emscripten']) {
+        try {
+          const v = (req(`${pkg}/package.json`) as { version: string }).version;
+          checks.push({ name: pkg, ok: true, detail: `${pkg} ${v}` });
+        } catch {
+          checks.push({ name: pkg, ok: false, detail: `the ${pkg} package is missing: reinstall airlock-sandbox` });
+        }
+      }
+      if (checks.every((c) => c.ok)) {
+        // Load both interpreters once in a worker (the proof that they run here), then keep it warm.
+        const t = new WasmThread(512 * 1024 * 1024, this.ctx.logger);
+        try {
+          const v = await t.ready;
+          checks.push({ name: 'interpreters', ok: true, detail: `Python ${v.python} (Pyodide ${v.pyodide}) and QuickJS load` });
+        } catch (e) {
+          checks.push({ name: 'interpreters', ok: false, detail: (e as Error).message });
+        } finally {
+          await t.terminate();
+        }
+      }
+      const failed = checks.filter((c) => !c.ok);
+      return failed.length
+        ? { available: false, reason: failed.map((c) => `${c.name}: ${c.detail}`).join('; '), checks }
+        : { available: true, checks };
+    })();
+    return this.probed;
+  }
+
+  /** A loaded thread for `memoryBytes`: the warm one when it fits, else a new one. */
+  private async thread(memoryBytes: number): Promise<WasmThread> {
+    let t = this.warm;
+    this.warm = undefined;
+    if (!t || t.memoryBytes !== memoryBytes || !t.alive) {
+      void t?.terminate();
+      t = new WasmThread(memoryBytes, this.ctx.logger);
+    }
+    try {
+      await t.ready;
+    } catch (e) {
+      await t.terminate();
+      throw e;
+    }
+    t.send({ t: 'claim', memoryBytes });
+    return t;
+  }
+
+  private refill(): void {
+    if (this.closed || this.poolSize < 1 || this.warm) return;
+    this.warm = new WasmThread(this.learnedMemory ?? 512 * 1024 * 1024, this.ctx.logger);
+  }
+
+  prepare(_plan: PreparePlan): void {
+    this.refill();
+  }
+
+  async create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox> {
+    const no = unsupported(spec);
+    if (no)
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `the wasm backend does not support ${no}; use the namespaces or gvisor backend for it`,
+      );
+    if (signal?.aborted) throw new AirlockError('ABORTED', 'create aborted');
+    const memoryBytes = spec.limits.memoryBytes;
+    this.learnedMemory = memoryBytes;
+    const t = await this.thread(memoryBytes);
+    this.refill();
+    if (this.closed) {
+      await t.terminate();
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'the wasm backend is closed');
+    }
+    return new WasmSandbox(t, () => this.thread(memoryBytes));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const t = this.warm;
+    this.warm = undefined;
+    await t?.terminate();
+  }
+
+  /** Worker threads die with their process: a crashed Airlock leaves nothing of this tier behind. */
+  reapOrphans(): Promise<ReapReport> {
+    return Promise.resolve({ sandboxes: 0 });
+  }
+}
