@@ -30,6 +30,8 @@ export class WasmSandbox implements BackendSandbox {
   private current: Job | undefined;
   private oomKills = 0;
   private destroyed = false;
+  /** While a fresh thread is being made: nothing is sent, the old thread's end is expected. */
+  private replacing = false;
   private readonly knownContexts = new Set<string>();
   private readonly lostContexts = new Set<string>();
 
@@ -43,7 +45,7 @@ export class WasmSandbox implements BackendSandbox {
   private attach(t: WasmThread): void {
     t.onMessage((m) => this.onMessage(t, m));
     void t.gone.then(({ oom }) => {
-      if (t !== this.thread || this.destroyed) return;
+      if (t !== this.thread || this.destroyed || this.replacing) return;
       // The thread died under a job (V8's heap limit): the job ends as an OOM kill.
       if (oom) this.oomKills++;
       void this.replaceThread(oom);
@@ -64,7 +66,7 @@ export class WasmSandbox implements BackendSandbox {
   }
 
   private pump(): void {
-    if (this.current || this.destroyed) return;
+    if (this.current || this.destroyed || this.replacing) return;
     const job = this.queue.shift();
     if (!job) return;
     this.current = job;
@@ -95,6 +97,8 @@ export class WasmSandbox implements BackendSandbox {
   }
 
   private async replaceThread(oom: boolean): Promise<void> {
+    if (this.replacing) return;
+    this.replacing = true;
     const old = this.thread;
     const job = this.current;
     this.current = undefined;
@@ -105,13 +109,15 @@ export class WasmSandbox implements BackendSandbox {
     if (this.destroyed) return;
     try {
       const fresh = await this.replacement();
-      if (this.destroyed) return void fresh.terminate();
+      if (this.destroyed) return void (await fresh.terminate());
       this.thread = fresh;
       this.attach(fresh);
-      this.pump();
     } catch {
       for (const j of this.queue.splice(0)) j.finish({ exitCode: 1, stopped: false, error: null, lost: true });
+    } finally {
+      this.replacing = false;
     }
+    this.pump();
   }
 
   async spawn(req: SpawnRequest): Promise<BackendProcess> {

@@ -79,6 +79,9 @@ async function load(): Promise<{ py: PyodideAPI; qjs: QuickJSWASMModule; helper:
   py.setInterruptBuffer(ctl.subarray(CTL.PY_SIGNAL, CTL.PY_SIGNAL + 1));
   const FS = py.FS;
   for (const d of ['/workspace', '/home/user', '/tmp']) FS.mkdirTree(d);
+  // The root is read-only (no new top-level entries): what is writable is /workspace, /home/user,
+  // /tmp, as on the other tiers. It is the sandbox's own memory either way; this keeps paths honest.
+  FS.chmod('/', 0o555);
   const ns = py.globals.get('dict')();
   py.runPython(PYTHON_HELPER, { globals: ns, filename: '<airlock>' });
   const helper = {
@@ -135,7 +138,8 @@ port.on('message', (m: ToWorker) => {
   }
   jobId = m.id;
   oomHit = false;
-  Atomics.store(ctl, CTL.PY_SIGNAL, 0);
+  // Stopped before it began (the flags are cleared by the main thread before each job).
+  if (Atomics.load(ctl, CTL.STOP) !== 0) return done(m.id, 137);
   if (m.t === 'exec') return done(m.id, runExec(m));
   if (m.t === 'code') return runCode(m);
   if (m.t === 'closeContext') {
