@@ -15,6 +15,7 @@ import type {
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, SandboxSpec } from '../../core/spec.js';
+import { checkHostDir, checkMountSource, realpathOr } from '../host/workspace.js';
 import { WasmSandbox } from './sandbox.js';
 import { WasmThread } from './thread.js';
 
@@ -111,6 +112,11 @@ export class WasmBackend implements BackendV1 {
   }
 
   async create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox> {
+    // Bad host dirs and mounts are INVALID_SPEC on every tier (checked as the host state does), before
+    // this tier says it has no host dirs at all.
+    const stateDir = realpathOr(this.ctx.stateDir);
+    if (spec.workspace.hostDir !== undefined) checkHostDir(spec.workspace.hostDir, stateDir);
+    spec.mounts.forEach((m, i) => checkMountSource(m.hostPath, stateDir, i));
     const no = unsupported(spec);
     if (no)
       throw new AirlockError(

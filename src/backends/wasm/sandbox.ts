@@ -15,6 +15,8 @@ export const STOP_GRACE_MS = 2000;
 
 type Job = {
   readonly msg: ToWorker & { id: number };
+  /** Called as the job is sent to the worker (a runCode's timeout counts from there, not from the queue). */
+  readonly onStart?: () => void;
   readonly onOut: (fd: 1 | 2, data: Uint8Array) => void;
   readonly onResult?: (r: CodeResult) => void;
   readonly finish: (d: { exitCode: number; stopped: boolean; error: CodeError | null; lost: boolean }) => void;
@@ -71,6 +73,7 @@ export class WasmSandbox implements BackendSandbox {
     if (!job) return;
     this.current = job;
     this.thread.clearStop();
+    job.onStart?.();
     this.thread.send(job.msg);
   }
 
@@ -205,16 +208,28 @@ export class WasmSandbox implements BackendSandbox {
     const text = { 1: '', 2: '' };
     const results: CodeResult[] = [];
     let timedOut = false;
+    let deadline = Number.POSITIVE_INFINITY;
     const outcome = await new Promise<{ error: CodeError | null; stopped: boolean; lost: boolean }>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const msg = {
+        t: 'code' as const,
+        id: nextJobId++,
+        language: language === 'javascript' ? ('javascript' as const) : ('python' as const),
+        code,
+        ...(ctx !== undefined ? { contextId: ctx } : {}),
+        env: req.envs,
+        deadline,
+      };
       const job: Job = {
-        msg: {
-          t: 'code',
-          id: nextJobId++,
-          language: language === 'javascript' ? 'javascript' : 'python',
-          code,
-          ...(ctx !== undefined ? { contextId: ctx } : {}),
-          env: req.envs,
-          deadline: Date.now() + req.timeoutMs,
+        msg,
+        onStart: () => {
+          deadline = Date.now() + req.timeoutMs;
+          msg.deadline = deadline; // QuickJS's interrupt handler checks it itself
+          timer = setTimeout(() => {
+            timedOut = true;
+            this.stopJob(job);
+          }, req.timeoutMs);
+          timer.unref();
         },
         onOut: (fd, data) => {
           const s = decoders[fd].decode(data, { stream: true });
@@ -231,15 +246,13 @@ export class WasmSandbox implements BackendSandbox {
           resolve(d);
         },
       };
-      const timer = setTimeout(() => {
-        timedOut = true;
-        this.stopJob(job);
-      }, req.timeoutMs);
-      timer.unref();
       const onAbort = (): void => this.stopJob(job);
       req.signal?.addEventListener('abort', onAbort, { once: true });
       this.enqueue(job);
     });
+    // QuickJS ends a run at its deadline itself (before the timer above fires).
+    const e = outcome.error;
+    if (e?.name === 'InternalError' && e.value === 'interrupted' && Date.now() >= deadline) timedOut = true;
     if (req.signal?.aborted && !timedOut) throw new AirlockError('ABORTED', 'runCode was aborted');
     let error = outcome.error;
     if (timedOut || outcome.lost) {
