@@ -128,7 +128,9 @@ export function formatDoctor(r: DoctorReport): string {
   lines.push(`microvm     ${r.tiers.microvm.detail}`);
   const wasm = r.tiers.wasm;
   const interp = wasm.checks.find((c) => c.name === 'interpreters')?.detail ?? '';
-  lines.push(`wasm        ${wasm.available ? `available: ${interp}` : `UNAVAILABLE: ${wasm.reason ?? 'see the failed checks'}`}`);
+  lines.push(
+    `wasm        ${wasm.available ? `available: ${interp}` : `UNAVAILABLE: ${wasm.reason ?? 'see the failed checks'}`}`,
+  );
   lines.push('host');
   lines.push(`  cgroups   ${r.host.cgroups.detail}`);
   lines.push(`  landlock  ${r.host.landlock.detail}`);

@@ -8,7 +8,8 @@ import { sandboxContract } from './sandbox.contract.js';
 
 const NO_SHELL =
   'the wasm tier has no shell: a string command is split into words and shell syntax is refused (docs/wasm.md)';
-const NO_PROGRAM = (p: string): string => `${p} is not a command on the wasm tier (only python, node and a few builtins)`;
+const NO_PROGRAM = (p: string): string =>
+  `${p} is not a command on the wasm tier (only python, node and a few builtins)`;
 const NO_HOST_DIRS = 'the wasm tier has no host dirs (its filesystem is in memory): the spec is refused';
 const NO_UID =
   'hostUid: wasm sandboxes run in the Airlock process’s own worker threads, so there is no per-sandbox host uid ' +
@@ -33,8 +34,7 @@ sandboxContract('wasm', {
     'stdin: string, Uint8Array and Readable': NO_PROGRAM('base64'),
     'without stdin a reader sees EOF at once': NO_SHELL,
     'per-exec env overrides spec env': NO_PROGRAM('env'),
-    'spec env is the only env: nothing of the host leaks':
-      `${NO_PROGRAM('env')}; test/wasm/exec.test.ts and runcode.test.ts check os.environ against a host canary`,
+    'spec env is the only env: nothing of the host leaks': `${NO_PROGRAM('env')}; test/wasm/exec.test.ts and runcode.test.ts check os.environ against a host canary`,
     'a command that cannot run exits 127 or 126 with one clear line, argv and shell form':
       'the setup needs a shell and 126 (found, not executable) has no meaning without programs; ' +
       'test/wasm/exec.test.ts checks the 127 line for argv and string forms',

@@ -8,7 +8,11 @@ import { checkedArgv } from '../../src/sandbox/exec-check.js';
 describe('wasm commands', () => {
   it('an argv array behind the facade check runs as given', () => {
     const argv = ['python3', '-c', 'print(1)', 'a b', '$HOME'];
-    expect(commandOf(checkedArgv(argv, {}))).toEqual({ kind: 'python', code: 'print(1)', argv: ['-c', 'a b', '$HOME'] });
+    expect(commandOf(checkedArgv(argv, {}))).toEqual({
+      kind: 'python',
+      code: 'print(1)',
+      argv: ['-c', 'a b', '$HOME'],
+    });
     expect(commandOf(checkedArgv(['node', '-e', 'x', 'y'], { PWD: '/w' }))).toEqual({
       kind: 'javascript',
       code: 'x',
@@ -31,7 +35,13 @@ describe('wasm commands', () => {
   });
 
   it('anything else exits 127 with one line naming it', () => {
-    for (const argv of [['ls', '-la'], ['/bin/bash'], ['sh', '-c', 'exit 7', 'zero'], ['/usr/bin/env'], ['curl', 'x']]) {
+    for (const argv of [
+      ['ls', '-la'],
+      ['/bin/bash'],
+      ['sh', '-c', 'exit 7', 'zero'],
+      ['/usr/bin/env'],
+      ['curl', 'x'],
+    ]) {
       const c = commandOf(argv);
       expect(c).toMatchObject({ kind: 'refuse', exitCode: 127 });
       const msg = (c as { message: string }).message;
@@ -46,7 +56,18 @@ describe('wasm commands', () => {
       kind: 'builtin',
       argv: ['echo', 'a b', 'c "d"', 'e f'],
     });
-    for (const s of ['echo a; rm -rf /', 'cat x | wc', 'echo $HOME', 'echo "$HOME"', 'echo `id`', 'echo > f', 'ls *', 'A=1 echo', 'echo a\necho b', "echo 'open"]) {
+    for (const s of [
+      'echo a; rm -rf /',
+      'cat x | wc',
+      'echo $HOME',
+      'echo "$HOME"',
+      'echo `id`',
+      'echo > f',
+      'ls *',
+      'A=1 echo',
+      'echo a\necho b',
+      "echo 'open",
+    ]) {
       const c = commandOf(['/bin/sh', '-c', s]);
       expect({ s, kind: c.kind }).toEqual({ s, kind: 'refuse' });
     }
@@ -59,7 +80,9 @@ describe('wasm commands', () => {
       kind: 'builtin',
       argv: ['airlock-write', '/workspace/x'],
     });
-    expect(commandOf(['/bin/sh', '-c', `${FILES_WRITE_SCRIPT}; id`, 'sh', '/x'])).toMatchObject({ kind: 'refuse' });
+    expect(commandOf(['/bin/sh', '-c', `${FILES_WRITE_SCRIPT}; id`, 'sh', '/x'])).toMatchObject({
+      kind: 'refuse',
+    });
   });
 });
 

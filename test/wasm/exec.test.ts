@@ -28,7 +28,11 @@ describe('wasm tier: exec and files', () => {
   });
 
   it('python: stdout, stderr, exit codes (SystemExit n, an uncaught error → 1 with its traceback)', async () => {
-    const r = await sbx.exec(['python3', '-c', 'import sys\nprint("out")\nprint("err", file=sys.stderr)\nsys.exit(3)']);
+    const r = await sbx.exec([
+      'python3',
+      '-c',
+      'import sys\nprint("out")\nprint("err", file=sys.stderr)\nsys.exit(3)',
+    ]);
     expect(r).toMatchObject({ exitCode: 3, stdout: 'out\n', stderr: 'err\n', signal: null });
     expect(r.killedBy).toBeUndefined();
     const boom = await sbx.exec(['python', '-c', 'def f():\n    1/0\nf()']);
@@ -45,12 +49,26 @@ describe('wasm tier: exec and files', () => {
     process.env[canary] = 'host-secret';
     try {
       const r = await sbx.exec(
-        ['python3', '-c', 'import sys, os, json; print(json.dumps([sys.argv, dict(os.environ)]))', 'a b', "$HOME '*'", ''],
+        [
+          'python3',
+          '-c',
+          'import sys, os, json; print(json.dumps([sys.argv, dict(os.environ)]))',
+          'a b',
+          "$HOME '*'",
+          '',
+        ],
         { env: { EXTRA: 'x y' } },
       );
       const [argv, env] = JSON.parse(r.stdout) as [string[], Record<string, string>];
       expect(argv).toEqual(['-c', 'a b', "$HOME '*'", '']);
-      expect(env).toEqual({ PATH: expect.any(String), HOME: '/home/user', USER: 'user', LANG: 'C.UTF-8', SPEC_VAR: 'spec', EXTRA: 'x y' });
+      expect(env).toEqual({
+        PATH: expect.any(String),
+        HOME: '/home/user',
+        USER: 'user',
+        LANG: 'C.UTF-8',
+        SPEC_VAR: 'spec',
+        EXTRA: 'x y',
+      });
       const next = await sbx.exec(['python3', '-c', 'import os; print(sorted(os.environ))']);
       expect(next.stdout).not.toContain('EXTRA');
       expect(next.stdout).not.toContain(canary);
@@ -60,7 +78,11 @@ describe('wasm tier: exec and files', () => {
   });
 
   it('node-like argv runs in QuickJS: no require, no process, no fetch; an uncaught error exits 1', async () => {
-    const r = await sbx.exec(['node', '-e', 'console.log(typeof require, typeof process, typeof fetch, 6 * 7)']);
+    const r = await sbx.exec([
+      'node',
+      '-e',
+      'console.log(typeof require, typeof process, typeof fetch, 6 * 7)',
+    ]);
     expect(r).toMatchObject({ exitCode: 0, stdout: 'undefined undefined undefined 42\n' });
     const bad = await sbx.exec(['js', '-e', 'null.x']);
     expect(bad.exitCode).toBe(1);
@@ -69,11 +91,19 @@ describe('wasm tier: exec and files', () => {
 
   it('cwd, stdin (read whole), and scripts from the in-memory filesystem', async () => {
     expect((await sbx.exec('pwd')).stdout).toBe('/workspace\n');
-    expect((await sbx.exec(['python3', '-c', 'import os; print(os.getcwd())'], { cwd: '/tmp' })).stdout).toBe('/tmp\n');
-    const up = await sbx.exec(['python3', '-c', 'import sys; print(sys.stdin.read().upper(), end="")'], { stdin: 'héllo\nworld' });
+    expect((await sbx.exec(['python3', '-c', 'import os; print(os.getcwd())'], { cwd: '/tmp' })).stdout).toBe(
+      '/tmp\n',
+    );
+    const up = await sbx.exec(['python3', '-c', 'import sys; print(sys.stdin.read().upper(), end="")'], {
+      stdin: 'héllo\nworld',
+    });
     expect(up.stdout).toBe('HÉLLO\nWORLD');
-    expect((await sbx.exec('cat', { stdin: Uint8Array.from([0, 1, 255]) })).stdout).toBe(Buffer.from([0, 1, 255]).toString());
-    expect((await sbx.exec(['python3', '-c', 'import sys; print(repr(sys.stdin.read()))'])).stdout).toBe("''\n");
+    expect((await sbx.exec('cat', { stdin: Uint8Array.from([0, 1, 255]) })).stdout).toBe(
+      Buffer.from([0, 1, 255]).toString(),
+    );
+    expect((await sbx.exec(['python3', '-c', 'import sys; print(repr(sys.stdin.read()))'])).stdout).toBe(
+      "''\n",
+    );
     await sbx.files.write('app/main.py', 'import sys\nprint("script", sys.argv[1:])\n');
     expect((await sbx.exec(['python3', 'app/main.py', '1'])).stdout).toBe("script ['1']\n");
     await sbx.files.write('/workspace/app/main.js', 'console.log("js script")');
@@ -87,7 +117,13 @@ describe('wasm tier: exec and files', () => {
     expect((await sbx.exec(['true'])).exitCode).toBe(0);
     expect((await sbx.exec(['false'])).exitCode).toBe(1);
     expect((await sbx.exec('sleep 0.05')).exitCode).toBe(0);
-    for (const cmd of ['ls -la', ['sh', '-c', 'exit 7'], 'echo a; echo b', ['/usr/bin/env'], 'curl http://example.com']) {
+    for (const cmd of [
+      'ls -la',
+      ['sh', '-c', 'exit 7'],
+      'echo a; echo b',
+      ['/usr/bin/env'],
+      'curl http://example.com',
+    ]) {
       const r = await sbx.exec(cmd);
       expect({ cmd, exitCode: r.exitCode, stdout: r.stdout }).toEqual({ cmd, exitCode: 127, stdout: '' });
       expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
@@ -101,14 +137,28 @@ describe('wasm tier: exec and files', () => {
     expect((await sbx.exec('cat /workspace/f/hello.txt')).stdout).toBe('héllo wörld\n');
     const bytes = Uint8Array.from({ length: 512 }, (_, i) => i % 256);
     await sbx.files.write('f/deep/er/bytes.bin', bytes);
-    expect(Buffer.from(await sbx.files.read('f/deep/er/bytes.bin', { format: 'bytes' }))).toEqual(Buffer.from(bytes));
-    const py = await sbx.exec(['python3', '-c', 'import hashlib; print(hashlib.sha256(open("f/deep/er/bytes.bin","rb").read()).hexdigest())']);
+    expect(Buffer.from(await sbx.files.read('f/deep/er/bytes.bin', { format: 'bytes' }))).toEqual(
+      Buffer.from(bytes),
+    );
+    const py = await sbx.exec([
+      'python3',
+      '-c',
+      'import hashlib; print(hashlib.sha256(open("f/deep/er/bytes.bin","rb").read()).hexdigest())',
+    ]);
     const { createHash } = await import('node:crypto');
     expect(py.stdout.trim()).toBe(createHash('sha256').update(bytes).digest('hex'));
-    await sbx.exec(['python3', '-c', 'import os; os.mkdir("f/d"); os.symlink("hello.txt", "f/l"); open("f/a\\nb", "w").close()']);
+    await sbx.exec([
+      'python3',
+      '-c',
+      'import os; os.mkdir("f/d"); os.symlink("hello.txt", "f/l"); open("f/a\\nb", "w").close()',
+    ]);
     const list = Object.fromEntries((await sbx.files.list('f')).map((e) => [e.name, e]));
     expect(Object.keys(list).sort()).toEqual(['a\nb', 'd', 'deep', 'hello.txt', 'l']);
-    expect(list['hello.txt']).toMatchObject({ type: 'file', size: Buffer.byteLength('héllo wörld\n'), path: '/workspace/f/hello.txt' });
+    expect(list['hello.txt']).toMatchObject({
+      type: 'file',
+      size: Buffer.byteLength('héllo wörld\n'),
+      path: '/workspace/f/hello.txt',
+    });
     expect(list.l).toMatchObject({ type: 'symlink' });
     expect(list.d).toMatchObject({ type: 'dir' });
     expect(Math.abs(list['hello.txt']!.mtimeMs - Date.now())).toBeLessThan(10 * 60_000);
@@ -118,10 +168,13 @@ describe('wasm tier: exec and files', () => {
     await sbx.files.remove('f/never-was');
     await expectError(sbx.files.read('f/missing'), 'FILE_NOT_FOUND', 'path');
     await expectError(sbx.files.list('/workspace/nope'), 'FILE_NOT_FOUND', 'path');
-    await expectError(sbx.files.read('f/big', { maxBytes: 10 }).catch(async (e: unknown) => {
-      await sbx.files.write('f/big', Buffer.alloc(100));
-      throw e;
-    }), 'FILE_NOT_FOUND');
+    await expectError(
+      sbx.files.read('f/big', { maxBytes: 10 }).catch(async (e: unknown) => {
+        await sbx.files.write('f/big', Buffer.alloc(100));
+        throw e;
+      }),
+      'FILE_NOT_FOUND',
+    );
     await expectError(sbx.files.read('f/big', { maxBytes: 10 }), 'FILE_TOO_LARGE');
   });
 
@@ -148,16 +201,25 @@ describe('wasm tier: exec and files', () => {
 
   it('kill ends a running exec (also code that catches KeyboardInterrupt) and the sandbox', async () => {
     const s = await Sandbox.create({ backend: 'wasm' }, { airlock });
-    const h = await s.exec(['python3', '-c', 'print("begun", flush=True)\nwhile True: pass'], { background: true });
+    const h = await s.exec(['python3', '-c', 'print("begun", flush=True)\nwhile True: pass'], {
+      background: true,
+    });
     await h.kill();
     const r = await h.wait();
     expect(r.killedBy).toBe('killed');
     expect(r.signal).toBe('SIGKILL');
     // Code that swallows the interrupt: the worker is replaced after the grace (its files are gone).
     await s.files.write('kept.txt', 'x');
-    const stubborn = await s.exec(['python3', '-c', 'while True:\n    try:\n        while True: pass\n    except KeyboardInterrupt:\n        pass'], {
-      timeoutMs: 500,
-    });
+    const stubborn = await s.exec(
+      [
+        'python3',
+        '-c',
+        'while True:\n    try:\n        while True: pass\n    except KeyboardInterrupt:\n        pass',
+      ],
+      {
+        timeoutMs: 500,
+      },
+    );
     expect(stubborn.killedBy).toBe('timeout');
     expect((await s.exec('echo alive')).stdout).toBe('alive\n');
     expect(await s.files.exists('kept.txt')).toBe(false);

@@ -91,7 +91,9 @@ describe('wasm tier: runCode and isolation', () => {
     const err = await js('function f() { throw new RangeError("too far") }\nf()');
     expect(err.error).toMatchObject({ name: 'RangeError', value: 'too far' });
     expect(err.error!.traceback).toContain('at f');
-    const ts = await run('const n: number = 2; interface P { q: string }\nn * 21', { language: 'typescript' });
+    const ts = await run('const n: number = 2; interface P { q: string }\nn * 21', {
+      language: 'typescript',
+    });
     expect(ts.results[0]?.json).toBe(42);
     await expectError(run('echo hi', { language: 'bash' }), 'INVALID_ARGUMENT', 'language');
   });
@@ -112,10 +114,13 @@ describe('wasm tier: runCode and isolation', () => {
   it('code that swallows the interrupt costs the worker: its contexts are then CODE_CONTEXT_NOT_FOUND', async () => {
     const before = wasmThreads();
     await run('v = 1', { contextId: 'doomed' });
-    const r = await run('while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass', {
-      contextId: 'doomed',
-      timeoutMs: 300,
-    });
+    const r = await run(
+      'while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass',
+      {
+        contextId: 'doomed',
+        timeoutMs: 300,
+      },
+    );
     expect(r.error?.name).toBe('TimeoutError');
     expect(r.error?.value).toContain('contexts and in-memory files are gone');
     await expectError(run('v', { contextId: 'doomed' }), 'CODE_CONTEXT_NOT_FOUND', 'context');
@@ -149,8 +154,14 @@ describe('wasm tier: runCode and isolation', () => {
       ['from js import require', /ImportError/],
       ['import js; js.process', /AttributeError/],
       ['import js; js.globalThis', /AttributeError/],
-      ['import pyodide_js; pyodide_js.runPython.constructor("return 1")()', /not available in the wasm sandbox/],
-      ['import pyodide_js; pyodide_js.runPython.constructor.new("return 1")', /not available in the wasm sandbox/],
+      [
+        'import pyodide_js; pyodide_js.runPython.constructor("return 1")()',
+        /not available in the wasm sandbox/,
+      ],
+      [
+        'import pyodide_js; pyodide_js.runPython.constructor.new("return 1")',
+        /not available in the wasm sandbox/,
+      ],
       [
         'import pyodide_js; f = pyodide_js.runPython\nf.constructor.prototype.constructor("return 1")()',
         /not available in the wasm sandbox/,
@@ -194,15 +205,20 @@ describe('wasm tier: runCode and isolation', () => {
     }
   });
 
-  it.skipIf(!('runCode' in Sandbox.prototype))('sbx.runCode runs on the wasm tier (after integration)', async () => {
-    const airlock = testAirlock();
-    try {
-      const s = await Sandbox.create({ backend: 'wasm' }, { airlock });
-      const exec = (await (s as unknown as { runCode(c: string): Promise<BackendExecution> }).runCode('1 + 1'));
-      expect(exec.results[0]?.text).toBe('2');
-    } finally {
-      await airlock.killAll();
-      await airlock.close();
-    }
-  });
+  it.skipIf(!('runCode' in Sandbox.prototype))(
+    'sbx.runCode runs on the wasm tier (after integration)',
+    async () => {
+      const airlock = testAirlock();
+      try {
+        const s = await Sandbox.create({ backend: 'wasm' }, { airlock });
+        const exec = await (s as unknown as { runCode(c: string): Promise<BackendExecution> }).runCode(
+          '1 + 1',
+        );
+        expect(exec.results[0]?.text).toBe('2');
+      } finally {
+        await airlock.killAll();
+        await airlock.close();
+      }
+    },
+  );
 });

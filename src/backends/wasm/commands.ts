@@ -51,7 +51,8 @@ function unwrap(argv: readonly string[]): { argv: string[] } | Command {
     if (argv[3] === 'airlock-exec' && script.endsWith('exec "$@"') && argv.length > 4) {
       return { argv: argv.slice(4) };
     }
-    if (script === FILES_WRITE_SCRIPT && argv.length === 5) return { kind: 'builtin', argv: ['airlock-write', argv[4]!] };
+    if (script === FILES_WRITE_SCRIPT && argv.length === 5)
+      return { kind: 'builtin', argv: ['airlock-write', argv[4]!] };
     if (argv.length === 3) {
       const words = shellWords(script);
       if (typeof words === 'string') return refuse('sh', `no shell (${words}): `);
@@ -68,22 +69,31 @@ function python(args: string[]): Command {
   while (i < args.length && PY_NOOP_FLAGS.has(args[i]!)) i++;
   const a = args.slice(i);
   if (a[0] === '-c') {
-    if (a[1] === undefined) return { kind: 'refuse', exitCode: 2, message: 'python: argument expected for the -c option' };
+    if (a[1] === undefined)
+      return { kind: 'refuse', exitCode: 2, message: 'python: argument expected for the -c option' };
     return { kind: 'python', code: a[1], argv: ['-c', ...a.slice(2)] };
   }
-  if (a[0] === undefined || a[0] === '-') return { kind: 'python', path: '/dev/stdin', argv: ['-', ...a.slice(1)] };
-  if (a[0].startsWith('-')) return { kind: 'refuse', exitCode: 2, message: `python: option ${a[0]} is not supported on the wasm tier` };
+  if (a[0] === undefined || a[0] === '-')
+    return { kind: 'python', path: '/dev/stdin', argv: ['-', ...a.slice(1)] };
+  if (a[0].startsWith('-'))
+    return {
+      kind: 'refuse',
+      exitCode: 2,
+      message: `python: option ${a[0]} is not supported on the wasm tier`,
+    };
   return { kind: 'python', path: a[0], argv: a };
 }
 
 function javascript(args: string[]): Command {
   const a = args;
   if (a[0] === '-e' || a[0] === '--eval') {
-    if (a[1] === undefined) return { kind: 'refuse', exitCode: 9, message: `node: ${a[0]} requires an argument` };
+    if (a[1] === undefined)
+      return { kind: 'refuse', exitCode: 9, message: `node: ${a[0]} requires an argument` };
     return { kind: 'javascript', code: a[1], argv: a.slice(2) };
   }
   if (a[0] === undefined || a[0] === '-') return { kind: 'javascript', path: '/dev/stdin', argv: a.slice(1) };
-  if (a[0].startsWith('-')) return { kind: 'refuse', exitCode: 9, message: `node: option ${a[0]} is not supported on the wasm tier` };
+  if (a[0].startsWith('-'))
+    return { kind: 'refuse', exitCode: 9, message: `node: option ${a[0]} is not supported on the wasm tier` };
   return { kind: 'javascript', path: a[0], argv: a.slice(1) };
 }
 

@@ -32,7 +32,8 @@ function unsupported(spec: SandboxSpec): string | undefined {
     return `workspace mode '${spec.workspace.mode}' (its filesystem is in memory: no host dirs)`;
   if (spec.mounts.length) return 'mounts (its filesystem is in memory: no host dirs)';
   if (spec.layers?.length) return 'snapshot layers (the wasm tier takes no snapshots)';
-  if (spec.rootfs || spec.image !== undefined) return 'images (it runs Pyodide and QuickJS, not a root filesystem)';
+  if (spec.rootfs || spec.image !== undefined)
+    return 'images (it runs Pyodide and QuickJS, not a root filesystem)';
   return undefined;
 }
 
@@ -61,7 +62,11 @@ export class WasmBackend implements BackendV1 {
           const v = (req(`${pkg}/package.json`) as { version: string }).version;
           checks.push({ name: pkg, ok: true, detail: `${pkg} ${v}` });
         } catch {
-          checks.push({ name: pkg, ok: false, detail: `the ${pkg} package is missing: reinstall airlock-sandbox` });
+          checks.push({
+            name: pkg,
+            ok: false,
+            detail: `the ${pkg} package is missing: reinstall airlock-sandbox`,
+          });
         }
       }
       if (checks.every((c) => c.ok)) {
@@ -69,7 +74,11 @@ export class WasmBackend implements BackendV1 {
         const t = new WasmThread(512 * 1024 * 1024, this.ctx.logger);
         try {
           const v = await t.ready;
-          checks.push({ name: 'interpreters', ok: true, detail: `Python ${v.python} (Pyodide ${v.pyodide}) and QuickJS load` });
+          checks.push({
+            name: 'interpreters',
+            ok: true,
+            detail: `Python ${v.python} (Pyodide ${v.pyodide}) and QuickJS load`,
+          });
         } catch (e) {
           checks.push({ name: 'interpreters', ok: false, detail: (e as Error).message });
         } finally {
@@ -109,6 +118,11 @@ export class WasmBackend implements BackendV1 {
 
   prepare(_plan: PreparePlan): void {
     this.refill();
+  }
+
+  /** Resolves once the warm worker (if one is being made) has loaded its interpreters. */
+  async whenWarm(): Promise<void> {
+    await this.warm?.ready.catch(() => {});
   }
 
   async create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox> {

@@ -79,7 +79,11 @@ function neuter(obj: Record<string, unknown>, label: string): void {
     const v = d.get ? undefined : d.value;
     if (typeof v === 'function' || d.get) {
       try {
-        Object.defineProperty(obj, key, { value: denied(`${label}.${key}`), writable: false, configurable: false });
+        Object.defineProperty(obj, key, {
+          value: denied(`${label}.${key}`),
+          writable: false,
+          configurable: false,
+        });
       } catch {
         // A non-configurable accessor: leave it (checked by the tests for what matters).
       }
@@ -103,7 +107,10 @@ function noCodeFromStrings(): void {
   ];
   for (const proto of protos) {
     const real = (proto as { constructor: (...a: unknown[]) => unknown }).constructor;
-    const stub = new Proxy(real, { apply: denied('the Function constructor'), construct: denied('the Function constructor') });
+    const stub = new Proxy(real, {
+      apply: denied('the Function constructor'),
+      construct: denied('the Function constructor'),
+    });
     Object.defineProperty(proto, 'constructor', { value: stub, writable: false, configurable: false });
     if (proto === Function.prototype)
       Object.defineProperty(globalThis, 'Function', { value: stub, writable: false, configurable: false });

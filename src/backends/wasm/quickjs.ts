@@ -129,7 +129,12 @@ export class JsRunner {
         return { error: e, oom: /out of memory/i.test(e.value) };
       }
       if (value === undefined) return { error: null, oom: false };
-      const json = value !== null && typeof value === 'object' ? value : typeof value === 'number' || typeof value === 'boolean' ? value : undefined;
+      const json =
+        value !== null && typeof value === 'object'
+          ? value
+          : typeof value === 'number' || typeof value === 'boolean'
+            ? value
+            : undefined;
       return {
         result: { text: show(value), ...(json !== undefined ? { json } : {}), isMainResult: true },
         error: null,

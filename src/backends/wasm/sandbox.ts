@@ -5,7 +5,13 @@
 // fresh one takes its place, and the in-memory files and code contexts of the old one are gone.
 import { randomBytes } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
-import type { BackendProcess, BackendSandbox, LimitCounters, ProcessExit, SpawnRequest } from '../../core/backend.js';
+import type {
+  BackendProcess,
+  BackendSandbox,
+  LimitCounters,
+  ProcessExit,
+  SpawnRequest,
+} from '../../core/backend.js';
 import type { BackendExecution, BackendRunCodeRequest, CodeError, CodeResult } from '../../core/code.js';
 import { AirlockError } from '../../core/errors.js';
 import type { FromWorker, ToWorker } from './protocol.js';
@@ -19,7 +25,12 @@ type Job = {
   readonly onStart?: () => void;
   readonly onOut: (fd: 1 | 2, data: Uint8Array) => void;
   readonly onResult?: (r: CodeResult) => void;
-  readonly finish: (d: { exitCode: number; stopped: boolean; error: CodeError | null; lost: boolean }) => void;
+  readonly finish: (d: {
+    exitCode: number;
+    stopped: boolean;
+    error: CodeError | null;
+    lost: boolean;
+  }) => void;
 };
 
 let nextJobId = 1;
@@ -116,7 +127,8 @@ export class WasmSandbox implements BackendSandbox {
       this.thread = fresh;
       this.attach(fresh);
     } catch {
-      for (const j of this.queue.splice(0)) j.finish({ exitCode: 1, stopped: false, error: null, lost: true });
+      for (const j of this.queue.splice(0))
+        j.finish({ exitCode: 1, stopped: false, error: null, lost: true });
     } finally {
       this.replacing = false;
     }
@@ -139,7 +151,9 @@ export class WasmSandbox implements BackendSandbox {
         finish: (d) => {
           stdout.end();
           stderr.end();
-          resolveExit(d.stopped ? { exitCode: null, signal: 'SIGKILL' } : { exitCode: d.exitCode, signal: null });
+          resolveExit(
+            d.stopped ? { exitCode: null, signal: 'SIGKILL' } : { exitCode: d.exitCode, signal: null },
+          );
         },
       };
       this.enqueue(job);
@@ -209,47 +223,49 @@ export class WasmSandbox implements BackendSandbox {
     const results: CodeResult[] = [];
     let timedOut = false;
     let deadline = Number.POSITIVE_INFINITY;
-    const outcome = await new Promise<{ error: CodeError | null; stopped: boolean; lost: boolean }>((resolve) => {
-      let timer: NodeJS.Timeout | undefined;
-      const msg = {
-        t: 'code' as const,
-        id: nextJobId++,
-        language: language === 'javascript' ? ('javascript' as const) : ('python' as const),
-        code,
-        ...(ctx !== undefined ? { contextId: ctx } : {}),
-        env: req.envs,
-        deadline,
-      };
-      const job: Job = {
-        msg,
-        onStart: () => {
-          deadline = Date.now() + req.timeoutMs;
-          msg.deadline = deadline; // QuickJS's interrupt handler checks it itself
-          timer = setTimeout(() => {
-            timedOut = true;
-            this.stopJob(job);
-          }, req.timeoutMs);
-          timer.unref();
-        },
-        onOut: (fd, data) => {
-          const s = decoders[fd].decode(data, { stream: true });
-          text[fd] += s;
-          if (s) (fd === 1 ? req.onStdout : req.onStderr)?.(s);
-        },
-        onResult: (r) => {
-          results.push(r);
-          req.onResult?.(r);
-        },
-        finish: (d) => {
-          clearTimeout(timer);
-          req.signal?.removeEventListener('abort', onAbort);
-          resolve(d);
-        },
-      };
-      const onAbort = (): void => this.stopJob(job);
-      req.signal?.addEventListener('abort', onAbort, { once: true });
-      this.enqueue(job);
-    });
+    const outcome = await new Promise<{ error: CodeError | null; stopped: boolean; lost: boolean }>(
+      (resolve) => {
+        let timer: NodeJS.Timeout | undefined;
+        const msg = {
+          t: 'code' as const,
+          id: nextJobId++,
+          language: language === 'javascript' ? ('javascript' as const) : ('python' as const),
+          code,
+          ...(ctx !== undefined ? { contextId: ctx } : {}),
+          env: req.envs,
+          deadline,
+        };
+        const job: Job = {
+          msg,
+          onStart: () => {
+            deadline = Date.now() + req.timeoutMs;
+            msg.deadline = deadline; // QuickJS's interrupt handler checks it itself
+            timer = setTimeout(() => {
+              timedOut = true;
+              this.stopJob(job);
+            }, req.timeoutMs);
+            timer.unref();
+          },
+          onOut: (fd, data) => {
+            const s = decoders[fd].decode(data, { stream: true });
+            text[fd] += s;
+            if (s) (fd === 1 ? req.onStdout : req.onStderr)?.(s);
+          },
+          onResult: (r) => {
+            results.push(r);
+            req.onResult?.(r);
+          },
+          finish: (d) => {
+            clearTimeout(timer);
+            req.signal?.removeEventListener('abort', onAbort);
+            resolve(d);
+          },
+        };
+        const onAbort = (): void => this.stopJob(job);
+        req.signal?.addEventListener('abort', onAbort, { once: true });
+        this.enqueue(job);
+      },
+    );
     // QuickJS ends a run at its deadline itself (before the timer above fires).
     const e = outcome.error;
     if (e?.name === 'InternalError' && e.value === 'interrupted' && Date.now() >= deadline) timedOut = true;
@@ -272,7 +288,11 @@ export class WasmSandbox implements BackendSandbox {
     this.lostContexts.delete(contextId);
     if (this.destroyed) return;
     await new Promise<void>((resolve) =>
-      this.enqueue({ msg: { t: 'closeContext', id: nextJobId++, contextId }, onOut: () => {}, finish: () => resolve() }),
+      this.enqueue({
+        msg: { t: 'closeContext', id: nextJobId++, contextId },
+        onOut: () => {},
+        finish: () => resolve(),
+      }),
     );
   }
 

@@ -16,7 +16,9 @@ export function wasmThreads(): number {
 }
 
 /** V8 heap limits of a worker for a sandbox of `memoryBytes` (its interpreters' JS side). */
-export function heapLimits(memoryBytes: number): NonNullable<ConstructorParameters<typeof Worker>[1]>['resourceLimits'] {
+export function heapLimits(
+  memoryBytes: number,
+): NonNullable<ConstructorParameters<typeof Worker>[1]>['resourceLimits'] {
   return {
     maxOldGenerationSizeMb: Math.max(128, Math.ceil(memoryBytes / MiB)),
     maxYoungGenerationSizeMb: 32,
@@ -49,7 +51,9 @@ export class WasmThread {
     liveThreads++;
     // Nothing of the worker reaches the console (library code is silent); logged at debug.
     for (const s of [this.worker.stdout, this.worker.stderr])
-      s.on('data', (b: Buffer) => this.logger.debug({ wasm: b.toString('utf8').slice(0, 500) }, 'wasm worker output'));
+      s.on('data', (b: Buffer) =>
+        this.logger.debug({ wasm: b.toString('utf8').slice(0, 500) }, 'wasm worker output'),
+      );
     let exitedOom = false;
     this.gone = new Promise((resolve) => {
       this.worker.on('error', (e: Error & { code?: string }) => {
@@ -65,15 +69,23 @@ export class WasmThread {
     this.ready = new Promise((resolve, reject) => {
       this.handler = (m) => {
         if (m.t === 'ready') resolve(m.versions);
-        else if (m.t === 'failed') reject(new AirlockError('BACKEND_UNAVAILABLE', `the wasm interpreters failed to load: ${m.message}`));
+        else if (m.t === 'failed')
+          reject(
+            new AirlockError('BACKEND_UNAVAILABLE', `the wasm interpreters failed to load: ${m.message}`),
+          );
       };
-      void this.gone.then(() => reject(new AirlockError('BACKEND_UNAVAILABLE', 'the wasm worker ended while loading')));
+      void this.gone.then(() =>
+        reject(new AirlockError('BACKEND_UNAVAILABLE', 'the wasm worker ended while loading')),
+      );
     });
     this.ready.catch(() => {});
     this.worker.on('message', (raw: unknown) => {
       const m = FromWorkerSchema.safeParse(raw);
       if (!m.success) {
-        this.logger.warn({ issue: m.error.issues[0]?.message }, 'dropped a malformed message from a wasm worker');
+        this.logger.warn(
+          { issue: m.error.issues[0]?.message },
+          'dropped a malformed message from a wasm worker',
+        );
         return;
       }
       this.handler?.(m.data);

@@ -28,9 +28,9 @@ interface WasmMemory {
   readonly buffer: ArrayBuffer;
   grow(delta: number): number;
 }
-const memoryProto = (globalThis as unknown as { WebAssembly: { Memory: { prototype: WasmMemory } } }).WebAssembly
-  .Memory.prototype;
-const realGrow = memoryProto.grow; // eslint-disable-line @typescript-eslint/unbound-method
+const memoryProto = (globalThis as unknown as { WebAssembly: { Memory: { prototype: WasmMemory } } })
+  .WebAssembly.Memory.prototype;
+const realGrow = memoryProto.grow;
 Object.defineProperty(memoryProto, 'grow', {
   value: function grow(this: WasmMemory, delta: number): number {
     if (this.buffer.byteLength + delta * 65536 > memoryCap) {
@@ -91,7 +91,13 @@ async function load(): Promise<{ py: PyodideAPI; qjs: QuickJSWASMModule; helper:
   } as HelperFns;
   // Nothing may load code or files from outside: packages, host mounts, the JS eval bridge.
   const api = py as unknown as Record<string, unknown>;
-  for (const k of ['loadPackage', 'loadPackagesFromImports', 'mountNodeFS', 'mountNativeFS', 'unpackArchive']) {
+  for (const k of [
+    'loadPackage',
+    'loadPackagesFromImports',
+    'mountNodeFS',
+    'mountNativeFS',
+    'unpackArchive',
+  ]) {
     Object.defineProperty(api, k, {
       value: () => {
         throw new Error(`pyodide.${k} is not available in the wasm sandbox`);
@@ -124,7 +130,13 @@ loaded.then(
   (s) => {
     state = s;
     lockRealm();
-    post({ t: 'ready', versions: { python: s.py.runPython('import sys; sys.version.split()[0]') as string, pyodide: s.py.version } });
+    post({
+      t: 'ready',
+      versions: {
+        python: s.py.runPython('import sys; sys.version.split()[0]') as string,
+        pyodide: s.py.version,
+      },
+    });
   },
   (e: unknown) => post({ t: 'failed', message: (e as Error)?.message ?? String(e) }),
 );
