@@ -108,7 +108,8 @@ describe('wasm tier: runCode and isolation', () => {
     const ac = new AbortController();
     const p = run('while True: pass', { signal: ac.signal });
     setTimeout(() => ac.abort(), 300);
-    await expectError(p, 'ABORTED');
+    expect((await p).error?.name).toBe('AbortError');
+    await expectError(run('1', { signal: AbortSignal.abort() }), 'ABORTED');
   });
 
   it('code that swallows the interrupt costs the worker: its contexts are then CODE_CONTEXT_NOT_FOUND', async () => {

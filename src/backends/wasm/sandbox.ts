@@ -269,9 +269,12 @@ export class WasmSandbox implements BackendSandbox {
     // QuickJS ends a run at its deadline itself (before the timer above fires).
     const e = outcome.error;
     if (e?.name === 'InternalError' && e.value === 'interrupted' && Date.now() >= deadline) timedOut = true;
-    if (req.signal?.aborted && !timedOut) throw new AirlockError('ABORTED', 'runCode was aborted');
     let error = outcome.error;
-    if (timedOut || outcome.lost) {
+    // As the kernels of the other tiers report it (src/sandbox/code/): an error of the run, not a throw.
+    if (req.signal?.aborted && !timedOut) {
+      error = { name: 'AbortError', value: 'the run was aborted and stopped', traceback: '' };
+    }
+    if (timedOut || (outcome.lost && !req.signal?.aborted)) {
       const lost = outcome.lost
         ? ' It ignored the stop, so the sandbox worker was replaced: its code contexts and in-memory files are gone.'
         : '';
