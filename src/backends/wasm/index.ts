@@ -17,7 +17,7 @@ import { AirlockError } from '../../core/errors.js';
 import type { BackendName, SandboxSpec } from '../../core/spec.js';
 import { checkHostDir, checkMountSource, realpathOr } from '../host/workspace.js';
 import { WasmSandbox } from './sandbox.js';
-import { WasmThread } from './thread.js';
+import { WasmThread, makeSnapshot } from './thread.js';
 
 export interface WasmOptions {
   /** Warm workers kept loaded (0 or 1; default 1). */
@@ -41,10 +41,12 @@ export class WasmBackend implements BackendV1 {
   readonly specificationVersion = 'v1' as const;
   readonly name: BackendName = 'wasm';
   private readonly poolSize: number;
-  private warm: WasmThread | undefined;
+  private warm: Promise<WasmThread> | undefined;
   private learnedMemory: number | undefined;
   private probed: Promise<BackendProbe> | undefined;
   private closed = false;
+  /** Made once, on first need; undefined when it failed (workers then load Pyodide the slow way). */
+  private snapshot: Promise<SharedArrayBuffer | undefined> | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -93,13 +95,28 @@ export class WasmBackend implements BackendV1 {
     return this.probed;
   }
 
+  private snapshotBuffer(): Promise<SharedArrayBuffer | undefined> {
+    this.snapshot ??= makeSnapshot(this.ctx.logger).catch((e: unknown) => {
+      this.ctx.logger.warn(
+        { err: (e as Error).message },
+        'no Pyodide snapshot: wasm workers load it in full',
+      );
+      return undefined;
+    });
+    return this.snapshot;
+  }
+
+  private async newThread(memoryBytes: number): Promise<WasmThread> {
+    return new WasmThread(memoryBytes, this.ctx.logger, await this.snapshotBuffer());
+  }
+
   /** A loaded thread for `memoryBytes`: the warm one when it fits, else a new one. */
   private async thread(memoryBytes: number): Promise<WasmThread> {
-    let t = this.warm;
+    let t = await this.warm;
     this.warm = undefined;
     if (!t || t.memoryBytes !== memoryBytes || !t.alive) {
       void t?.terminate();
-      t = new WasmThread(memoryBytes, this.ctx.logger);
+      t = await this.newThread(memoryBytes);
     }
     try {
       await t.ready;
@@ -113,7 +130,7 @@ export class WasmBackend implements BackendV1 {
 
   private refill(): void {
     if (this.closed || this.poolSize < 1 || this.warm) return;
-    this.warm = new WasmThread(this.learnedMemory ?? 512 * 1024 * 1024, this.ctx.logger);
+    this.warm = this.newThread(this.learnedMemory ?? 512 * 1024 * 1024);
   }
 
   prepare(_plan: PreparePlan): void {
@@ -122,7 +139,7 @@ export class WasmBackend implements BackendV1 {
 
   /** Resolves once the warm worker (if one is being made) has loaded its interpreters. */
   async whenWarm(): Promise<void> {
-    await this.warm?.ready.catch(() => {});
+    await (await this.warm)?.ready.catch(() => {});
   }
 
   async create(spec: SandboxSpec, signal?: AbortSignal): Promise<BackendSandbox> {
@@ -153,7 +170,9 @@ export class WasmBackend implements BackendV1 {
     this.closed = true;
     const t = this.warm;
     this.warm = undefined;
-    await t?.terminate();
+    await (await t)?.terminate();
+    // A snapshot being made finishes on its own (its worker ends after handing it over).
+    await this.snapshot;
   }
 
   /** Worker threads die with their process: a crashed Airlock leaves nothing of this tier behind. */

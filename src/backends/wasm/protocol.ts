@@ -52,6 +52,8 @@ const codeResult = z
 export const FromWorkerSchema = z.discriminatedUnion('t', [
   z.object({ t: z.literal('ready'), versions: z.object({ python: z.string(), pyodide: z.string() }) }),
   z.object({ t: z.literal('failed'), message: z.string() }),
+  /** From a snapshot-making worker: Pyodide's memory right after it loaded (nothing else ran). */
+  z.object({ t: z.literal('snapshot'), data: bytes }),
   z.object({ t: z.literal('out'), id: z.number(), fd: z.union([z.literal(1), z.literal(2)]), data: bytes }),
   z.object({ t: z.literal('result'), id: z.number(), result: codeResult }),
   /** The job ended: exit code (exec) or the code's error (code). `stopped`: it obeyed a stop. */

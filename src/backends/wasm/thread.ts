@@ -27,6 +27,41 @@ export function heapLimits(
   };
 }
 
+/**
+ * A memory snapshot of a freshly loaded Pyodide, made by a worker that runs nothing else (no user
+ * code, no Airlock setup), in shared memory for every later worker to restore from.
+ */
+export function makeSnapshot(logger: Logger): Promise<SharedArrayBuffer> {
+  const worker = moduleWorker(import.meta.url, './worker', {
+    workerData: { ctl: new SharedArrayBuffer(CTL_SLOTS * 4), makeSnapshot: true },
+    env: {},
+    argv: [],
+    stdout: true,
+    stderr: true,
+  });
+  liveThreads++;
+  worker.stdout.resume();
+  worker.stderr.resume();
+  return new Promise((resolve, reject) => {
+    let got: SharedArrayBuffer | undefined;
+    worker.on('message', (raw: unknown) => {
+      const m = FromWorkerSchema.safeParse(raw);
+      if (m.success && m.data.t === 'snapshot') {
+        got = new SharedArrayBuffer(m.data.data.length);
+        new Uint8Array(got).set(m.data.data);
+      } else if (m.success && m.data.t === 'failed')
+        logger.debug({ err: m.data.message }, 'wasm snapshot failed');
+    });
+    worker.on('error', (e) => logger.debug({ err: e.message }, 'wasm snapshot worker error'));
+    worker.on('exit', () => {
+      liveThreads--;
+      if (got) resolve(got);
+      else
+        reject(new AirlockError('BACKEND_UNAVAILABLE', 'the wasm snapshot worker ended without a snapshot'));
+    });
+  });
+}
+
 export class WasmThread {
   readonly ctl = new Int32Array(new SharedArrayBuffer(CTL_SLOTS * 4));
   readonly ready: Promise<{ python: string; pyodide: string }>;
@@ -39,9 +74,11 @@ export class WasmThread {
   constructor(
     readonly memoryBytes: number,
     private readonly logger: Logger,
+    /** Pyodide's memory right after a load (makeSnapshot): restoring it is faster than loading. */
+    snapshot?: SharedArrayBuffer,
   ) {
     this.worker = moduleWorker(import.meta.url, './worker', {
-      workerData: { ctl: this.ctl.buffer },
+      workerData: { ctl: this.ctl.buffer, ...(snapshot ? { snapshot } : {}) },
       resourceLimits: heapLimits(memoryBytes),
       env: {}, // the worker's process.env: nothing of the host
       argv: [],
