@@ -3,7 +3,9 @@
 // network. The boundary is V8 and WebAssembly (user code makes no system calls), inside the Airlock
 // process: see docs/wasm.md and the threat model. One warm worker (interpreters loaded, nothing of a
 // user's) is kept ready so that a create does not pay the interpreters' load.
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import type {
   BackendContext,
   BackendProbe,
@@ -72,19 +74,27 @@ export class WasmBackend implements BackendV1 {
         }
       }
       if (checks.every((c) => c.ok)) {
-        // Load both interpreters once in a worker (the proof that they run here), then keep it warm.
-        const t = new WasmThread(512 * 1024 * 1024, this.ctx.logger);
+        // Cheap proofs that both interpreters can load here (a full Pyodide load takes seconds and
+        // happens at the first create): Pyodide's module compiles and its stdlib is there; QuickJS
+        // instantiates (its module holds no user code in this thread).
         try {
-          const v = await t.ready;
+          const dir = dirname(req.resolve('pyodide'));
+          const wasm = readFileSync(join(dir, 'pyodide.asm.wasm'));
+          const WA = (globalThis as unknown as { WebAssembly: { compile(b: Uint8Array): Promise<unknown> } })
+            .WebAssembly;
+          await WA.compile(wasm);
+          if (!existsSync(join(dir, 'python_stdlib.zip')))
+            throw new Error(`${dir}/python_stdlib.zip is missing`);
+          const { getQuickJS } = await import('quickjs-emscripten');
+          const vm = (await getQuickJS()).newContext();
+          vm.dispose();
           checks.push({
             name: 'interpreters',
             ok: true,
-            detail: `Python ${v.python} (Pyodide ${v.pyodide}) and QuickJS load`,
+            detail: 'Pyodide (Python) and QuickJS (JavaScript) load',
           });
         } catch (e) {
           checks.push({ name: 'interpreters', ok: false, detail: (e as Error).message });
-        } finally {
-          await t.terminate();
         }
       }
       const failed = checks.filter((c) => !c.ok);
