@@ -4,7 +4,12 @@
 import type { BackendName } from '../core/backend-names.js';
 
 /** The tiers this version implements: the ones `--backend` offers or names in an error. */
-export const CLI_BACKENDS = ['namespaces', 'gvisor', 'microvm'] as const satisfies readonly BackendName[];
+export const CLI_BACKENDS = [
+  'namespaces',
+  'gvisor',
+  'microvm',
+  'wasm',
+] as const satisfies readonly BackendName[];
 
 export interface Io {
   out(text: string): void;

@@ -42,6 +42,12 @@ export interface DoctorReport {
       /** What the tier's guests run with here ('none': the tier is unavailable). */
       readonly accelerator: 'kvm' | 'tcg' | 'none';
     };
+    readonly wasm: {
+      readonly implemented: true;
+      readonly available: boolean;
+      readonly reason?: string;
+      readonly checks: readonly ProbeCheck[];
+    };
   };
   readonly host: {
     readonly cgroups: CgroupReport;
@@ -67,6 +73,8 @@ export async function doctorReport(): Promise<DoctorReport> {
   const microvmDetail = mv.available
     ? `available (${accelerator === 'kvm' ? 'KVM' : 'TCG software emulation: slow'}): ${accelCheck?.detail ?? ''}`
     : `UNAVAILABLE: ${mv.reason ?? 'see the failed checks'}`;
+  // The WASM probe loads Pyodide and QuickJS once in a worker thread (a few seconds).
+  const wasm = await airlock.probe('wasm');
   return {
     tiers: {
       namespaces: {
@@ -92,6 +100,12 @@ export async function doctorReport(): Promise<DoctorReport> {
         qemu,
         accelerator,
       },
+      wasm: {
+        implemented: true,
+        available: wasm.available,
+        ...(wasm.reason ? { reason: wasm.reason } : {}),
+        checks: wasm.checks,
+      },
     },
     host: { cgroups: probeCgroups(), landlock: probeLandlock(), kvm },
   };
@@ -112,6 +126,11 @@ export function formatDoctor(r: DoctorReport): string {
     lines.push(`  ${c.ok ? 'ok  ' : 'FAIL'}  ${c.name.padEnd(width)}  ${c.detail}`);
   }
   lines.push(`microvm     ${r.tiers.microvm.detail}`);
+  const wasm = r.tiers.wasm;
+  const interp = wasm.checks.find((c) => c.name === 'interpreters')?.detail ?? '';
+  lines.push(
+    `wasm        ${wasm.available ? `available: ${interp}` : `UNAVAILABLE: ${wasm.reason ?? 'see the failed checks'}`}`,
+  );
   lines.push('host');
   lines.push(`  cgroups   ${r.host.cgroups.detail}`);
   lines.push(`  landlock  ${r.host.landlock.detail}`);

@@ -36,6 +36,7 @@ import type { SecretLease } from '../secrets/sentinels.js';
 import { GvisorBackend } from '../backends/gvisor/index.js';
 import { MicrovmBackend } from '../backends/microvm/index.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
+import { WasmBackend } from '../backends/wasm/index.js';
 import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
 import type { UidRange } from '../backends/host/state.js';
 import { SandboxBase, type SandboxHooks } from './sandbox.js';
@@ -292,6 +293,7 @@ export class Airlock {
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
     this.backends.microvm = new MicrovmBackend(ctx, hostOpts);
+    this.backends.wasm = new WasmBackend(ctx, opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {});
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),
       exists: async (b, d) => (await this.snapshotStore(b).get(d)) !== undefined,

@@ -161,6 +161,8 @@ describe('airlock CLI: flags and usage errors (no sandbox needed)', () => {
       expect(['kvm', 'tcg']).toContain(mv.accelerator);
       expect(mv.detail).toMatch(/^available \((KVM|TCG)/);
     } else expect(mv.accelerator).toBe('none');
+    // The WASM tier loads Pyodide and QuickJS to say it is available.
+    expect(report.tiers.wasm).toMatchObject({ implemented: true, available: true });
     expect(Array.isArray(report.host.cgroups.versions)).toBe(true);
   });
 });

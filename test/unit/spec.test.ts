@@ -83,7 +83,7 @@ describe('parseSandboxSpec defaults', () => {
 
   it('accepts every backend name', () => {
     for (const backend of BACKEND_NAMES) expect(parseSandboxSpec({ backend }).backend).toBe(backend);
-    expect([...BACKEND_NAMES]).toEqual(['namespaces', 'gvisor', 'microvm']);
+    expect([...BACKEND_NAMES]).toEqual(['namespaces', 'gvisor', 'microvm', 'wasm']);
   });
 
   it('is exported as a zod schema', () => {

@@ -235,7 +235,7 @@ function toCreateRequest(spec: SandboxSpec, input: SandboxSpecInput): CreateRequ
       : typeof spec.template === 'string'
         ? spec.template
         : spec.template.digest;
-  if (spec.backend === 'microvm') {
+  if (spec.backend === 'microvm' || spec.backend === 'wasm') {
     throw new AirlockError('BACKEND_UNAVAILABLE', 'a server runs the namespaces and gvisor tiers only', {
       field: 'backend',
     });
