@@ -55,9 +55,7 @@ export interface CodeAuditEvent {
 
 /** One audit event (JSON line): a call, a verdict or a finding. */
 export type AuditEvent =
-  | McpAuditEvent
-  | CodeAuditEvent
-  | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
+  McpAuditEvent | CodeAuditEvent | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
 
 export type AuditSink = (e: AuditEvent) => void;
 

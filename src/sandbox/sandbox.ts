@@ -22,12 +22,7 @@ import { SandboxWorkspace } from './workspace.js';
 import { checkedArgv } from './exec-check.js';
 import { imageCheckedArgv, imageHelperArgv } from './image-tools.js';
 import type { SnapshotBase } from './snapshot.js';
-import type {
-  CodeContextRef,
-  CreateCodeContextOptions,
-  Execution,
-  RunCodeOptions,
-} from '../core/code.js';
+import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../core/code.js';
 import type { AuditSink, CodeAuditEvent } from '../mcp/audit.js';
 import { CodeRunner } from './code/runner.js';
 

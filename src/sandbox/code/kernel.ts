@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { BackendExecution, CodeError, CodeLanguage, CodeResult } from '../../core/code.js';
-import type { SandboxProcess, SpawnOptions } from '../sandbox.js';
+import type { Readable, Writable } from 'node:stream';
 import { FrameSplitter, ProtocolViolation, parseFrame, type KernelFrame } from './protocol.js';
 
 /** Bounds on what one run may send back (a hostile kernel never grows the host's memory past them). */
@@ -92,7 +92,20 @@ export interface KernelRunRequest {
   readonly onResult?: (r: CodeResult) => void;
 }
 
-type Spawn = (argv: string[], opts: SpawnOptions) => Promise<SandboxProcess>;
+/** What a kernel needs of a process the sandbox started (SandboxBase.spawn's SandboxProcess). */
+export interface KernelProcess {
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  readonly exited: Promise<{ exitCode: number | null }>;
+  kill(): Promise<void>;
+}
+
+/** Start a process in the sandbox (SandboxBase.spawn). */
+export type KernelSpawn = (
+  argv: string[],
+  opts: { cwd?: string; env?: Record<string, string> },
+) => Promise<KernelProcess>;
 
 /** Text of one stream, kept up to a byte bound (the callback still sees all of it). */
 class BoundedText {
@@ -131,7 +144,7 @@ export class Kernel {
 
   private constructor(
     readonly kind: KernelKind,
-    private readonly proc: SandboxProcess,
+    private readonly proc: KernelProcess,
     private readonly limits: KernelLimits,
   ) {
     proc.stdout.on('data', (c: Buffer) => this.current?.('out', c));
@@ -142,7 +155,7 @@ export class Kernel {
   }
 
   static async start(
-    spawn: Spawn,
+    spawn: KernelSpawn,
     kind: KernelKind,
     opts: { cwd?: string; envs?: Readonly<Record<string, string>>; limits?: KernelLimits },
   ): Promise<Kernel> {
@@ -250,8 +263,18 @@ export class Kernel {
     }
     this.current = undefined;
     this.busy = false;
-    if (end === 'done' && this.kind === 'bash' && error === null && exitStatus !== undefined && exitStatus !== 0) {
-      error = { name: 'ExitError', value: `the cell's last command exited with status ${exitStatus}`, traceback: '' };
+    if (
+      end === 'done' &&
+      this.kind === 'bash' &&
+      error === null &&
+      exitStatus !== undefined &&
+      exitStatus !== 0
+    ) {
+      error = {
+        name: 'ExitError',
+        value: `the cell's last command exited with status ${exitStatus}`,
+        traceback: '',
+      };
     }
     return {
       execution: { results, stdout: stdout.text(), stderr: stderr.text(), error },

@@ -115,6 +115,7 @@ export function parseFrame(body: Buffer): KernelFrame {
     throw new ProtocolViolation('a kernel frame is not JSON');
   }
   const r = KernelFrameSchema.safeParse(raw);
-  if (!r.success) throw new ProtocolViolation(`a kernel frame is not a known frame: ${r.error.issues[0]?.message}`);
+  if (!r.success)
+    throw new ProtocolViolation(`a kernel frame is not a known frame: ${r.error.issues[0]?.message}`);
   return r.data;
 }

@@ -21,8 +21,7 @@ import { AirlockError } from '../../core/errors.js';
 import { EnvSchema, parseOrThrow, type SandboxSpec } from '../../core/spec.js';
 import { analyzeCode } from '../../guard/code/index.js';
 import type { CodeAuditEvent } from '../../mcp/audit.js';
-import type { SandboxProcess, SpawnOptions } from '../sandbox.js';
-import { Kernel, kernelKind, type KernelRun } from './kernel.js';
+import { Kernel, kernelKind, type KernelRun, type KernelSpawn } from './kernel.js';
 
 /** Longest code accepted by one run. */
 export const MAX_CODE_BYTES = 4 * 1024 * 1024;
@@ -37,7 +36,7 @@ export interface CodeHost {
   readonly sandboxId: string;
   readonly spec: SandboxSpec;
   readonly backend: Pick<BackendSandbox, 'runCode' | 'closeCodeContext'>;
-  spawn(argv: string[], opts: SpawnOptions): Promise<SandboxProcess>;
+  readonly spawn: KernelSpawn;
   /** Throws SANDBOX_GONE / SANDBOX_PAUSED when the sandbox cannot run code now. */
   assertRunnable(): void;
   alive(): boolean;
@@ -64,9 +63,13 @@ export class CodeRunner {
     this.host.assertRunnable();
     const language = checkLanguage(opts.language ?? 'python');
     if (opts.cwd !== undefined && (typeof opts.cwd !== 'string' || !opts.cwd.startsWith('/'))) {
-      throw new AirlockError('INVALID_ARGUMENT', 'cwd is an absolute path inside the sandbox, e.g. /workspace', {
-        field: 'cwd',
-      });
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        'cwd is an absolute path inside the sandbox, e.g. /workspace',
+        {
+          field: 'cwd',
+        },
+      );
     }
     const envs = parseOrThrow(EnvSchema, opts.envs ?? {}, 'code context envs', 'INVALID_ARGUMENT');
     if (this.contexts.size >= MAX_CODE_CONTEXTS) {
@@ -119,9 +122,13 @@ export class CodeRunner {
     }
     const timeoutMs = opts.timeoutMs ?? DEFAULT_CODE_TIMEOUT_MS;
     if (!Number.isInteger(timeoutMs) || timeoutMs <= 0 || timeoutMs > MAX_TIMEOUT_MS) {
-      throw new AirlockError('INVALID_ARGUMENT', `timeoutMs is a whole number of ms from 1 to ${MAX_TIMEOUT_MS}`, {
-        field: 'timeoutMs',
-      });
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `timeoutMs is a whole number of ms from 1 to ${MAX_TIMEOUT_MS}`,
+        {
+          field: 'timeoutMs',
+        },
+      );
     }
     const envs = parseOrThrow(EnvSchema, opts.envs ?? {}, 'runCode envs', 'INVALID_ARGUMENT');
     let ctx: Context | undefined;
@@ -165,7 +172,8 @@ export class CodeRunner {
     let source = code;
     if (language === 'typescript') {
       const t = await transpile(code);
-      if ('error' in t) return { results: [], stdout: '', stderr: '', error: t.error, findings: verdict.findings };
+      if ('error' in t)
+        return { results: [], stdout: '', stderr: '', error: t.error, findings: verdict.findings };
       source = t.code;
     }
     const exec = ctx
@@ -185,7 +193,10 @@ export class CodeRunner {
       if (ctx.closed) throw notFound(this.host.sandboxId, ctx.ref.id);
       this.host.assertRunnable();
       if (this.host.backend.runCode) {
-        return this.host.backend.runCode({ ...backendRequest(code, ctx.ref.language, envs, timeoutMs, opts), contextId: ctx.ref.id });
+        return this.host.backend.runCode({
+          ...backendRequest(code, ctx.ref.language, envs, timeoutMs, opts),
+          contextId: ctx.ref.id,
+        });
       }
       if (!ctx.kernel?.alive) {
         ctx.kernel = await Kernel.start((a, o) => this.host.spawn(a, o), kernelKind(ctx.ref.language), {
@@ -194,7 +205,10 @@ export class CodeRunner {
         });
         if (ctx.closed) await ctx.kernel.kill(); // closed while it started
       }
-      return this.outcome(await ctx.kernel.run({ code, envs, timeoutMs, ...callbacks(opts) }), ctx.ref.language);
+      return this.outcome(
+        await ctx.kernel.run({ code, envs, timeoutMs, ...callbacks(opts) }),
+        ctx.ref.language,
+      );
     });
     ctx.queue = next.catch(() => {});
     return next;
@@ -226,17 +240,31 @@ export class CodeRunner {
       throw new AirlockError('SANDBOX_GONE', `sandbox ${this.host.sandboxId} was killed while the code ran`);
     }
     const e = run.execution;
-    if (run.end === 'exited' && (run.exitCode === 127 || run.exitCode === 126) && e.results.length === 0 && /airlock: [^\n]*(not found|permission denied)/.test(e.stderr)) {
+    if (
+      run.end === 'exited' &&
+      (run.exitCode === 127 || run.exitCode === 126) &&
+      e.results.length === 0 &&
+      /airlock: [^\n]*(not found|permission denied)/.test(e.stderr)
+    ) {
       throw new AirlockError(
         'BACKEND_UNAVAILABLE',
         `cannot run ${language} in sandbox ${this.host.sandboxId}: its root has no ${interpreterOf(language)} (${e.stderr.trim()})`,
       );
     }
     const error = {
-      timeout: { name: 'TimeoutError', value: `the run did not finish in its timeoutMs; it was killed and ${lost}` },
+      timeout: {
+        name: 'TimeoutError',
+        value: `the run did not finish in its timeoutMs; it was killed and ${lost}`,
+      },
       aborted: { name: 'AbortError', value: `the run was aborted; it was killed and ${lost}` },
-      exited: { name: 'KernelExited', value: `the kernel exited (status ${String(run.exitCode)}) during the run; ${lost}` },
-      protocol: { name: 'KernelProtocolError', value: `the kernel broke the protocol (${run.detail ?? ''}); it was killed and ${lost}` },
+      exited: {
+        name: 'KernelExited',
+        value: `the kernel exited (status ${String(run.exitCode)}) during the run; ${lost}`,
+      },
+      protocol: {
+        name: 'KernelProtocolError',
+        value: `the kernel broke the protocol (${run.detail ?? ''}); it was killed and ${lost}`,
+      },
     }[run.end];
     return { ...e, error: { ...error, traceback: e.error?.traceback ?? '' } };
   }
@@ -249,7 +277,14 @@ function backendRequest(
   timeoutMs: number,
   opts: RunCodeOptions,
 ) {
-  return { code, language, envs, timeoutMs, ...callbacks(opts), ...(opts.signal ? { signal: opts.signal } : {}) };
+  return {
+    code,
+    language,
+    envs,
+    timeoutMs,
+    ...callbacks(opts),
+    ...(opts.signal ? { signal: opts.signal } : {}),
+  };
 }
 
 function callbacks(opts: RunCodeOptions) {
@@ -294,10 +329,13 @@ async function transpile(code: string): Promise<{ code: string } | { error: Code
     const r = await transform(code, { loader: 'ts', target: 'node20', logLevel: 'silent' });
     return { code: r.code };
   } catch (e) {
-    const errors = (e as { errors?: Array<{ text: string; location?: { line: number; column: number } | null }> })
-      .errors;
+    const errors = (
+      e as { errors?: Array<{ text: string; location?: { line: number; column: number } | null }> }
+    ).errors;
     const first = errors?.[0];
-    const where = first?.location ? ` (line ${first.location.line}, column ${first.location.column + 1})` : '';
+    const where = first?.location
+      ? ` (line ${first.location.line}, column ${first.location.column + 1})`
+      : '';
     const value = `${first?.text ?? 'the TypeScript does not parse'}${where}`;
     return { error: { name: 'SyntaxError', value, traceback: `SyntaxError: ${value}` } };
   }

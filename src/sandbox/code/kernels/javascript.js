@@ -7,6 +7,8 @@
 //
 // Protocol: as the Python kernel's (kernels/python.py): JSON requests on stdin, raw output on fd 1/2,
 // frames in-band on stdout as \x1e\x1eAL:<id>:<json>\n, {"t":"end"} then the stderr end line.
+/* global require, process, Buffer */
+/* eslint-disable @typescript-eslint/no-require-imports -- a CommonJS program run by `node -e` */
 'use strict';
 const vm = require('node:vm');
 const util = require('node:util');
@@ -82,7 +84,10 @@ function wrapAsync(code) {
   const last = lines.pop() ?? '';
   const head = lines.join('\n');
   const stripped = last.trim().replace(/;$/, '');
-  if (stripped && !/^(?:return|if|for|while|do|switch|try|throw|function|class|globalThis\.\w+ =|[}])/.test(stripped)) {
+  if (
+    stripped &&
+    !/^(?:return|if|for|while|do|switch|try|throw|function|class|globalThis\.\w+ =|[}])/.test(stripped)
+  ) {
     const candidate = `(async () => {\n${head}\nreturn (${stripped});\n})()`;
     try {
       new vm.Script(candidate);
