@@ -169,13 +169,15 @@ export function codeDecision(v: CodeVerdict): CodeDecision {
  */
 export class CodeDeniedError extends AirlockError {
   readonly findings: CodeFinding[];
-  constructor(findings: CodeFinding[]) {
+  /** `message`: as a server sent it (default: made from the findings). */
+  constructor(findings: CodeFinding[], message?: string) {
     const denied = findings.filter((f) => f.action === 'deny');
     super(
       'CODE_DENIED',
-      `the code was not run: the static analysis denied it (${denied
-        .map((f) => `rule ${f.rule} at line ${f.line}: ${f.reason}`)
-        .join('; ')}). Change the code, or the sandbox's codePolicy if the rule does not apply`,
+      message ??
+        `the code was not run: the static analysis denied it (${denied
+          .map((f) => `rule ${f.rule} at line ${f.line}: ${f.reason}`)
+          .join('; ')}). Change the code, or the sandbox's codePolicy if the rule does not apply`,
     );
     this.findings = findings;
   }
