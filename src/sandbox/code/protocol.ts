@@ -37,6 +37,8 @@ export class FrameSplitter {
   private readonly marker: Buffer;
   private pending: Buffer = Buffer.alloc(0);
   private inFrame = false;
+  private frameParts: Buffer[] = [];
+  private frameBytes = 0;
   private readonly decoder = new StringDecoder('utf8');
 
   constructor(
@@ -50,22 +52,31 @@ export class FrameSplitter {
 
   /** Feed a chunk; throws ProtocolViolation on a frame over maxFrameBytes. */
   push(chunk: Buffer): void {
-    let buf = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
+    let buf = chunk;
     for (;;) {
       if (this.inFrame) {
+        // A frame's parts are kept as they came (no copying per chunk) until its newline.
         const nl = buf.indexOf(0x0a);
+        const take = nl < 0 ? buf.length : nl;
+        this.frameBytes += take;
+        if (this.frameBytes > this.maxFrameBytes) {
+          throw new ProtocolViolation(`a kernel frame is longer than ${this.maxFrameBytes} bytes`);
+        }
         if (nl < 0) {
-          if (buf.length > this.maxFrameBytes) {
-            throw new ProtocolViolation(`a kernel frame is longer than ${this.maxFrameBytes} bytes`);
-          }
-          this.pending = buf;
+          this.frameParts.push(buf);
           return;
         }
+        const body = Buffer.concat([...this.frameParts, buf.subarray(0, nl)]);
+        this.frameParts = [];
+        this.frameBytes = 0;
         this.inFrame = false;
-        const body = buf.subarray(0, nl);
         buf = buf.subarray(nl + 1);
         this.onFrame(body);
         continue;
+      }
+      if (this.pending.length) {
+        buf = Buffer.concat([this.pending, buf]); // at most a marker's length held back
+        this.pending = Buffer.alloc(0);
       }
       const at = buf.indexOf(this.marker);
       if (at >= 0) {

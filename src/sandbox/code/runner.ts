@@ -19,7 +19,6 @@ import {
 import type { BackendSandbox } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { EnvSchema, parseOrThrow, type SandboxSpec } from '../../core/spec.js';
-import { analyzeCode } from '../../guard/code/index.js';
 import type { CodeAuditEvent } from '../../mcp/audit.js';
 import { Kernel, kernelKind, type KernelRun, type KernelSpawn } from './kernel.js';
 
@@ -152,6 +151,8 @@ export class CodeRunner {
 
     // The gate: nothing below runs unless the analysis allows it.
     const policy = opts.policy ?? this.host.spec.codePolicy ?? {};
+    // Loaded on first use: the analysis (tree-sitter and its grammars) is no part of a plain exec's start-up.
+    const { analyzeCode } = await import('../../guard/code/index.js');
     const verdict = await analyzeCode(code, language, policy);
     this.host.report({
       kind: 'code',
