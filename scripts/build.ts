@@ -102,7 +102,8 @@ async function main(): Promise<void> {
     target: 'node20',
     outdir: CLI_OUT,
     // Native modules load their .node file relative to their own package: never bundled.
-    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*'],
+    // esbuild (TypeScript for runCode) finds its platform binary relative to its own package too.
+    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*', 'esbuild'],
     plugins: [zodEnglishOnly],
     legalComments: 'eof',
     // Less for V8 to read and parse at every start; names are kept for stack traces and errors.

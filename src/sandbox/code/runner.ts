@@ -18,9 +18,14 @@ import {
 } from '../../core/code.js';
 import type { BackendSandbox } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
+import { lazyRequire } from '../../core/lazy.js';
 import { EnvSchema, parseOrThrow, type SandboxSpec } from '../../core/spec.js';
 import type { CodeAuditEvent } from '../../mcp/audit.js';
 import { Kernel, kernelKind, type KernelRun, type KernelSpawn } from './kernel.js';
+
+// esbuild (CommonJS) is required on first TypeScript run: a dynamic import() would not work from the
+// CLI's CommonJS bundle, which keeps esbuild external.
+const esbuild = lazyRequire<typeof import('esbuild')>('esbuild');
 
 /** Longest code accepted by one run. */
 export const MAX_CODE_BYTES = 4 * 1024 * 1024;
@@ -325,7 +330,7 @@ function interpreterOf(language: CodeLanguage): string {
  * not an error). Code that does not parse is the run's own SyntaxError, as in the other languages.
  */
 async function transpile(code: string): Promise<{ code: string } | { error: CodeError }> {
-  const { transform } = await import('esbuild');
+  const { transform } = esbuild();
   try {
     const r = await transform(code, { loader: 'ts', target: 'node20', logLevel: 'silent' });
     return { code: r.code };
@@ -333,7 +338,8 @@ async function transpile(code: string): Promise<{ code: string } | { error: Code
     const errors = (
       e as { errors?: Array<{ text: string; location?: { line: number; column: number } | null }> }
     ).errors;
-    const first = errors?.[0];
+    if (!Array.isArray(errors) || errors.length === 0) throw e; // not the code's fault: esbuild failed
+    const first = errors[0];
     const where = first?.location
       ? ` (line ${first.location.line}, column ${first.location.column + 1})`
       : '';
