@@ -12,7 +12,7 @@
 //   3. The V8 code cache of each bundle (dist/bin/*.cjs.cache; bin/airlock.cjs explains it).
 // docs/reference/cli.md gives the command; bench/lifecycle.ts measures its start-up.
 import { execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build, type BuildOptions, type Plugin } from 'esbuild';
@@ -90,6 +90,11 @@ async function main(): Promise<void> {
       stdio: 'inherit',
     },
   );
+  // The code kernels (src/sandbox/code/kernels/*.py|.js|.sh) are read at run time beside the module
+  // that starts them: beside the library's and beside the CLI bundles (whose import.meta.url is theirs).
+  for (const to of [join(DIST, 'sandbox/code/kernels'), join(CLI_OUT, 'kernels')]) {
+    cpSync(join(ROOT, 'src/sandbox/code/kernels'), to, { recursive: true });
+  }
   const common: BuildOptions = {
     absWorkingDir: ROOT,
     bundle: true,
@@ -97,7 +102,8 @@ async function main(): Promise<void> {
     target: 'node20',
     outdir: CLI_OUT,
     // Native modules load their .node file relative to their own package: never bundled.
-    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*'],
+    // esbuild (TypeScript for runCode) finds its platform binary relative to its own package too.
+    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*', 'esbuild'],
     plugins: [zodEnglishOnly],
     legalComments: 'eof',
     // Less for V8 to read and parse at every start; names are kept for stack traces and errors.

@@ -152,7 +152,21 @@ export { parseMessage, LineFramer, type JsonRpcMessage } from './mcp/frame.js';
 export { guardToolResult, redactText, type GuardOptions, type GuardReport } from './guard/output.js';
 export { findCredentials } from './guard/credentials.js';
 export { decideCall, compileToolRules, type CallVerdict, type ToolRules } from './policy/mcp.js';
-export type { McpAuditEvent, AuditEvent } from './mcp/audit.js';
+export type { McpAuditEvent, AuditEvent, AuditSink, CodeAuditEvent } from './mcp/audit.js';
+export { CODE_LANGUAGES, CodePolicySchema, CodeDeniedError } from './core/code.js';
+export type {
+  CodeLanguage,
+  CodeResult,
+  CodeError,
+  Execution,
+  CodeContextRef,
+  RunCodeOptions,
+  CreateCodeContextOptions,
+  CodeFinding,
+  CodePolicy,
+  CodeVerdict,
+  CodeDecision,
+} from './core/code.js';
 export {
   buildExecutableRoot,
   CLOSURE_MANIFEST,

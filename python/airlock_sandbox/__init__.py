@@ -7,11 +7,13 @@
         print(r.exit_code, r.stdout)
 """
 
+from .code import CodeContext, Execution, ExecutionError, Result
 from .commands import Process, Processes
 from .errors import (
     AirlockError,
     ApiConnectionError,
     AuthenticationError,
+    CodeDeniedError,
     ConflictError,
     InternalError,
     InvalidArgumentError,
@@ -32,6 +34,11 @@ __all__ = [
     "AirlockError",
     "ApiConnectionError",
     "AuthenticationError",
+    "CodeContext",
+    "CodeDeniedError",
+    "Execution",
+    "ExecutionError",
+    "Result",
     "CommandResult",
     "ConflictError",
     "FileEntry",

@@ -269,13 +269,17 @@ def _error_from(resp: http.client.HTTPResponse, method: str, path: str) -> Airlo
         code, message = err["code"], err["message"]
         field = err.get("field")
         if isinstance(code, str) and isinstance(message, str):
-            return error_for(
+            e = error_for(
                 code,
                 message,
                 field if isinstance(field, str) else None,
                 resp.status,
                 retry_after,
             )
+            findings = err.get("findings")
+            if code == "CODE_DENIED" and isinstance(findings, list):
+                e.findings = findings  # type: ignore[attr-defined]
+            return e
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         pass
     text = raw.decode("utf-8", "replace").strip()[:500]

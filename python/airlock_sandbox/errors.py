@@ -92,6 +92,16 @@ class InternalError(AirlockError):
     """The server failed (HTTP 5xx)."""
 
 
+class CodeDeniedError(AirlockError):
+    """The server's static analysis denied the code before it ran (HTTP 422): nothing ran.
+
+    ``findings`` lists what it found (each a dict with ``rule``, ``severity``, ``reason``, ``line``,
+    ``column``, ``snippet`` and ``action``); the denying ones have action ``deny``.
+    """
+
+    findings: "list" = []
+
+
 class ApiConnectionError(AirlockError):
     """The server could not be reached, or a response or stream broke off (code ``CONNECTION_FAILED``)."""
 
@@ -118,6 +128,8 @@ _BY_CODE: Dict[str, Type[AirlockError]] = {
     "REQUEST_TOO_LARGE": PayloadTooLargeError,
     "BACKEND_UNAVAILABLE": UnavailableError,
     "CAPACITY_EXHAUSTED": UnavailableError,
+    "CODE_DENIED": CodeDeniedError,
+    "CODE_CONTEXT_NOT_FOUND": NotFoundError,
     "INTERNAL": InternalError,
     CONNECTION_FAILED: ApiConnectionError,
 }

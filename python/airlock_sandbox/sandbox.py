@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from types import TracebackType
-from typing import Any, Dict, List, Literal, Optional, Sequence, Type, Union, overload
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Type, Union, overload
+
+from .code import CodeContext, Execution, Result, run_code
 
 from .commands import (
     Cmd,
@@ -59,6 +61,7 @@ class Sandbox:
         api_url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
+        code_policy: Optional[Dict[str, Any]] = None,
     ) -> "Sandbox":
         """Start a sandbox; it is killed after ``ttl_seconds`` unless extended (None: the server's
         default). ``snapshot`` forks a snapshot instead of a template. ``secrets`` are literal
@@ -90,6 +93,7 @@ class Sandbox:
             ("metadata", metadata),
             ("network", network),
             ("publicPorts", public_ports),
+            ("codePolicy", code_policy),
         ):
             if value is not None:
                 body[key] = value
@@ -265,6 +269,70 @@ class Sandbox:
             timeout=stream_timeout(timeout_seconds),
         )
         return consume(resp.lines(), on_stdout, on_stderr, f"exec in {self.sandbox_id}")
+
+    # ---- code -------------------------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        language: Optional[str] = None,
+        context: "Optional[Union[CodeContext, str]]" = None,
+        *,
+        timeout_seconds: Optional[float] = None,
+        envs: Optional[Dict[str, str]] = None,
+        policy: Optional[Dict[str, Any]] = None,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
+        on_result: Optional[Callable[[Result], None]] = None,
+    ) -> Execution:
+        """Run code in the sandbox (``python`` by default; ``javascript``, ``typescript``, ``bash``).
+
+        The last expression's value is the main result; the code's own exception is
+        ``execution.error`` (not raised). In a ``context`` (from :meth:`create_code_context`) state
+        persists across runs. A run the server's static analysis denies raises
+        :class:`CodeDeniedError` and never starts. A timeout kills the context's state.
+        """
+        return run_code(
+            self._t,
+            self.sandbox_id,
+            code,
+            language,
+            context,
+            timeout_seconds,
+            envs,
+            policy,
+            on_stdout,
+            on_stderr,
+            on_result,
+        )
+
+    def create_code_context(
+        self,
+        language: str = "python",
+        *,
+        cwd: Optional[str] = None,
+        envs: Optional[Dict[str, str]] = None,
+    ) -> CodeContext:
+        """A stateful code context: variables, imports and functions persist across its runs."""
+        body: Dict[str, Any] = {"language": language}
+        if cwd is not None:
+            body["cwd"] = cwd
+        if envs is not None:
+            body["envs"] = envs
+        d = self._t.json("POST", self._path("/code/contexts"), body)
+        return CodeContext(id=str(d["id"]), language=str(d["language"]))
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The sandbox's open code contexts."""
+        return [
+            CodeContext(id=str(d["id"]), language=str(d["language"]))
+            for d in self._t.json("GET", self._path("/code/contexts"))
+        ]
+
+    def close_code_context(self, context: "Union[CodeContext, str]") -> None:
+        """Close a context: its state is gone."""
+        cid = context.id if isinstance(context, CodeContext) else context
+        self._t.json("DELETE", self._path(f"/code/contexts/{segment(cid, 'context')}"))
 
     # ---- context manager --------------------------------------------------------------------
 

@@ -258,6 +258,19 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       setStatus(await (await runCli()).runCommand(cmd, flags, io)),
     );
   registerDiffCommand(program, io, setStatus);
+  program
+    .command('run-code')
+    .description('run code once in a fresh sandbox (static analysis first); print output and results')
+    .argument('[CODE]', 'the code (or --file)')
+    .addOption(
+      new Option('--language <L>', 'default python').choices(['python', 'javascript', 'typescript', 'bash']),
+    )
+    .option('--file <F>', 'read the code from F (- for stdin)')
+    .addOption(new Option('--backend <name>', 'isolation tier').choices(CLI_BACKENDS))
+    .option('--timeout <seconds>', 'kill the run after this long (default 60)')
+    .action(async (code: string | undefined, flags: import('./run-code.js').RunCodeFlags) =>
+      setStatus(await (await import('./run-code.js')).runCodeCommand(code, flags, io)),
+    );
 
   const sandboxFlags = (c: Command): Command =>
     c

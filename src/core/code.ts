@@ -3,6 +3,7 @@
 // its own interpreters (the WASM tier) implements. Types and schemas only: the kernels live in
 // src/sandbox/code/, the analysis in src/guard/code/, the WASM interpreters in src/backends/wasm/.
 import { z } from 'zod';
+import { AirlockError } from './errors.js';
 
 /** The languages `runCode` accepts. */
 export const CODE_LANGUAGES = ['python', 'javascript', 'typescript', 'bash'] as const;
@@ -69,6 +70,18 @@ export interface RunCodeOptions {
   readonly onResult?: (result: CodeResult) => void;
   readonly envs?: Readonly<Record<string, string>>;
   readonly signal?: AbortSignal;
+  /** The analysis policy of this run (default: the sandbox spec's `codePolicy`). */
+  readonly policy?: CodePolicy;
+}
+
+/** Options of `sbx.createCodeContext()`. */
+export interface CreateCodeContextOptions {
+  /** Default 'python'. */
+  readonly language?: CodeLanguage;
+  /** Working directory of the context's kernel (absolute, inside the sandbox). */
+  readonly cwd?: string;
+  /** Environment variables of the context's kernel. */
+  readonly envs?: Readonly<Record<string, string>>;
 }
 
 // ---- Static analysis (src/guard/code/) ---------------------------------------------------------
@@ -138,3 +151,38 @@ export interface BackendRunCodeRequest {
 
 /** What a backend's own `runCode` gives back (the sandbox layer adds the findings). */
 export type BackendExecution = Omit<Execution, 'findings'>;
+
+// ---- Denials and events --------------------------------------------------------------------------
+
+/** What the analysis decided about one run: deny (it never ran), warn (it ran, with findings), allow. */
+export type CodeDecision = 'allow' | 'warn' | 'deny';
+
+/** The decision a verdict amounts to. */
+export function codeDecision(v: CodeVerdict): CodeDecision {
+  if (!v.allowed) return 'deny';
+  return v.findings.some((f) => f.action === 'warn') ? 'warn' : 'allow';
+}
+
+/**
+ * The CODE_DENIED error: the static analysis stopped the code before it ran. `findings` lists every
+ * finding (the denying ones have action 'deny'); the message names each denying rule and its reason.
+ */
+export class CodeDeniedError extends AirlockError {
+  readonly findings: CodeFinding[];
+  /** `message`: as a server sent it (default: made from the findings). */
+  constructor(findings: CodeFinding[], message?: string) {
+    const denied = findings.filter((f) => f.action === 'deny');
+    super(
+      'CODE_DENIED',
+      message ??
+        `the code was not run: the static analysis denied it (${denied
+          .map((f) => `rule ${f.rule} at line ${f.line}: ${f.reason}`)
+          .join('; ')}). Change the code, or the sandbox's codePolicy if the rule does not apply`,
+    );
+    this.findings = findings;
+  }
+
+  override toJSON(): { code: 'CODE_DENIED'; message: string; findings: CodeFinding[] } {
+    return { code: 'CODE_DENIED', message: this.message, findings: this.findings };
+  }
+}

@@ -7,6 +7,7 @@ import { parseOrThrow } from './validate.js';
 import { NetworkPolicySchema, SecretsSchema, secretHostReachable } from './network-spec.js';
 import { BACKEND_NAMES, type BackendName } from './backend-names.js';
 import { PULL_POLICIES, type PullPolicy } from './image.js';
+import { CodePolicySchema } from './code.js';
 
 export { parseOrThrow };
 
@@ -324,6 +325,8 @@ export const SandboxSpecSchema = z
           }),
       )
       .default([]),
+    /** The static analysis policy of `sbx.runCode` (a run's own `policy` option wins over it). */
+    codePolicy: CodePolicySchema.optional(),
   })
   .strict()
   .superRefine((spec, ctx) => {

@@ -2,6 +2,7 @@
 // events (sandboxId, time, decision, reason, code, bytesUp, bytesDown, durationMs) mean the same
 // thing, so one audit store can keep both; `kind` tells them apart.
 import { appendFileSync } from 'node:fs';
+import type { CodeDecision, CodeFinding, CodeLanguage } from '../core/code.js';
 import type { EgressEvent } from '../egress/events.js';
 
 export interface McpFindingRef {
@@ -36,9 +37,25 @@ export interface McpAuditEvent {
   readonly spillRef?: string;
 }
 
+/** The static analysis's decision on one `sbx.runCode` (issue 34): deny means the code never ran. */
+export interface CodeAuditEvent {
+  readonly kind: 'code';
+  readonly sandboxId: string;
+  readonly time: string;
+  readonly language: CodeLanguage;
+  readonly decision: CodeDecision;
+  readonly findings: readonly CodeFinding[];
+  /** One line: the rules that denied or warned, each with its reason (empty when none did). */
+  readonly reason: string;
+  /** 'CODE_DENIED' when the decision is deny. */
+  readonly code?: string;
+  /** The code context it ran in (none: a one-shot run). */
+  readonly context?: string;
+}
+
 /** One audit event (JSON line): a call, a verdict or a finding. */
 export type AuditEvent =
-  McpAuditEvent | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
+  McpAuditEvent | CodeAuditEvent | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
 
 export type AuditSink = (e: AuditEvent) => void;
 

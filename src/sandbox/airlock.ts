@@ -29,6 +29,7 @@ import {
   type SandboxSpecInput,
 } from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
+import type { AuditSink } from '../mcp/audit.js';
 import type { EgressGateway } from '../egress/gateway.js';
 import type { MitmCa } from '../egress/mitm.js';
 import type { Dialer, Resolver } from '../egress/vet.js';
@@ -202,6 +203,8 @@ export interface AirlockOptions {
    * `image` is refused (BACKEND_UNAVAILABLE).
    */
   readonly images?: ImageResolver | false;
+  /** Where every sandbox's code-analysis decisions go (`sbx.runCode`; see src/mcp/audit.ts). */
+  readonly audit?: AuditSink;
 }
 
 /** Where Airlock keeps host state unless `AIRLOCK_STATE_DIR` or `stateDir` says otherwise. */
@@ -255,6 +258,7 @@ export class Airlock {
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
   private readonly imageResolver: ImageResolver | undefined;
+  private readonly auditSink: AuditSink | undefined;
 
   /**
    * A runtime on this host; with `apiUrl` (and `apiKey`), a runtime on that server instead: the
@@ -274,6 +278,7 @@ export class Airlock {
     this.spillRetentionMs = opts.spillRetentionMs ?? 24 * 3_600_000;
     this.egressOpts = opts.egress;
     this.secretEnv = opts.secretEnv ?? process.env;
+    this.auditSink = opts.audit;
     const images = opts.images;
     this.imageResolver = images === false ? undefined : (images ?? defaultImageResolver(this.stateDir));
     // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
@@ -438,6 +443,7 @@ export class Airlock {
       },
       ...(net ? { env: net.env, onKill: net.close, egressQuiet: net.quiet } : {}),
       snapshot: (record) => this.snapshotOf(record),
+      ...(this.auditSink ? { audit: this.auditSink } : {}),
     });
     ref.sbx = sbx;
     try {

@@ -9,6 +9,7 @@ import { AirlockError } from '../core/errors.js';
 import type { ExecCommand, SandboxSpecInput } from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
 import type { SandboxFiles } from './files.js';
+import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../core/code.js';
 import type { ExecHandle, ExecOptions, ExecResult, SandboxProcess, SpawnOptions } from './sandbox.js';
 
 /** The file operations a sandbox offers here and on a server alike. */
@@ -49,6 +50,11 @@ export interface PortableSandbox {
   watchEgress(signal?: AbortSignal): AsyncIterable<EgressEvent>;
   pause(): Promise<void>;
   resume(): Promise<void>;
+  /** Run code (the static analysis first; see docs/guides/code-execution.md). */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
+  createCodeContext(opts?: CreateCodeContextOptions): Promise<CodeContextRef>;
+  listCodeContexts(): Promise<CodeContextRef[]>;
+  closeCodeContext(ctx: CodeContextRef | string): Promise<void>;
   kill(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }

@@ -22,6 +22,9 @@ import { SandboxWorkspace } from './workspace.js';
 import { checkedArgv } from './exec-check.js';
 import { imageCheckedArgv, imageHelperArgv } from './image-tools.js';
 import type { SnapshotBase } from './snapshot.js';
+import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../core/code.js';
+import type { AuditSink, CodeAuditEvent } from '../mcp/audit.js';
+import { CodeRunner } from './code/runner.js';
 
 /** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
@@ -135,6 +138,8 @@ export interface SandboxHooks {
   readonly egressQuiet?: { mark(): number; since(mark: number): boolean };
   /** Wraps a new snapshot's record into the Snapshot its runtime can fork. */
   readonly snapshot?: (record: SnapshotRecord) => SnapshotBase<SandboxBase>;
+  /** Where the code analysis's decisions go besides the sandbox's own code events (Airlock's `audit`). */
+  readonly audit?: AuditSink;
 }
 
 /** Egress events kept per sandbox (the newest; the audit store keeps everything). */
@@ -162,6 +167,8 @@ export class SandboxBase {
   private expiresAtMs: number;
   /** All spill files of this sandbox together stay under maxSpillBytes (the host disk is not its disk). */
   private readonly spillBudget: { left: number };
+  private codeRunner: CodeRunner | undefined;
+  private readonly codeListeners = new Set<(e: CodeAuditEvent) => void>();
 
   constructor(
     private readonly backend: BackendSandbox,
@@ -625,6 +632,73 @@ export class SandboxBase {
     return this.backend.connectPort(port, opts.signal);
   }
 
+  /**
+   * Run code in the sandbox and get its output and rich results (issue 34). The static analysis
+   * (`codePolicy` of the spec, or `opts.policy`) runs first: a denied run never starts and throws
+   * CODE_DENIED (a CodeDeniedError with `findings`). Without `opts.context` the code runs in a fresh
+   * one-shot context; in a context its state persists. A timeout or abort kills the context's kernel
+   * (the Execution's error says so; the next run starts it empty). See docs/guides/code-execution.md.
+   */
+  runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    try {
+      return this.code.run(code, opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** A stateful code context: variables, imports and functions persist across its runs. */
+  createCodeContext(opts: CreateCodeContextOptions = {}): Promise<CodeContextRef> {
+    try {
+      return this.code.create(opts);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** The sandbox's open code contexts. */
+  async listCodeContexts(): Promise<CodeContextRef[]> {
+    this.assertAlive();
+    return this.code.list();
+  }
+
+  /** Close a code context: its kernel is killed and its state is gone. CODE_CONTEXT_NOT_FOUND if unknown. */
+  closeCodeContext(ctx: CodeContextRef | string): Promise<void> {
+    try {
+      this.assertAlive();
+      return this.code.close(ctx);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Subscribe to the code analysis's decisions (one per runCode); returns the unsubscribe function. */
+  onCode(listener: (e: CodeAuditEvent) => void): () => void {
+    this.codeListeners.add(listener);
+    return () => this.codeListeners.delete(listener);
+  }
+
+  private get code(): CodeRunner {
+    this.codeRunner ??= new CodeRunner({
+      sandboxId: this.id,
+      spec: this.spec,
+      backend: this.backend,
+      spawn: (argv, o) => this.spawn(argv, o),
+      assertRunnable: () => this.assertRunnable(),
+      alive: () => this.alive,
+      report: (e) => {
+        for (const l of [...this.codeListeners, ...(this.hooks.audit ? [this.hooks.audit] : [])]) {
+          try {
+            l(e);
+          } catch {
+            /* a listener's bug never breaks a run */
+          }
+        }
+      },
+    });
+    return this.codeRunner;
+  }
+
   /** Kill every process and release every host resource. Idempotent. */
   kill(): Promise<void> {
     return this.terminate('killed');
@@ -636,6 +710,7 @@ export class SandboxBase {
       this.dead.abort(reason); // a reason of our own: no DOMException (and its stack) per sandbox
       clearTimeout(this.ttlTimer);
       for (const r of this.running) r.kill(reason === 'ttl' ? 'ttl' : 'killed');
+      this.codeRunner?.dispose();
       try {
         // Egress first: its synchronous part revokes the secret lease and closes the listeners at
         // once; the wait for their handles to close then overlaps the backend's teardown.

@@ -35,6 +35,15 @@ import {
   type TemplateView,
 } from './contract.js';
 import { EgressEventDocSchema } from './route-table.js';
+import { CodeDeniedError, type CodeContextRef } from '../core/code.js';
+import {
+  CodeContextViewSchema,
+  CodeEventSchema,
+  CodeFindingSchema,
+  type CodeEvent,
+  type CreateCodeContextRequest,
+  type RunCodeRequest,
+} from './code-wire.js';
 
 export interface RemoteSandboxApiOptions {
   /** http(s)://host:port of a server; or give socketPath. */
@@ -81,6 +90,13 @@ export function errorFrom(status: number, text: string): AirlockError {
     return new AirlockError('INTERNAL', `the server answered HTTP ${status} without an error body`);
   }
   const { code, message, field } = r.data.error;
+  if (code === 'CODE_DENIED') {
+    // The analysis's findings travel in the error body: the caller gets them as the library gives them.
+    const findings = z
+      .object({ error: z.object({ findings: z.array(CodeFindingSchema).max(10_000) }) })
+      .safeParse(parsed);
+    if (findings.success) return new CodeDeniedError(findings.data.error.findings, message);
+  }
   const known = Object.hasOwn(ERROR_CODES, code);
   return new AirlockError(
     known ? (code as AirlockErrorCode) : 'INTERNAL',
@@ -107,6 +123,7 @@ export function parsePeer<S extends z.ZodType>(schema: S, text: string, what: st
 const enc = encodeURIComponent;
 
 const isExit = (e: ExecEvent): boolean => e.type === 'exit';
+const isCodeEnd = (e: CodeEvent): boolean => e.type === 'end';
 
 /** Each response's "stop listening to the caller's AbortSignal", for a response left to drain. */
 const abortDetachers = new WeakMap<http.IncomingMessage, () => void>();
@@ -554,5 +571,21 @@ export class RemoteSandboxApi implements SandboxApi {
       undefined,
       signal,
     ) as AsyncIterable<EgressEvent>;
+  }
+
+  runCode(id: string, req: RunCodeRequest, _caller?: Caller, signal?: AbortSignal): AsyncIterable<CodeEvent> {
+    return this.lines(CodeEventSchema, 'POST', this.sbx(id, '/code'), { json: req }, signal, isCodeEnd);
+  }
+
+  createCodeContext(id: string, req: CreateCodeContextRequest, _caller?: Caller): Promise<CodeContextRef> {
+    return this.json(CodeContextViewSchema, 'POST', this.sbx(id, '/code/contexts'), { json: req });
+  }
+
+  listCodeContexts(id: string, _caller?: Caller): Promise<CodeContextRef[]> {
+    return this.json(z.array(CodeContextViewSchema), 'GET', this.sbx(id, '/code/contexts'));
+  }
+
+  closeCodeContext(id: string, contextId: string, _caller?: Caller): Promise<void> {
+    return this.empty('DELETE', this.sbx(id, `/code/contexts/${enc(contextId)}`));
   }
 }

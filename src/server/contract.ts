@@ -10,7 +10,10 @@
 // Byte streams are Web streams (ReadableStream<Uint8Array>), so Hono and fetch pass them through.
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
+import { CodePolicySchema } from '../core/code.js';
 import type { EgressEvent } from '../egress/events.js';
+import type { CodeContextRef } from '../core/code.js';
+import type { CodeEvent, CreateCodeContextRequest, RunCodeRequest } from './code-wire.js';
 
 // ---- requests -------------------------------------------------------------------------------------
 
@@ -63,6 +66,8 @@ export const CreateRequestSchema = z
     publicPorts: z.boolean().optional(),
     /** How long a create may wait in the queue when a quota or the host is full (default 5 s). */
     queueTimeoutMs: z.number().int().min(0).max(60_000).optional(),
+    /** The static analysis policy of its runCode (SandboxSpec.codePolicy). */
+    codePolicy: CodePolicySchema.optional(),
   })
   .strict();
 export type CreateRequest = z.infer<typeof CreateRequestSchema>;
@@ -334,4 +339,15 @@ export interface SandboxApi {
   listTemplates?(caller: Caller): Promise<TemplateView[]>;
   getTemplate?(name: string, caller: Caller): Promise<TemplateView>;
   removeTemplate?(name: string, caller: Caller): Promise<void>;
+
+  /**
+   * runCode and code contexts (routes /v1/sandboxes/:id/code…; server/code-wire.ts). Optional like
+   * connectPort: the routes answer BACKEND_UNAVAILABLE where they are absent. runCode's events end
+   * with `end`; a denial by the analysis throws CODE_DENIED before the first; aborting `signal` kills
+   * the run.
+   */
+  runCode?(id: string, req: RunCodeRequest, caller: Caller, signal?: AbortSignal): AsyncIterable<CodeEvent>;
+  createCodeContext?(id: string, req: CreateCodeContextRequest, caller: Caller): Promise<CodeContextRef>;
+  listCodeContexts?(id: string, caller: Caller): Promise<CodeContextRef[]>;
+  closeCodeContext?(id: string, contextId: string, caller: Caller): Promise<void>;
 }

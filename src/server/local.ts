@@ -26,6 +26,13 @@ import { buildTemplateEvents, getTemplateView, listTemplateViews } from './local
 import { listPath, makeDir, readStream, removePath, statPath, writeStream } from './local-files.js';
 import { ProcessTable, foregroundEvents } from './local-processes.js';
 import { pollWatch, type WatchStream } from './local-watch.js';
+import type { CodeContextRef } from '../core/code.js';
+import {
+  runCodeEvents,
+  type CodeEvent,
+  type CreateCodeContextRequest,
+  type RunCodeRequest,
+} from './code-wire.js';
 
 export interface LocalSandboxApiOptions {
   /** Output kept per stream of each background process for connect() (default 1 MiB). */
@@ -63,6 +70,7 @@ function specOf(req: CreateRequest): SandboxSpecInput {
     ...(req.secrets !== undefined
       ? { secrets: req.secrets.map((s) => ({ name: s.name, value: { literal: s.value }, hosts: s.hosts })) }
       : {}),
+    ...(req.codePolicy !== undefined ? { codePolicy: req.codePolicy } : {}),
   };
 }
 
@@ -193,6 +201,28 @@ export class LocalSandboxApi implements SandboxApi {
     const sbx = this.sbx(id);
     await sbx.kill();
     this.tables.delete(id);
+  }
+
+  runCode(id: string, req: RunCodeRequest, _caller: Caller, signal?: AbortSignal): AsyncIterable<CodeEvent> {
+    const sbx = this.sbx(id);
+    // The runner finds a context by its id (and checks the language against the context's own).
+    const context =
+      req.context !== undefined
+        ? ({ id: req.context, language: req.language ?? 'python' } as CodeContextRef)
+        : undefined;
+    return runCodeEvents(sbx, req, context, signal);
+  }
+
+  createCodeContext(id: string, req: CreateCodeContextRequest, _caller: Caller): Promise<CodeContextRef> {
+    return this.sbx(id).createCodeContext(req);
+  }
+
+  listCodeContexts(id: string, _caller: Caller): Promise<CodeContextRef[]> {
+    return this.sbx(id).listCodeContexts();
+  }
+
+  closeCodeContext(id: string, contextId: string, _caller: Caller): Promise<void> {
+    return this.sbx(id).closeCodeContext(contextId);
   }
 
   async *exec(id: string, req: ExecRequest, _caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {

@@ -15,6 +15,12 @@ import {
   TemplateEventSchema,
   TemplateViewSchema,
 } from './contract.js';
+import {
+  CodeContextViewSchema,
+  CodeEventSchema,
+  CreateCodeContextRequestSchema,
+  RunCodeRequestSchema,
+} from './code-wire.js';
 
 export const PathQuerySchema = z.object({ path: z.string().min(1, 'path is required').max(4096) }).strict();
 export const TimeoutRequestSchema = z.object({ ttlMs: z.number().int().min(1000).max(86_400_000) }).strict();
@@ -210,6 +216,35 @@ export const NATIVE_ROUTES: readonly RouteDoc[] = [
     path: `${S}/egress`,
     summary: "The sandbox's egress events so far, then live ones (NDJSON)",
     response: ndjson(EgressEventDocSchema),
+  },
+  {
+    method: 'post',
+    path: `${S}/code`,
+    summary:
+      'Run code (runCode): NDJSON stdout/stderr text and results as they come, then end with the ' +
+      'Execution. 422 CODE_DENIED (with findings) when the static analysis denies it: nothing ran. ' +
+      'Closing the connection aborts the run.',
+    body: { kind: 'json', schema: RunCodeRequestSchema },
+    response: ndjson(CodeEventSchema),
+  },
+  {
+    method: 'post',
+    path: `${S}/code/contexts`,
+    summary: 'Create a stateful code context',
+    body: { kind: 'json', schema: CreateCodeContextRequestSchema },
+    response: json(CodeContextViewSchema, 201),
+  },
+  {
+    method: 'get',
+    path: `${S}/code/contexts`,
+    summary: "The sandbox's code contexts",
+    response: json(z.array(CodeContextViewSchema)),
+  },
+  {
+    method: 'delete',
+    path: `${S}/code/contexts/:ctx`,
+    summary: 'Close a code context (its state is gone)',
+    response: empty,
   },
   {
     method: 'post',

@@ -21,6 +21,12 @@ import { TemplateBuildBodySchema } from './templates.js';
 import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
 import { errorResponse, tooLarge } from './http-errors.js';
 import { cappedStream, ndjsonResponse, readCapped } from './streams.js';
+import {
+  CreateCodeContextRequestSchema,
+  RunCodeRequestSchema,
+  type CreateCodeContextRequest,
+  type RunCodeRequest,
+} from './code-wire.js';
 
 export interface NativeRoutesOptions {
   /** Who is asking (default: tenant "default"; the front server derives it from the API key). */
@@ -69,6 +75,8 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
   const maxUpload = opts.maxUploadBytes ?? 1024 * MiB;
   const maxTemplate = opts.maxTemplateBytes ?? 4 * MiB;
   const logger = opts.logger ?? silentLogger;
+  // A run's code may be up to 4 MiB (as the library's), JSON-escaped.
+  const maxCodeBody = Math.max(maxBody, 9 * MiB);
 
   /** The request's JSON body, capped, parsed, validated. */
   const body = async <T>(
@@ -320,6 +328,47 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
     '/v1/templates/:name',
     h(async (c, caller) => {
       await templates().removeTemplate(c.req.param('name')!, caller);
+      return none();
+    }),
+  );
+  // runCode and code contexts (server/code-wire.ts).
+  type CodeApi = Required<
+    Pick<SandboxApi, 'runCode' | 'createCodeContext' | 'listCodeContexts' | 'closeCodeContext'>
+  >;
+  const code = (): CodeApi => {
+    if (!api.runCode || !api.createCodeContext || !api.listCodeContexts || !api.closeCodeContext)
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    return api as CodeApi;
+  };
+  app.post(
+    '/v1/sandboxes/:id/code',
+    h(async (c, caller, signal) => {
+      const a = code();
+      const req = await body<RunCodeRequest>(c, RunCodeRequestSchema, 'INVALID_ARGUMENT', maxCodeBody);
+      const ctl = linked(signal);
+      // The first event is awaited before the headers: a denial (422 CODE_DENIED with its findings),
+      // an unknown context or sandbox is a plain error status.
+      return ndjsonResponse(a.runCode(c.req.param('id')!, req, caller, ctl.signal), ctl, 'exec', {
+        firstBeforeHeaders: true,
+      });
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/code/contexts',
+    h(async (c, caller) => {
+      const a = code();
+      const req = await body<CreateCodeContextRequest>(c, CreateCodeContextRequestSchema, 'INVALID_ARGUMENT');
+      return ok(c, await a.createCodeContext(c.req.param('id')!, req, caller), 201);
+    }),
+  );
+  app.get(
+    '/v1/sandboxes/:id/code/contexts',
+    h(async (c, caller) => ok(c, await code().listCodeContexts(c.req.param('id')!, caller))),
+  );
+  app.delete(
+    '/v1/sandboxes/:id/code/contexts/:ctx',
+    h(async (c, caller) => {
+      await code().closeCodeContext(c.req.param('id')!, c.req.param('ctx')!, caller);
       return none();
     }),
   );

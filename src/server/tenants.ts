@@ -6,6 +6,8 @@
 // exactly like an id that never existed (same code, same message shape), so ids are no oracle.
 import type { EgressEvent } from '../egress/events.js';
 import { AirlockError } from '../core/errors.js';
+import type { CodeContextRef } from '../core/code.js';
+import type { CodeEvent, CreateCodeContextRequest, RunCodeRequest } from './code-wire.js';
 import type {
   Caller,
   CreateRequest,
@@ -285,6 +287,70 @@ export class TenantScopedApi implements SandboxApi {
   exec(id: string, req: ExecRequest, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent> {
     this.owned(id, caller); // before the stream starts: a refusal is a plain error status
     return this.timed(this.inner.exec(id, req, caller, signal));
+  }
+
+  runCode(id: string, req: RunCodeRequest, caller: Caller, signal?: AbortSignal): AsyncIterable<CodeEvent> {
+    this.owned(id, caller); // before the stream starts: a refusal is a plain error status
+    if (!this.inner.runCode)
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    return this.logged(id, req, caller, this.inner.runCode(id, req, caller, signal));
+  }
+
+  /** Every analysis decision of a run goes to the append-only event log (code.run / code.denied). */
+  private async *logged(
+    id: string,
+    req: RunCodeRequest,
+    caller: Caller,
+    events: AsyncIterable<CodeEvent>,
+  ): AsyncIterable<CodeEvent> {
+    const language = req.language ?? (req.context !== undefined ? undefined : 'python');
+    try {
+      for await (const e of events) {
+        if (e.type === 'end') {
+          const findings = e.execution.findings;
+          const decision = findings.some((f) => f.action === 'warn') ? 'warn' : 'allow';
+          this.store.event('code.run', caller.tenant, id, {
+            language,
+            context: req.context,
+            decision,
+            findings,
+          });
+        }
+        yield e;
+      }
+    } catch (e) {
+      if (AirlockError.is(e, 'CODE_DENIED')) {
+        const findings = (e as { findings?: unknown }).findings;
+        this.store.event('code.denied', caller.tenant, id, {
+          language,
+          context: req.context,
+          decision: 'deny',
+          findings,
+        });
+      }
+      throw e;
+    }
+  }
+
+  createCodeContext(id: string, req: CreateCodeContextRequest, caller: Caller): Promise<CodeContextRef> {
+    this.owned(id, caller);
+    const inner = this.inner.createCodeContext?.bind(this.inner);
+    if (!inner) throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    return this.goneFromSupervisor(id, () => inner(id, req, caller));
+  }
+
+  listCodeContexts(id: string, caller: Caller): Promise<CodeContextRef[]> {
+    this.owned(id, caller);
+    const inner = this.inner.listCodeContexts?.bind(this.inner);
+    if (!inner) throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    return this.goneFromSupervisor(id, () => inner(id, caller));
+  }
+
+  closeCodeContext(id: string, contextId: string, caller: Caller): Promise<void> {
+    this.owned(id, caller);
+    const inner = this.inner.closeCodeContext?.bind(this.inner);
+    if (!inner) throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    return this.goneFromSupervisor(id, () => inner(id, contextId, caller));
   }
 
   private async *timed(events: AsyncIterable<ExecEvent>): AsyncIterable<ExecEvent> {

@@ -259,5 +259,6 @@ function toCreateRequest(spec: SandboxSpec, input: SandboxSpecInput): CreateRequ
       : {}),
     // The input as given (the server parses it with the same schema): not the parsed form.
     ...(input.network !== undefined ? { network: input.network as Record<string, unknown> } : {}),
+    ...(spec.codePolicy !== undefined ? { codePolicy: spec.codePolicy } : {}),
   };
 }

@@ -23,6 +23,8 @@ import type { PortableSandbox } from '../../sandbox/portable.js';
 import type { Caller, ExecEvent, ExecRequest, SandboxApi, SandboxView, SnapshotView } from '../contract.js';
 import { checkSpillDir, shapeExec } from './exec.js';
 import { RemoteFiles } from './files.js';
+import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../../core/code.js';
+import { executionFromEvents, type RunCodeRequest } from '../code-wire.js';
 import { remoteSpawn } from './spawn.js';
 
 /** A remote sandbox's public facts (the library's SandboxInfo less what stays on the server's host). */
@@ -310,6 +312,76 @@ export class RemoteSandbox implements PortableSandbox {
     } catch {
       /* the process is gone (or ignores its input): its exit says why */
     }
+  }
+
+  /**
+   * Run code on the server's sandbox (the library's runCode: the analysis runs there, a denial throws
+   * CODE_DENIED with its findings). Aborting `signal` mid-run closes the stream: the server kills the
+   * run, and this throws ABORTED.
+   */
+  async runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    this.assertRunnable();
+    const api = this.codeApi();
+    if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'runCode aborted before it started');
+    const req: RunCodeRequest = {
+      code,
+      ...(opts.language !== undefined ? { language: opts.language } : {}),
+      ...(opts.context !== undefined ? { context: opts.context.id } : {}),
+      ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+      ...(opts.envs !== undefined ? { envs: { ...opts.envs } } : {}),
+      ...(opts.policy !== undefined ? { policy: opts.policy } : {}),
+    };
+    try {
+      return await executionFromEvents(api.runCode(this.id, req, this.ctx.caller, opts.signal), opts);
+    } catch (e) {
+      throw this.mapGone(e);
+    }
+  }
+
+  /** A stateful code context on the server's sandbox. */
+  async createCodeContext(opts: CreateCodeContextOptions = {}): Promise<CodeContextRef> {
+    this.assertRunnable();
+    const req = {
+      ...(opts.language !== undefined ? { language: opts.language } : {}),
+      ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
+      ...(opts.envs !== undefined ? { envs: { ...opts.envs } } : {}),
+    };
+    return this.codeApi()
+      .createCodeContext(this.id, req, this.ctx.caller)
+      .catch((e: unknown) => {
+        throw this.mapGone(e);
+      });
+  }
+
+  async listCodeContexts(): Promise<CodeContextRef[]> {
+    this.assertAlive();
+    return this.codeApi()
+      .listCodeContexts(this.id, this.ctx.caller)
+      .catch((e: unknown) => {
+        throw this.mapGone(e);
+      });
+  }
+
+  async closeCodeContext(ctx: CodeContextRef | string): Promise<void> {
+    this.assertAlive();
+    const id = typeof ctx === 'string' ? ctx : ctx.id;
+    return this.codeApi()
+      .closeCodeContext(this.id, id, this.ctx.caller)
+      .catch((e: unknown) => {
+        throw this.mapGone(e);
+      });
+  }
+
+  private codeApi(): Required<
+    Pick<SandboxApi, 'runCode' | 'createCodeContext' | 'listCodeContexts' | 'closeCodeContext'>
+  > {
+    const a = this.ctx.api;
+    if (!a.runCode || !a.createCodeContext || !a.listCodeContexts || !a.closeCodeContext) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'this server does not run code (runCode)');
+    }
+    return a as Required<
+      Pick<SandboxApi, 'runCode' | 'createCodeContext' | 'listCodeContexts' | 'closeCodeContext'>
+    >;
   }
 
   /** Events, with `lost`/`gone` answers mapped like every other call. */
