@@ -82,10 +82,13 @@ const METADATA_HOSTS = new Set(['metadata.google.internal', 'metadata', 'metadat
 /** The host of one URL-ish or host-ish string, normalised by WHATWG URL rules (decimal, hex, octal IPv4). */
 function hostOf(text: string): string | null {
   const t = text.trim();
-  const m = /^(?:[a-z][a-z0-9+.-]*:\/\/)?(?:[^@/\s]*@)?(\[[0-9a-f:.]+\]|[^/:?#\s]+)/i.exec(t);
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)?(?:[^@/\s]*@)?(\[[0-9a-f:.]+\]|[^/:?#\s]+)/i.exec(t);
   if (!m) return null;
-  const host = m[1]!;
+  const host = m[2]!;
   if (host.includes(UNKNOWN)) return null;
+  // Without a scheme, only a dotted quad, a bracketed IPv6 or a name counts as a host: a bare
+  // number (a port, a timeout) is not an address, though URL parsing would read it as one.
+  if (!m[1] && !/^(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-f:.]+\]|[a-z][a-z0-9.-]*)$/i.test(host)) return null;
   try {
     return new URL(`http://${host}/`).hostname;
   } catch {
