@@ -148,7 +148,10 @@ export function checkArgv(args: readonly Arg[], node: Node, sink: Sink, ctx: Arg
   }
   if (NETWORK_CLIENTS.has(cmd)) {
     for (const a of operands) {
-      const m = ipMatch(a.text.replace(/^[^@\s/]*@/, ''));
+      // user@host, and socat's TCP:host:port / OPENSSL:host:port addresses.
+      const m = ipMatch(
+        a.text.replace(/^(?:tcp|udp|openssl|ssl)[46]?(?:-connect)?:/i, '').replace(/^[^@\s/]*@/, ''),
+      );
       if (m) sink.report(m.rule, node, m.severity);
     }
     for (const a of rest) {
