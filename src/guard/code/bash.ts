@@ -78,16 +78,8 @@ function classifyExecuted(programs: ReadonlySet<string>): 'obfuscated-exec' | 'e
   return null;
 }
 
-export interface ArgvContext {
-  /** The command's output goes to a pipe, a file or a substitution (for env dumps). */
-  readonly captured: boolean;
-}
-
-/**
- * The rules on one command's argv. Shared by bash and by the argv lists Python and JavaScript pass to
- * subprocess/spawn (their non-literal elements come as non-literal args with no substitutions).
- */
-export function checkArgv(args: readonly Arg[], node: Node, sink: Sink, ctx: ArgvContext): void {
+/** The command a wrapper runs (sudo rm …, timeout 5 sh -c …, env X=1 cmd); LD_PRELOAD=… on env is reported. */
+function unwrap(args: readonly Arg[], node: Node, sink: Sink): readonly Arg[] {
   let argv = args;
   // Wrappers (sudo rm …, timeout 5 sh -c …, env X=1 cmd) run the command after them.
   while (argv.length > 0) {
@@ -98,16 +90,30 @@ export function checkArgv(args: readonly Arg[], node: Node, sink: Sink, ctx: Arg
       const rest = argv
         .slice(1)
         .findIndex((a) => !a.text.startsWith('-') && !/^[A-Za-z_][A-Za-z0-9_]*=/.test(a.text));
-      if (rest < 0) return;
+      if (rest < 0) return [];
       argv = argv.slice(1 + rest);
     } else if (WRAPPERS.has(w) && argv.length > 1) {
       const rest = argv.slice(1).findIndex((a) => !a.text.startsWith('-') && !/^\d+[smhd]?$/.test(a.text));
-      if (rest < 0) return;
+      if (rest < 0) return [];
       argv = argv.slice(1 + rest);
     } else if (w === 'busybox' && argv.length > 1) {
       argv = argv.slice(1);
     } else break;
   }
+  return argv;
+}
+
+export interface ArgvContext {
+  /** The command's output goes to a pipe, a file or a substitution (for env dumps). */
+  readonly captured: boolean;
+}
+
+/**
+ * The rules on one command's argv. Shared by bash and by the argv lists Python and JavaScript pass to
+ * subprocess/spawn (their non-literal elements come as non-literal args with no substitutions).
+ */
+export function checkArgv(args: readonly Arg[], node: Node, sink: Sink, ctx: ArgvContext): void {
+  const argv = unwrap(args, node, sink);
   if (argv.length === 0) return;
   const cmd = base(argv[0]!.text);
   const rest = argv.slice(1);
@@ -300,8 +306,20 @@ export function analyzeBash(root: Node, sink: Sink): void {
     const last = cs[cs.length - 1];
     const lastCmd = last?.type === 'redirected_statement' ? last.childForFieldName('body') : last;
     if (!lastCmd || lastCmd.type !== 'command') return;
-    const name = base(fold(lastCmd.childForFieldName('name')).text);
-    const args = lastCmd.childrenForFieldName('argument').filter((c): c is Node => c !== null);
+    const argv = unwrap(
+      [
+        arg(lastCmd.childForFieldName('name')!),
+        ...lastCmd
+          .childrenForFieldName('argument')
+          .filter((c): c is Node => c !== null)
+          .map(arg),
+      ],
+      lastCmd,
+      sink,
+    );
+    if (argv.length === 0) return;
+    const name = base(argv[0]!.text);
+    const args = argv.slice(1);
     const runsStdin =
       (SHELLS.has(name) && !args.some((a) => /^-[a-z]*c/.test(a.text))) ||
       (INTERPRETERS.has(name) &&
