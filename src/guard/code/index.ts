@@ -119,18 +119,13 @@ export async function analyzeCode(
   if (bytes > MAX_CODE_BYTES) limit();
   else {
     const [lang, bash] = await Promise.all([loadGrammar(language), loadGrammar('bash')]);
-    const lines = code.split('\n');
-    // tree-sitter columns count UTF-8 bytes; findings count characters (UTF-16 units, like editors).
-    const column = (row: number, byteCol: number): number =>
-      Buffer.from(lines[row] ?? '', 'utf8')
-        .subarray(0, byteCol)
-        .toString('utf8').length + 1;
     const push = (rule: CodeRuleId, node: Node, severity?: CodeSeverity): void => {
       raw.push({
         rule,
         severity: severity ?? codeRule(rule).severity,
         line: node.startPosition.row + 1,
-        column: column(node.startPosition.row, node.startPosition.column),
+        // web-tree-sitter parses UTF-16: columns are UTF-16 units, like JavaScript strings and editors.
+        column: node.startPosition.column + 1,
         snippet: snippetOf(node.text),
       });
     };
@@ -151,7 +146,13 @@ function analyse(
   const tree = parseWith(lang, code, PARSE_DEADLINE_MS);
   if (!tree) return false;
   try {
-    const bad = mostlyErrors(tree.rootNode, code.trim().length);
+    let bad: Node | null;
+    try {
+      bad = mostlyErrors(tree.rootNode, code.trim().length);
+    } catch (e) {
+      if (e instanceof RangeError) return false;
+      throw e;
+    }
     if (bad) push('parse-error', bad);
     const sink = (report: Sink['report'], depth: number): Sink => {
       const self: Sink = {
@@ -177,9 +178,16 @@ function analyse(
       return self;
     };
     const top = sink(push, 0);
-    if (language === 'python') analyzePython(tree.rootNode, top);
-    else if (language === 'bash') analyzeBash(tree.rootNode, top);
-    else analyzeJavaScript(tree.rootNode, top);
+    try {
+      if (language === 'python') analyzePython(tree.rootNode, top);
+      else if (language === 'bash') analyzeBash(tree.rootNode, top);
+      else analyzeJavaScript(tree.rootNode, top);
+    } catch (e) {
+      // The walkers recurse with the syntax tree: code nested thousands deep overflows the stack.
+      // What was found so far stands; the rest was not analysed, which is itself a finding.
+      if (e instanceof RangeError) return false;
+      throw e;
+    }
     return true;
   } finally {
     tree.delete();
