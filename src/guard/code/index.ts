@@ -46,7 +46,7 @@ interface Raw {
 
 function snippetOf(text: string): string {
   const one = text.replace(/\s+/g, ' ').trim();
-  return one.length > SNIPPET_CHARS ? `${one.slice(0, SNIPPET_CHARS - 1)}…` : one;
+  return one.length > SNIPPET_CHARS ? `${one.slice(0, SNIPPET_CHARS - 1)}\u2026` : one;
 }
 
 /** True when more than half of the code's bytes sit in ERROR nodes. */
