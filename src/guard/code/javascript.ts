@@ -312,6 +312,7 @@ export function analyzeJavaScript(root: Node, sink: Sink): void {
         ).filter((e) => e && /^\\(?:x|u)/.test(e.text)).length;
         if (has(code, 'decoded', 'charcode') || escapes >= 4) sink.report('obfuscated-exec', n);
         else if (has(code, 'network', 'file', 'input', 'env')) sink.report('eval-untrusted', n);
+        else if (code.literal) sink.code(code.text, n);
       }
     }
 

@@ -310,6 +310,7 @@ export function analyzePython(root: Node, sink: Sink): void {
           .filter((e) => e && /^\\(?:x|u|U|[0-7])/.test(e.text)).length ?? 0;
       if (has(arg0, 'decoded', 'charcode') || escapes >= 4) sink.report('obfuscated-exec', n);
       else if (has(arg0, 'network', 'file', 'input', 'env')) sink.report('eval-untrusted', n);
+      else if (arg0.literal) sink.code(arg0.text, n);
     }
     if (q && DESERIALIZERS.has(q) && arg0 && has(arg0, 'network', 'input')) {
       const loader = kw.get('Loader')?.node.text ?? (pos[1] ? '' : undefined);
