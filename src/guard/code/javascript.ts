@@ -551,7 +551,8 @@ export function analyzeJavaScript(root: Node, sink: Sink): void {
       case 'call_expression':
       case 'new_expression': {
         ev(n);
-        for (const a of argList(n)) if (a.type !== 'string') checkPath(ev(a), a);
+        // A plain variable's path was reported where it was built (its declaration).
+        for (const a of argList(n)) if (a.type !== 'string' && a.type !== 'identifier') checkPath(ev(a), a);
         visitChildren(n);
         return;
       }

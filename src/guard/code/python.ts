@@ -246,7 +246,10 @@ export function analyzePython(root: Node, sink: Sink): void {
         if (obj.ref !== 'sys.modules' && isDangerous(q)) sink.report('obfuscated-exec', n);
         return refVal(q, { hidden: obj.ref !== 'sys.modules' });
       }
-      sink.report(has(key, 'decoded', 'charcode') ? 'obfuscated-exec' : 'dynamic-import', n);
+      // sys.modules[name] only finds what is already imported: a lookup, not a hidden import.
+      if (obj.ref !== 'sys.modules' || has(key, 'decoded', 'charcode')) {
+        sink.report(has(key, 'decoded', 'charcode') ? 'obfuscated-exec' : 'dynamic-import', n);
+      }
       return UNKNOWN_VAL;
     }
     if (obj.ref === 'os.environ' || obj.ref === 'os.environb') {
@@ -589,7 +592,8 @@ export function analyzePython(root: Node, sink: Sink): void {
         const args = n.childForFieldName('arguments');
         for (const a of args ? kids(args) : []) {
           const value = a.type === 'keyword_argument' ? a.childForFieldName('value') : a;
-          if (value && value.type !== 'string') checkPath(ev(value), value);
+          // A plain variable's path was reported where it was built (its assignment).
+          if (value && value.type !== 'string' && value.type !== 'identifier') checkPath(ev(value), value);
         }
         visitChildren(n);
         return;
