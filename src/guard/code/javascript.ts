@@ -22,7 +22,6 @@ import {
 } from './flow.js';
 import {
   JS_DANGEROUS_ROOTS,
-  JS_DECODERS,
   JS_DELETE,
   JS_EXEC,
   JS_FILE,
@@ -35,24 +34,9 @@ import {
   isJsDangerous,
   normaliseJs,
 } from './js-names.js';
+import { callResultJs, unescapeJs } from './js-calls.js';
 import { INTERPRETERS, SHELLS, ipMatch, isBlockDevice, isDestructiveTarget, pathMatch } from './patterns.js';
 import { LIBC_TAMPER } from './python-names.js';
-
-const ESCAPE = /\\(?:x([0-9a-fA-F]{2})|u\{([0-9a-fA-F]+)\}|u([0-9a-fA-F]{4})|([0-7]{1,3})|(\r?\n)|(.))/gs;
-const SIMPLE: Record<string, string> = { n: '\n', t: '\t', r: '\r', b: '\b', f: '\f', v: '\v' };
-
-function unescape(text: string): string {
-  return text.replace(
-    ESCAPE,
-    (_m, x?: string, ub?: string, u?: string, o?: string, nl?: string, c?: string) => {
-      const hex = x ?? ub ?? u;
-      if (hex) return String.fromCodePoint(Math.min(parseInt(hex, 16), 0x10ffff));
-      if (o) return String.fromCharCode(parseInt(o, 8));
-      if (nl) return '';
-      return c ? (SIMPLE[c] ?? c) : UNKNOWN;
-    },
-  );
-}
 
 const UNWRAP = new Set([
   'parenthesized_expression',
@@ -146,14 +130,14 @@ export function analyzeJavaScript(root: Node, sink: Sink): void {
       case 'string':
         return lit(
           kids(n)
-            .map((c) => (c.type === 'escape_sequence' ? unescape(c.text) : c.text))
+            .map((c) => (c.type === 'escape_sequence' ? unescapeJs(c.text) : c.text))
             .join(''),
         );
       case 'template_string': {
         const parts: Val[] = [];
         for (const c of kids(n)) {
           if (c.type === 'template_substitution') parts.push(ev(c.firstNamedChild));
-          else parts.push(lit(c.type === 'escape_sequence' ? unescape(c.text) : c.text));
+          else parts.push(lit(c.type === 'escape_sequence' ? unescapeJs(c.text) : c.text));
         }
         return join(parts);
       }
@@ -403,7 +387,7 @@ export function analyzeJavaScript(root: Node, sink: Sink): void {
         if (FUNCTIONS.has(a.type)) callbackTaint.set(a.id, withTaint(carry(), ...cbTaint));
     }
 
-    return result(q, receiver, method, args);
+    return callResultJs(q, receiver, method, args);
   };
 
   const dynamicImport = (n: Node, arg0: Val | undefined): Val => {
@@ -412,34 +396,6 @@ export function analyzeJavaScript(root: Node, sink: Sink): void {
     if (has(arg0, 'decoded', 'charcode')) sink.report('obfuscated-exec', n);
     else if (!/^(?:\.{1,2}\/|@?[\w.-]+\/)/.test(arg0.text)) sink.report('dynamic-import', n);
     return UNKNOWN_VAL;
-  };
-
-  const result = (
-    q: string | undefined,
-    receiver: Val | undefined,
-    method: string | undefined,
-    args: Val[],
-  ): Val => {
-    const arg0 = args[0];
-    if (q === 'Buffer.from' && args[1]?.literal && /^(?:hex|base64|base64url)$/.test(args[1].text))
-      return withTaint(carry(arg0), 'decoded');
-    if (q && JS_DECODERS.has(q)) return withTaint(carry(...args), 'decoded');
-    if (q === 'String.fromCharCode' || q === 'String.fromCodePoint')
-      return withTaint(carry(...args), 'charcode');
-    if (method === 'reverse') return withTaint(carry(receiver), 'decoded');
-    if (q === 'util.promisify' && arg0?.ref) return arg0;
-    if (q && JS_NETWORK.test(q)) return withTaint(carry(), 'network');
-    if (q && JS_FILE.test(q)) return withTaint(carry(), 'file');
-    if (q === 'readline.createInterface') return withTaint(carry(), 'input');
-    if (q && /^(?:koffi\.load|ffi\.Library|ffi-napi\.Library)$/.test(q)) return withTaint(carry(), 'libc');
-    if (q === 'os.homedir') return lit('~');
-    if (q && /^path\.(?:posix\.)?(?:join|resolve)$/.test(q)) return join(args, '/');
-    if (method === 'join' && receiver?.items && (arg0?.literal ?? true))
-      return join(receiver.items, arg0?.text ?? ',');
-    if (method === 'toString' && receiver) return carry(receiver);
-    if (method === 'concat' && receiver) return join([receiver, ...args]);
-    if (method && /^(?:trim|trimStart|trimEnd)$/.test(method) && receiver) return receiver;
-    return carry(receiver, ...args);
   };
 
   const checkPath = (v: Val, at: Node): void => {
