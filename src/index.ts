@@ -151,6 +151,15 @@ export {
 export { parseMessage, LineFramer, type JsonRpcMessage } from './mcp/frame.js';
 export { guardToolResult, redactText, type GuardOptions, type GuardReport } from './guard/output.js';
 export { findCredentials } from './guard/credentials.js';
+export {
+  analyzeCode,
+  codeActionFor,
+  CODE_RULES,
+  CODE_RULE_IDS,
+  MAX_CODE_BYTES,
+  type CodeRule,
+  type CodeRuleId,
+} from './guard/code/index.js';
 export { decideCall, compileToolRules, type CallVerdict, type ToolRules } from './policy/mcp.js';
 export type { McpAuditEvent, AuditEvent, AuditSink, CodeAuditEvent } from './mcp/audit.js';
 export { CODE_LANGUAGES, CodePolicySchema, CodeDeniedError } from './core/code.js';
