@@ -298,7 +298,8 @@ export class HttpFront {
   }
 }
 
-function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
+/** A request body up to `max` bytes; undefined (the rest drained unread) when it is longer. */
+export function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let n = 0;

@@ -12,6 +12,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { AirlockError } from '../../core/errors.js';
 import { FRAME_LIMITS, parseMessage } from '../../mcp/frame.js';
+import { readBody } from '../../mcp/http.js';
 import { AirlockMcpSession, type AirlockMcpServerOptions } from './session.js';
 
 /** Options of `McpHttpServer`. */
@@ -190,24 +191,4 @@ export class McpHttpServer {
       this.reject(res, 500, `internal error: ${(e as Error).message}`);
     }
   }
-}
-
-function readBody(req: IncomingMessage, max: number): Promise<Buffer | undefined> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let n = 0;
-    const onData = (c: Buffer): void => {
-      n += c.length;
-      if (n > max) {
-        req.off('data', onData);
-        req.resume();
-        resolve(undefined);
-        return;
-      }
-      chunks.push(c);
-    };
-    req.on('data', onData);
-    req.once('end', () => resolve(Buffer.concat(chunks)));
-    req.once('error', reject);
-  });
 }
