@@ -306,6 +306,18 @@ describe.skipIf(!canRunNamespaces)(`airlock mcp-server (${SKIP_REASON})`, () => 
           expect(r.isError).toBe(false);
           expect(r.json).toMatchObject({ stdout: 'hi\n', error: null });
           expect((r.json.results as Array<{ text?: string }>).map((x) => x.text)).toContain('42');
+          // The code's own exception is the tool's result, not a tool error.
+          const raised = await call(client, 'run_code', { code: '1 / 0', language: 'python' });
+          expect(raised.isError).toBe(false);
+          expect(raised.json).toMatchObject({ error: { name: 'ZeroDivisionError' } });
+          // A run the analysis denies is a tool error, and names the rule.
+          const denied = await call(client, 'run_code', {
+            code: 'import base64\nexec(base64.b64decode("cHJpbnQoMSk="))',
+            language: 'python',
+          });
+          expect(denied.isError).toBe(true);
+          expect(denied.json).toMatchObject({ error: { code: 'CODE_DENIED' } });
+          expect(denied.text).toContain('obfuscated-exec');
         } else {
           expect(r.isError).toBe(true);
           expect(r.json).toMatchObject({ error: { code: 'INVALID_ARGUMENT' } });

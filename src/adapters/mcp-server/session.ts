@@ -284,6 +284,9 @@ export class AirlockMcpSession {
 
 /** A tool result for MCP: the JSON of `value`, marked as an error when it is Airlock's refusal. */
 function result(value: unknown): CallToolResult {
-  const isError = typeof value === 'object' && value !== null && 'error' in value;
+  // A ToolError ({ error: { code, message } }). An Execution also has an `error` field: null, or the
+  // code's own exception ({ name, value, traceback }), and the tool itself worked.
+  const err = typeof value === 'object' && value !== null ? (value as { error?: unknown }).error : undefined;
+  const isError = typeof err === 'object' && err !== null && 'code' in err;
   return { content: [{ type: 'text', text: JSON.stringify(value) }], ...(isError ? { isError: true } : {}) };
 }
