@@ -326,8 +326,7 @@ export function interceptTcpInNetns(ns: NetnsHandle, address: string, port: numb
   withNetns(ns, () => interceptHere(libc(), plan));
 }
 
-/** The netlink messages of a transparent interception: the listener's address route, the nftables rules. */
-export interface InterceptPlan {
+interface InterceptPlan {
   readonly routes: Buffer[];
   readonly rules: Buffer[];
 }
@@ -336,8 +335,8 @@ function interceptPlan(address: string, port: number): InterceptPlan {
   return { routes: routeMessages(LOOPBACK_IFINDEX, address), rules: nftMessages(address, port) };
 }
 
-/** Interception, in the calling thread's netns (inside withNetns); the microVM tier's tap uses it too. */
-export function interceptHere(c: Libc, { routes, rules }: InterceptPlan): void {
+/** Interception, in the calling thread's netns (inside withNetns). */
+function interceptHere(c: Libc, { routes, rules }: InterceptPlan): void {
   // The sockets belong to the namespace they are made in; the requests are answered in send().
   const rt = netlinkSocket(c, 'route');
   try {

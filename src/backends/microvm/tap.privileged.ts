@@ -14,8 +14,8 @@
 import { closeSync, openSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc, type Libc } from '../../core/libc.privileged.js';
-import { nftMessages, routeMessages } from '../host/netlink.privileged.js';
-import { interceptHere, withNetns, type NetnsHandle } from '../host/netns.privileged.js';
+import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from '../host/netlink.privileged.js';
+import { withNetns, type NetnsHandle } from '../host/netns.privileged.js';
 
 /** The host side of the guest's link (the guest's gateway, where its proxy and DNS listen). */
 export const TAP_HOST_ADDRESS = '10.0.2.1';
@@ -95,9 +95,30 @@ export function makeTap(ns: NetnsHandle): number {
  * `address:port`. The tap's connected route still carries the replies back to the guest.
  */
 export function interceptGuestTcp(ns: NetnsHandle, address: string, port: number): void {
-  const plan = {
-    routes: routeMessages(LOOPBACK_IFINDEX, address),
-    rules: nftMessages(address, port, { keep: TAP_HOST_ADDRESS }),
-  };
-  withNetns(ns, () => interceptHere(libc(), plan));
+  const routes = routeMessages(LOOPBACK_IFINDEX, address);
+  const rules = nftMessages(address, port, { keep: TAP_HOST_ADDRESS });
+  withNetns(ns, () => {
+    const c = libc();
+    const rt = netlinkSocket(c, 'route');
+    try {
+      netlinkRequest(c, rt, routes, 'microVM egress: address/route');
+    } finally {
+      c.close(rt);
+    }
+    let nf: number;
+    try {
+      nf = netlinkSocket(c, 'netfilter');
+      try {
+        netlinkRequest(c, nf, rules, 'microVM egress: nftables');
+      } finally {
+        c.close(nf);
+      }
+    } catch (e) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `transparent egress needs nf_tables with NAT in the kernel, or set network.transparent: false (${(e as Error).message})`,
+        { cause: e },
+      );
+    }
+  });
 }
