@@ -64,12 +64,7 @@ def test_a_denied_run_raises_code_denied_with_findings(shared):
     from airlock_sandbox import CodeDeniedError
 
     code = 'import base64\nexec(base64.b64decode("cHJpbnQoMSk="))'
-    try:
-        ex = shared.run_code(code, policy={"rules": {"obfuscated-exec": "deny"}})
-    except CodeDeniedError as e:
-        assert e.status == 422
-        assert any(f["rule"] == "obfuscated-exec" for f in e.findings)
-        return
-    # The server's analysis does not know the rule yet (it lands separately): the run was allowed.
-    assert ex.stdout == "1\n"
-    pytest.skip("the server's static analysis has no obfuscated-exec rule yet")
+    with pytest.raises(CodeDeniedError) as caught:
+        shared.run_code(code, policy={"rules": {"obfuscated-exec": "deny"}})
+    assert caught.value.status == 422
+    assert any(f["rule"] == "obfuscated-exec" for f in caught.value.findings)

@@ -159,9 +159,7 @@ export class HttpFront {
     message: string,
     headers: Record<string, string> = {},
   ): void {
-    if (res.headersSent) return;
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }));
+    rejectJsonRpc(res, status, message, headers);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -296,6 +294,18 @@ export class HttpFront {
       }),
     );
   }
+}
+
+/** An HTTP refusal as a JSON-RPC error with no id (unless the response has begun). */
+export function rejectJsonRpc(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }));
 }
 
 /** A request body up to `max` bytes; undefined (the rest drained unread) when it is longer. */

@@ -293,29 +293,26 @@ describe.skipIf(!canRunNamespaces)(`AI SDK sandbox session, local (${SKIP_REASON
     expect(await session.stat({ path: 'ran' })).toBeNull();
   });
 
-  it.skipIf(typeof (Sandbox.prototype as { runCode?: unknown }).runCode !== 'function')(
-    'runCode tool returns results and stdout to the model',
-    async () => {
-      const model = new MockLanguageModelV4({
-        doGenerate: [
-          toolCall('r1', 'runCode', { code: 'print("hi")\n1 + 41', language: 'python' }),
-          text('ok'),
-        ],
-      });
-      await generateText({
-        model,
-        tools: airlockTools(session.sandbox),
-        prompt: 'x',
-        stopWhen: stepCountIs(3),
-      });
-      const out = toolResults(model.doGenerateCalls[1]!.prompt).r1 as {
-        stdout: string;
-        results: Array<{ text?: string }>;
-      };
-      expect(out.stdout).toBe('hi\n');
-      expect(out.results.map((x) => x.text)).toContain('42');
-    },
-  );
+  it('runCode tool returns results and stdout to the model', async () => {
+    const model = new MockLanguageModelV4({
+      doGenerate: [
+        toolCall('r1', 'runCode', { code: 'print("hi")\n1 + 41', language: 'python' }),
+        text('ok'),
+      ],
+    });
+    await generateText({
+      model,
+      tools: airlockTools(session.sandbox),
+      prompt: 'x',
+      stopWhen: stepCountIs(3),
+    });
+    const out = toolResults(model.doGenerateCalls[1]!.prompt).r1 as {
+      stdout: string;
+      results: Array<{ text?: string }>;
+    };
+    expect(out.stdout).toBe('hi\n');
+    expect(out.results.map((x) => x.text)).toContain('42');
+  });
 
   it('is the experimental_sandbox that generateText hands to tools', async () => {
     let got: Experimental_SandboxSession | undefined;

@@ -16,12 +16,10 @@ import {
   canRunNamespaces,
   settledResidue,
 } from '../helpers.js';
-import { analyzeCode } from '../../src/guard/code/index.js';
 
 // The deny tests need the real analysis (src/guard/code, landing in parallel): they run once it finds
 // the obfuscated exec below.
 const OBFUSCATED = 'import base64\nexec(base64.b64decode("cHJpbnQoMSk="))';
-const analysisLanded = (await analyzeCode(OBFUSCATED, 'python')).findings.length > 0;
 
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
@@ -346,34 +344,31 @@ describe.skipIf(!canRunNamespaces)(`runCode on namespaces (${SKIP_REASON})`, () 
     expect(audit.map((e) => e.kind)).toEqual(['code', 'code']);
   });
 
-  test.skipIf(!analysisLanded)(
-    'a denied run never executes; its findings go to the events and the audit',
-    async () => {
-      const seen: CodeAuditEvent[] = [];
-      const off = sbx.onCode((e) => seen.push(e));
-      audit.length = 0;
-      const code = `open("/tmp/denied-ran", "w").write("x")\n${OBFUSCATED}`;
-      const policy = { rules: { 'obfuscated-exec': 'deny' as const } };
-      const err = await sbx.runCode(code, { policy }).catch((e: unknown) => e);
-      off();
-      expect(AirlockError.is(err, 'CODE_DENIED')).toBe(true);
-      expect(err).toBeInstanceOf(CodeDeniedError);
-      const denied = err as CodeDeniedError;
-      expect(denied.message).toContain('obfuscated-exec');
-      expect(denied.findings.some((f) => f.rule === 'obfuscated-exec' && f.action === 'deny')).toBe(true);
-      expect(denied.toJSON().findings).toEqual(denied.findings);
-      expect(await sbx.files.exists('/tmp/denied-ran')).toBe(false);
-      expect(seen).toEqual([expect.objectContaining({ decision: 'deny', code: 'CODE_DENIED' })]);
-      expect(audit).toEqual([expect.objectContaining({ kind: 'code', decision: 'deny', sandboxId: sbx.id })]);
-      // warn: it runs, and the findings come back with the Execution.
-      const warned = await sbx.runCode(code, { policy: { rules: { 'obfuscated-exec': 'warn' } } });
-      expect(warned.error).toBeNull();
-      expect(warned.stdout).toBe('1\n');
-      expect(warned.findings.some((f) => f.rule === 'obfuscated-exec' && f.action === 'warn')).toBe(true);
-    },
-  );
+  test('a denied run never executes; its findings go to the events and the audit', async () => {
+    const seen: CodeAuditEvent[] = [];
+    const off = sbx.onCode((e) => seen.push(e));
+    audit.length = 0;
+    const code = `open("/tmp/denied-ran", "w").write("x")\n${OBFUSCATED}`;
+    const policy = { rules: { 'obfuscated-exec': 'deny' as const } };
+    const err = await sbx.runCode(code, { policy }).catch((e: unknown) => e);
+    off();
+    expect(AirlockError.is(err, 'CODE_DENIED')).toBe(true);
+    expect(err).toBeInstanceOf(CodeDeniedError);
+    const denied = err as CodeDeniedError;
+    expect(denied.message).toContain('obfuscated-exec');
+    expect(denied.findings.some((f) => f.rule === 'obfuscated-exec' && f.action === 'deny')).toBe(true);
+    expect(denied.toJSON().findings).toEqual(denied.findings);
+    expect(await sbx.files.exists('/tmp/denied-ran')).toBe(false);
+    expect(seen).toEqual([expect.objectContaining({ decision: 'deny', code: 'CODE_DENIED' })]);
+    expect(audit).toEqual([expect.objectContaining({ kind: 'code', decision: 'deny', sandboxId: sbx.id })]);
+    // warn: it runs, and the findings come back with the Execution.
+    const warned = await sbx.runCode(code, { policy: { rules: { 'obfuscated-exec': 'warn' } } });
+    expect(warned.error).toBeNull();
+    expect(warned.stdout).toBe('1\n');
+    expect(warned.findings.some((f) => f.rule === 'obfuscated-exec' && f.action === 'warn')).toBe(true);
+  });
 
-  test.skipIf(!analysisLanded)('the spec codePolicy applies; a run policy wins over it', async () => {
+  test('the spec codePolicy applies; a run policy wins over it', async () => {
     const strict = await airlock.create({ codePolicy: { rules: { 'obfuscated-exec': 'deny' } } });
     try {
       await expect(strict.runCode(OBFUSCATED)).rejects.toMatchObject({ code: 'CODE_DENIED' });

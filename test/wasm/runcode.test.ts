@@ -206,20 +206,15 @@ describe('wasm tier: runCode and isolation', () => {
     }
   });
 
-  it.skipIf(!('runCode' in Sandbox.prototype))(
-    'sbx.runCode runs on the wasm tier (after integration)',
-    async () => {
-      const airlock = testAirlock();
-      try {
-        const s = await Sandbox.create({ backend: 'wasm' }, { airlock });
-        const exec = await (s as unknown as { runCode(c: string): Promise<BackendExecution> }).runCode(
-          '1 + 1',
-        );
-        expect(exec.results[0]?.text).toBe('2');
-      } finally {
-        await airlock.killAll();
-        await airlock.close();
-      }
-    },
-  );
+  it('sbx.runCode runs on the wasm tier', async () => {
+    const airlock = testAirlock();
+    try {
+      const s = await Sandbox.create({ backend: 'wasm' }, { airlock });
+      const exec = await (s as unknown as { runCode(c: string): Promise<BackendExecution> }).runCode('1 + 1');
+      expect(exec.results[0]?.text).toBe('2');
+    } finally {
+      await airlock.killAll();
+      await airlock.close();
+    }
+  });
 });

@@ -12,7 +12,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import { AirlockError } from '../../core/errors.js';
 import { FRAME_LIMITS, parseMessage } from '../../mcp/frame.js';
-import { readBody } from '../../mcp/http.js';
+import { readBody, rejectJsonRpc } from '../../mcp/http.js';
 import { AirlockMcpSession, type AirlockMcpServerOptions } from './session.js';
 
 /** Options of `McpHttpServer`. */
@@ -126,9 +126,7 @@ export class McpHttpServer {
     message: string,
     headers: Record<string, string> = {},
   ): void {
-    if (res.headersSent) return;
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }));
+    rejectJsonRpc(res, status, message, headers);
   }
 
   private authorized(req: IncomingMessage): boolean {
