@@ -53,68 +53,75 @@ except OSError as e:
     print("error", type(e).__name__, e)
 ' '${url}' ${how} "${header}"`;
 
-describe.skipIf(!canRunMicrovm)('egress on the microVM tier', () => {
-  beforeAll(async () => {
-    world = await startEgressWorld({ secretEnv: { TEST_TOKEN: REAL } });
-    sbx = await world.airlock.create({
-      backend: 'microvm',
-      network: { allow: [ALLOWED.name, SECRET_HOST.name] },
-      secrets: [{ name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name] }],
-    });
-  }, 600_000);
+describe.skipIf(!canRunMicrovm)(
+  'egress on the microVM tier (needs root, qemu-system-x86 and the guest kernel in /var/cache/airlock/microvm: run scripts/setup.sh)',
+  () => {
+    beforeAll(async () => {
+      world = await startEgressWorld({ secretEnv: { TEST_TOKEN: REAL } });
+      sbx = await world.airlock.create({
+        backend: 'microvm',
+        network: { allow: [ALLOWED.name, SECRET_HOST.name] },
+        secrets: [{ name: 'TEST_TOKEN', value: { fromEnv: 'TEST_TOKEN' }, hosts: [SECRET_HOST.name] }],
+      });
+    }, 600_000);
 
-  afterAll(async () => {
-    await sbx?.kill();
-    await world?.close();
-    expect(myQemus()).toEqual([]);
-  }, 120_000);
+    afterAll(async () => {
+      await sbx?.kill();
+      await world?.close();
+      expect(myQemus()).toEqual([]);
+    }, 120_000);
 
-  it('the guest has one NIC, routed to the gateway, and resolves through the gateway DNS', async () => {
-    const r = await sbx.exec('ls /sys/class/net; cat /etc/resolv.conf; echo "$HTTP_PROXY"');
-    expect(r.stdout).toMatch(/^eth0\nlo\nnameserver 10\.0\.2\.1\n/);
-    expect(r.stdout).toContain('http://10.0.2.1:3128');
-    // The tap lives in the sandbox's netns only (QEMU holds it as an fd), never in this one.
-    expect(readFileSync('/proc/net/dev', 'utf8')).not.toMatch(/\bvm0:/);
-    const dns = await sbx.exec(`busybox nslookup ${ALLOWED.name} 2>&1; busybox nslookup ${DENIED.name} 2>&1`);
-    expect(dns.stdout).toMatch(/Address: 198\.1[89]\./); // a synthetic address, never the real one
-    expect(dns.stdout).not.toContain(ALLOWED.address);
-    expect(dns.stdout).toMatch(/NXDOMAIN/);
-  }, 120_000);
+    it('the guest has one NIC, routed to the gateway, and resolves through the gateway DNS', async () => {
+      const r = await sbx.exec('ls /sys/class/net; cat /etc/resolv.conf; echo "$HTTP_PROXY"');
+      expect(r.stdout).toMatch(/^eth0\nlo\nnameserver 10\.0\.2\.1\n/);
+      expect(r.stdout).toContain('http://10.0.2.1:3128');
+      // The tap lives in the sandbox's netns only (QEMU holds it as an fd), never in this one.
+      expect(readFileSync('/proc/net/dev', 'utf8')).not.toMatch(/\bvm0:/);
+      const dns = await sbx.exec(
+        `busybox nslookup ${ALLOWED.name} 2>&1; busybox nslookup ${DENIED.name} 2>&1`,
+      );
+      expect(dns.stdout).toMatch(/Address: 198\.1[89]\./); // a synthetic address, never the real one
+      expect(dns.stdout).not.toContain(ALLOWED.address);
+      expect(dns.stdout).toMatch(/NXDOMAIN/);
+    }, 120_000);
 
-  it('the proxy allows the listed host and refuses another with a reason', async () => {
-    const ok = await sbx.exec(get(`http://${ALLOWED.name}/mvm-hello`, 'proxy'));
-    expect(ok.stdout, ok.stderr).toMatch(/^HTTP\/1\.1 200 /);
-    expect(JSON.parse(ok.stdout.split('\n\n')[1]!)).toMatchObject({ host: ALLOWED.name, url: '/mvm-hello' });
-    const no = await sbx.exec(get(`http://${DENIED.name}/mvm-no`, 'proxy'));
-    expect(no.stdout).toMatch(
-      /^HTTP\/1\.1 403 [\s\S]*blocked by Airlock egress policy: host denied\.test is not in network\.allow/,
-    );
-    expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
-    expect(world.servers.seen.some((q) => q.url === '/mvm-no')).toBe(false);
-  }, 120_000);
+    it('the proxy allows the listed host and refuses another with a reason', async () => {
+      const ok = await sbx.exec(get(`http://${ALLOWED.name}/mvm-hello`, 'proxy'));
+      expect(ok.stdout, ok.stderr).toMatch(/^HTTP\/1\.1 200 /);
+      expect(JSON.parse(ok.stdout.split('\n\n')[1]!)).toMatchObject({
+        host: ALLOWED.name,
+        url: '/mvm-hello',
+      });
+      const no = await sbx.exec(get(`http://${DENIED.name}/mvm-no`, 'proxy'));
+      expect(no.stdout).toMatch(
+        /^HTTP\/1\.1 403 [\s\S]*blocked by Airlock egress policy: host denied\.test is not in network\.allow/,
+      );
+      expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
+      expect(world.servers.seen.some((q) => q.url === '/mvm-no')).toBe(false);
+    }, 120_000);
 
-  it('transparent interception: a proxy-unaware client reaches the allowed host; a raw denied address does not', async () => {
-    const ok = await sbx.exec(get(`http://${ALLOWED.name}/mvm-direct`, 'direct'));
-    expect(ok.stdout, ok.stderr).toMatch(/^HTTP\/1\.1 200 /);
-    expect(JSON.parse(ok.stdout.split('\n\n')[1]!)).toMatchObject({ url: '/mvm-direct' });
-    const no = await sbx.exec(get(`http://${DENIED.address}/mvm-raw`, 'direct'));
-    expect(no.stdout).not.toMatch(/^HTTP\/1\.1 200/);
-    expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
-    expect(world.servers.seen.some((q) => q.url === '/mvm-raw')).toBe(false);
-  }, 120_000);
+    it('transparent interception: a proxy-unaware client reaches the allowed host; a raw denied address does not', async () => {
+      const ok = await sbx.exec(get(`http://${ALLOWED.name}/mvm-direct`, 'direct'));
+      expect(ok.stdout, ok.stderr).toMatch(/^HTTP\/1\.1 200 /);
+      expect(JSON.parse(ok.stdout.split('\n\n')[1]!)).toMatchObject({ url: '/mvm-direct' });
+      const no = await sbx.exec(get(`http://${DENIED.address}/mvm-raw`, 'direct'));
+      expect(no.stdout).not.toMatch(/^HTTP\/1\.1 200/);
+      expect(world.dialer.dials).not.toContain(`${DENIED.address}:80`);
+      expect(world.servers.seen.some((q) => q.url === '/mvm-raw')).toBe(false);
+    }, 120_000);
 
-  it('the metadata address is refused before a socket opens, through the proxy and transparently', async () => {
-    const before = world.dialer.dials.length;
-    const viaProxy = await sbx.exec(get('http://169.254.169.254/latest/meta-data/', 'proxy'));
-    const direct = await sbx.exec(get('http://169.254.169.254/latest/meta-data/', 'direct'));
-    expect(viaProxy.stdout).toMatch(/^HTTP\/1\.1 403 /);
-    expect(direct.stdout).not.toMatch(/^HTTP\/1\.1 200/);
-    expect(world.dialer.dials.slice(before).filter((d) => d.startsWith('169.254.'))).toEqual([]);
-  }, 120_000);
+    it('the metadata address is refused before a socket opens, through the proxy and transparently', async () => {
+      const before = world.dialer.dials.length;
+      const viaProxy = await sbx.exec(get('http://169.254.169.254/latest/meta-data/', 'proxy'));
+      const direct = await sbx.exec(get('http://169.254.169.254/latest/meta-data/', 'direct'));
+      expect(viaProxy.stdout).toMatch(/^HTTP\/1\.1 403 /);
+      expect(direct.stdout).not.toMatch(/^HTTP\/1\.1 200/);
+      expect(world.dialer.dials.slice(before).filter((d) => d.startsWith('169.254.'))).toEqual([]);
+    }, 120_000);
 
-  it('nothing else on the host side answers: not other ports of the gateway, not UDP elsewhere', async () => {
-    const r = await sbx.exec(
-      `python3 -c '
+    it('nothing else on the host side answers: not other ports of the gateway, not UDP elsewhere', async () => {
+      const r = await sbx.exec(
+        `python3 -c '
 import socket
 s = socket.socket(); s.settimeout(5)
 try:
@@ -128,17 +135,17 @@ try:
 except OSError as e:
     print("udp", type(e).__name__)
 '`,
-    );
-    expect(r.stdout).not.toMatch(/open|answered/);
-    expect(r.stdout).toMatch(/tcp22 ConnectionRefusedError/);
-  }, 120_000);
+      );
+      expect(r.stdout).not.toMatch(/open|answered/);
+      expect(r.stdout).toMatch(/tcp22 ConnectionRefusedError/);
+    }, 120_000);
 
-  it('the guest sees only a sentinel; the bound host gets the real value; another host gets nothing', async () => {
-    const env = await sbx.exec('echo "$TEST_TOKEN"');
-    expect(env.stdout).toMatch(/^airlock_sentinel_test_token_/);
-    // Python's ssl trusts SSL_CERT_FILE: Airlock's CA, copied into the guest, root-owned.
-    const r = await sbx.exec(
-      `python3 -c '
+    it('the guest sees only a sentinel; the bound host gets the real value; another host gets nothing', async () => {
+      const env = await sbx.exec('echo "$TEST_TOKEN"');
+      expect(env.stdout).toMatch(/^airlock_sentinel_test_token_/);
+      // Python's ssl trusts SSL_CERT_FILE: Airlock's CA, copied into the guest, root-owned.
+      const r = await sbx.exec(
+        `python3 -c '
 import os, socket, ssl
 ctx = ssl.create_default_context()
 raw = socket.create_connection(("10.0.2.1", 3128), timeout=20)
@@ -154,22 +161,22 @@ while True:
     out += b
 print(out.decode(errors="replace"))
 '; ls -l /etc/ssl/certs/ca-certificates.crt`,
-    );
-    expect(r.exitCode, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/^-rw-r--r-- 1 root root /m);
-    expect(world.servers.seen.findLast((q) => q.url === '/mvm-api')?.headers.authorization).toBe(
-      `Bearer ${REAL}`,
-    );
-    expect(r.stdout).not.toContain(REAL);
-    const leak = await sbx.exec(
-      get(`http://${ALLOWED.name}/mvm-steal`, 'proxy', 'Authorization: Bearer $TEST_TOKEN'),
-    );
-    expect(leak.stdout).toMatch(/^HTTP\/1\.1 403 [\s\S]*may only be sent to its bound host/);
-    expect(world.servers.seen.some((q) => q.url === '/mvm-steal')).toBe(false);
-    // Nowhere in the guest: not in any process's environment, not in a file it can read. (The
-    // pattern goes in reversed, so this very exec does not carry the value in.)
-    const find = await sbx.exec(
-      `python3 -c '
+      );
+      expect(r.exitCode, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/^-rw-r--r-- 1 root root /m);
+      expect(world.servers.seen.findLast((q) => q.url === '/mvm-api')?.headers.authorization).toBe(
+        `Bearer ${REAL}`,
+      );
+      expect(r.stdout).not.toContain(REAL);
+      const leak = await sbx.exec(
+        get(`http://${ALLOWED.name}/mvm-steal`, 'proxy', 'Authorization: Bearer $TEST_TOKEN'),
+      );
+      expect(leak.stdout).toMatch(/^HTTP\/1\.1 403 [\s\S]*may only be sent to its bound host/);
+      expect(world.servers.seen.some((q) => q.url === '/mvm-steal')).toBe(false);
+      // Nowhere in the guest: not in any process's environment, not in a file it can read. (The
+      // pattern goes in reversed, so this very exec does not carry the value in.)
+      const find = await sbx.exec(
+        `python3 -c '
 import glob, os, sys
 pat = sys.argv[1][::-1].encode()
 hits = []
@@ -185,7 +192,8 @@ for top in ["/etc", "/tmp", "/workspace", "/home", "/root"]:
             except OSError: pass
 print("hits", hits)
 ' '${[...REAL].reverse().join('')}'`,
-    );
-    expect(find.stdout).toBe('hits []\n');
-  }, 180_000);
-});
+      );
+      expect(find.stdout).toBe('hits []\n');
+    }, 180_000);
+  },
+);
