@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -96,7 +96,8 @@ export interface TestServers {
 
 /** HTTP :80 and HTTPS :443 on every test address, and a TCP echo on :5432 of ALLOWED. */
 export async function startTestServers(): Promise<TestServers> {
-  const ca = MitmCa.loadOrCreate(join(mkdtempSync(join(tmpdir(), 'airlock-test-pki-')), 'ca'));
+  const pki = mkdtempSync(join(tmpdir(), 'airlock-test-pki-'));
+  const ca = MitmCa.loadOrCreate(join(pki, 'ca'));
   const seen: SeenRequest[] = [];
   const servers: Array<HttpServer | Server> = [];
   const handler = (host: string) => (req: IncomingMessage, res: import('node:http').ServerResponse) => {
@@ -144,6 +145,7 @@ export async function startTestServers(): Promise<TestServers> {
     close: async () => {
       for (const s of servers) (s as HttpServer).closeAllConnections?.();
       await Promise.all(servers.map((s) => new Promise((r) => s.close(() => r(undefined)))));
+      rmSync(pki, { recursive: true, force: true });
     },
   };
 }

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GVISOR_EXEC_OVERHEAD } from '../../src/backends/gvisor/limits.js';
 import { canRunNamespaces, TEST_STATE_DIR, TEST_UID_RANGE, testAirlock } from '../helpers.js';
@@ -56,7 +56,7 @@ for (const backend of TIERS) {
         expect(fds.sort()).toEqual(['0', '1', '2']);
         expect(out).not.toContain('host-secret');
       } finally {
-        rmSync(secretFile, { force: true });
+        rmSync(dirname(secretFile), { recursive: true, force: true });
       }
     });
   });

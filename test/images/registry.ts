@@ -88,8 +88,8 @@ export async function startRegistry(
         child.kill('SIGTERM');
         await exited;
       }
-      if (!o.storage) rmSync(dir, { recursive: true, force: true });
-      else rmSync(sock, { force: true });
+      // The dir holds only the config and the socket (a given storage lives elsewhere and stays).
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -1,10 +1,20 @@
 // detectCgroups decides v1 vs v2 from /proc/self/mountinfo; both layouts must be recognised (this
 // host is v1, so v2 is checked here on a recorded mountinfo of a unified-only host).
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { detectCgroups } from '../../src/backends/host/cgroups.privileged.js';
+
+const made: string[] = [];
+const scratch = (): string => {
+  const d = mkdtempSync(join(tmpdir(), 'cg2-'));
+  made.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
 
 const V1 = [
   '24 23 0:21 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs rw,mode=755',
@@ -39,14 +49,14 @@ describe('detectCgroups', () => {
   });
 
   it('uses unified v2 when it has memory, pids and cpu', () => {
-    const root = mkdtempSync(join(tmpdir(), 'cg2-'));
+    const root = scratch();
     writeFileSync(join(root, 'cgroup.controllers'), 'cpuset cpu io memory hugetlb pids rdma misc\n');
     const l = detectCgroups(`30 23 0:26 / ${root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate`);
     expect(l).toEqual({ version: 2, root });
   });
 
   it('fails closed with a reason when no layout has the controllers', () => {
-    const root = mkdtempSync(join(tmpdir(), 'cg2-'));
+    const root = scratch();
     writeFileSync(join(root, 'cgroup.controllers'), 'hugetlb\n');
     const l = detectCgroups(`30 23 0:26 / ${root} rw - cgroup2 cgroup2 rw`);
     expect(l.version).toBe(0);
