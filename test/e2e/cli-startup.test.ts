@@ -69,3 +69,41 @@ describe.skipIf(!canRunNamespaces)(`airlock run: start-up skips no safety step (
     90_000,
   );
 });
+
+describe.skipIf(!canRunNamespaces)(`airlock run: phase timestamps (${SKIP_REASON})`, () => {
+  it('AIRLOCK_CLI_PHASES=1 prints one line of phases in order, each at or after the one before', async () => {
+    const r = await cliWithEnv(['run', '--', 'true'], { AIRLOCK_CLI_PHASES: '1' });
+    expect(r.code).toBe(0);
+    const m = /^airlock phases \(ms since the process started\): (.*)\n$/.exec(r.stderr);
+    expect(m).not.toBeNull();
+    const phases = m![1]!.split(', ').map((p) => /^(\S+) ([\d.]+) \(\+([\d.]+)\)$/.exec(p));
+    expect(phases.map((p) => p?.[1])).toEqual(['program', 'modules', 'runtime', 'create', 'exec', 'kill']);
+    const at = phases.map((p) => Number(p![2]));
+    expect(at).toEqual([...at].sort((a, b) => a - b));
+    // Without the variable nothing is printed (the first test's run has an empty stderr too).
+    expect((await cliWithEnv(['run', '--', 'true'], {})).stderr).toBe('');
+  }, 60_000);
+});
+
+/** runCli with extra environment variables (the CLI from source through tsx, on the test state dir). */
+function cliWithEnv(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+      env: {
+        ...process.env,
+        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
+        AIRLOCK_CLI_PHASES: undefined,
+        ...env,
+      },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (t: string) => (stderr += t));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stderr }));
+  });
+}
