@@ -13,7 +13,7 @@
 const { createHash } = require('node:crypto');
 const { existsSync, readFileSync, writeFileSync } = require('node:fs');
 const Module = require('node:module');
-const { dirname, join } = require('node:path');
+const { basename, dirname, join } = require('node:path');
 const vm = require('node:vm');
 
 const BUNDLE = join(__dirname, '..', 'dist', 'bin', 'airlock.cjs');
@@ -84,6 +84,11 @@ async function fromSource() {
 }
 
 if (require.main === module) {
+  // AIRLOCK_CLI_PHASES=1: start-up phase timestamps on stderr (src/cli/phases.ts prints them).
+  const phases =
+    process.env.AIRLOCK_CLI_PHASES === '1'
+      ? (globalThis[Symbol.for('airlock.cli.phases')] = [['node', process.uptime() * 1000]])
+      : undefined;
   if (existsSync(BUNDLE)) {
     const file = bundleFor(process.argv.slice(2));
     let cache;
@@ -92,7 +97,9 @@ if (require.main === module) {
     } catch {
       // a build without a cache: compile as usual
     }
-    void load(file, cache).exports.runAsProcess();
+    const loaded = load(file, cache);
+    phases?.push([`${basename(file)} (code cache ${loaded.cache})`, process.uptime() * 1000]);
+    void loaded.exports.runAsProcess();
   } else {
     void fromSource();
   }

@@ -17,6 +17,7 @@ import type { RunFlags } from './flags.js';
 import type { DiffFlags } from './diff.js';
 import type { GatewayFlags, McpFlags } from './mcp.js';
 import { registerRemoteCommands } from './remote-commands.js';
+import { phase, phaseLine } from './phases.js';
 
 // Each command's module is imported when that command runs, so `--help`, `--version` and a command
 // load only what they use (start-up time is paid by every MCP server start and scripted call). The
@@ -561,6 +562,7 @@ function commanderExitCode(e: CommanderError): number {
 export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
   const program = buildProgram(io, (code) => (status = code));
+  phase('program');
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return status;
@@ -583,6 +585,8 @@ export async function runAsProcess(): Promise<void> {
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
   // Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
   process.exitCode = await main(process.argv.slice(2));
+  const phases = phaseLine();
+  if (phases) processIo.err(`${phases}\n`);
 }
 
 /** True when this file is the program node was started with (`node main.js`, `tsx main.ts`). */

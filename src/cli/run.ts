@@ -18,6 +18,7 @@ import {
   type RunPlan,
 } from './flags.js';
 import { cliAirlock, statusOf, trapSignals } from './lifecycle.js';
+import { phase } from './phases.js';
 
 import { processIo, type Io } from './defaults.js';
 
@@ -28,6 +29,7 @@ export async function runCommand(
   flags: RunFlags,
   io: Io = processIo,
 ): Promise<number> {
+  phase('modules'); // this command's modules, initialised by main.ts's import()
   const plan = planRun(args, flags, process.cwd());
   const ws = plan.spec.workspace;
   if (ws?.hostDir !== undefined) checkWorkspaceDir(ws.hostDir);
@@ -82,11 +84,13 @@ export async function runPlan(
   steps: RunPlanSteps,
 ): Promise<number> {
   const airlock = cliAirlock({ ...steps.airlock, oneSandbox: true });
+  phase('runtime');
   const trap = trapSignals(airlock, (line) => io.err(`${line}\n`));
   try {
     const sbx = await airlock.create(plan.spec).catch((e: unknown) => {
       throw relabelTemplateError(relabelSecretError(e, plan.egress));
     });
+    phase('create');
     if (trap.exitCode !== undefined) return trap.exitCode;
     const result = await sbx.exec(plan.command ?? imageCommand(sbx.spec.rootfs?.config), {
       timeoutMs: plan.timeoutMs,
@@ -95,6 +99,7 @@ export async function runPlan(
       ...(flags.stdin ? { stdin: process.stdin } : {}),
       ...steps.output,
     });
+    phase('exec');
     if (trap.exitCode !== undefined) return trap.exitCode;
     await steps.after(sbx, result, () => trap.exitCode !== undefined);
     if (trap.exitCode !== undefined) return trap.exitCode;
@@ -108,6 +113,7 @@ export async function runPlan(
       // Every sandbox of this runtime, and its host state released now (not batched for later:
       // this process is about to exit).
       await airlock.killAll();
+      phase('kill');
     } finally {
       trap.dispose();
       if (flags.stdin) process.stdin.destroy();

@@ -242,7 +242,9 @@ export class Airlock {
   private readonly backends: Partial<Record<BackendName, BackendV1>> = {};
   private readonly live = new Map<string, Sandbox>();
   private readonly redactions = new Map<string, ReturnType<SecretLease['redactionSet']>>();
-  private reaped: Promise<void> | undefined;
+  /** Each tier's reap of orphans, started at most once (see reapOrphans). */
+  private readonly reaped = new Map<BackendName, Promise<void>>();
+  private spillsPruned: Promise<void> | undefined;
   private readonly maxSpillBytes!: number;
   private readonly spillRetentionMs!: number;
   private readonly egressOpts: AirlockOptions['egress'];
@@ -390,17 +392,30 @@ export class Airlock {
       : { available: false, reason: `backend "${name}" is not implemented yet`, checks: [] };
   }
 
-  /** Remove what crashed Airlock processes left behind. Runs once per runtime, before the first create. */
-  reapOrphans(): Promise<void> {
-    this.reaped ??= (async () => {
-      for (const b of Object.values(this.backends)) {
+  /**
+   * Remove what crashed Airlock processes left behind: `backend`'s residue (create calls this with
+   * its tier, before that tier's first sandbox), or every tier's. Once per tier per runtime; old
+   * spill files are pruned with the first of these.
+   */
+  async reapOrphans(backend?: BackendName): Promise<void> {
+    this.spillsPruned ??= Promise.resolve().then(() => this.pruneSpills());
+    const names = backend === undefined ? (Object.keys(this.backends) as BackendName[]) : [backend];
+    for (const name of names) await this.reapTier(name);
+    await this.spillsPruned;
+  }
+
+  private reapTier(name: BackendName): Promise<void> {
+    let reaped = this.reaped.get(name);
+    if (reaped === undefined) {
+      const b = this.backend(name);
+      reaped = (async () => {
         const r = await b.reapOrphans();
         if (r.sandboxes)
           this.logger.info({ reaped: r.sandboxes, backend: b.name }, 'reaped orphaned sandboxes');
-      }
-      this.pruneSpills();
-    })();
-    return this.reaped;
+      })();
+      this.reaped.set(name, reaped);
+    }
+    return reaped;
   }
 
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
@@ -419,7 +434,8 @@ export class Airlock {
         field: 'layers',
       });
     }
-    await this.reapOrphans();
+    // Only this tier's: a one-shot (airlock run) pays for no other tier's reap.
+    await this.reapOrphans(spec.backend);
     const bs = await backend.create(spec);
     const id = bs.id;
     const spillDir = join(this.stateDir, 'spill');

@@ -92,10 +92,17 @@ interface Run {
 }
 
 /** `file args` in the scratch project with the test state dir, uid range and no TypeScript loader. */
-function inScratch(dir: string, file: string, args: readonly string[], timeoutMs = 60_000): Promise<Run> {
+function inScratch(
+  dir: string,
+  file: string,
+  args: readonly string[],
+  timeoutMs = 60_000,
+  moreEnv: NodeJS.ProcessEnv = {},
+): Promise<Run> {
   return new Promise((resolve, reject) => {
     const env: NodeJS.ProcessEnv = {
       ...process.env,
+      ...moreEnv,
       AIRLOCK_STATE_DIR: TEST_STATE_DIR,
       AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
       npm_config_offline: 'true',
@@ -334,6 +341,17 @@ describe.skipIf(!canRunNamespaces)(
     it('npx airlock run -- echo hi runs a sandbox', async () => {
       const r = await inScratch(scratch, 'npx', ['--offline', 'airlock', 'run', '--', 'echo', 'hi']);
       expect(r).toEqual({ code: 0, stdout: 'hi\n', stderr: '' });
+    });
+
+    it('npx airlock run starts the run bundle with its code cache accepted (AIRLOCK_CLI_PHASES=1)', async () => {
+      const r = await inScratch(scratch, 'npx', ['--offline', 'airlock', 'run', '--', 'true'], 60_000, {
+        AIRLOCK_CLI_PHASES: '1',
+      });
+      expect(r.code).toBe(0);
+      // The cache was made by `npm pack`'s build with this node: V8 takes it (else every start compiles).
+      expect(r.stderr).toMatch(
+        /^airlock phases \(ms since the process started\): node [\d.]+ \(\+[\d.]+\), airlock-run\.cjs \(code cache accepted\) [\d.]+ /,
+      );
     });
 
     it('npx airlock doctor --json reports the namespaces tier available', async () => {
