@@ -341,11 +341,12 @@ export const SandboxSpecSchema = z
           message: `executables cannot be combined with ${f} (an allowlist root starts fresh)`,
         });
       }
-      if ((spec.image !== undefined || spec.rootfs !== undefined) && spec[f] !== undefined) {
+      // (rootfs is internal: with layers it is a template or snapshot made on that image.)
+      if (spec.image !== undefined && spec[f] !== undefined) {
         ctx.addIssue({
           code: 'custom',
-          path: [spec.image !== undefined ? 'image' : 'rootfs'],
-          message: `image cannot be combined with ${f} (a sandbox on an image starts fresh from it)`,
+          path: ['image'],
+          message: `image cannot be combined with ${f} (a template or snapshot made on an image names it already)`,
         });
       }
     }
