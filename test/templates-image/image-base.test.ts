@@ -101,7 +101,9 @@ describe.skipIf(!canRunRegistry)('templates on an image from a real registry', (
     });
     const top = t.layers[0]!;
     expect(lstatSync(layerFile(top, 'root/opt/suid')).mode & 0o7777).toBe(0o755);
-    expect(lstatSync(layerFile(top, 'root/opt/hard')).ino).toBe(lstatSync(layerFile(top, 'root/opt/suid')).ino);
+    expect(lstatSync(layerFile(top, 'root/opt/hard')).ino).toBe(
+      lstatSync(layerFile(top, 'root/opt/suid')).ino,
+    );
     expect(lstatSync(layerFile(top, 'root/opt/null'), { throwIfNoEntry: false })).toBeUndefined();
     expect(readlinkSync(layerFile(top, 'root/opt/shadow'))).toBe('/etc/shadow');
     const sbx = await airlock.create({ template: 'img-hostile' });
