@@ -18,6 +18,7 @@ COPY conf/ /home/user/conf/
 LABEL team=a
 RUN echo "$GREETING $APP" > out.txt && cat app.txt >> out.txt && pwd >> out.txt
 RUN ["sh", "-c", "ls /home/user/conf > /workspace/app/conf.txt"]
+CMD ["sh", "-c", "echo cmd $APP"]
 `;
 
 describe('Dockerfile → template (no sandbox)', () => {
@@ -120,6 +121,10 @@ describe.skipIf(!canRunNamespaces)(`airlock template build -f (${SKIP_REASON})`,
     ]);
     expect(r.code).toBe(0);
     expect(r.stdout).toBe('hello demo\nfrom the context\n/workspace/app\none.yaml\ntwo.yaml\n');
+    // No command: the template's CMD runs, with its ENV (a host-root template keeps both too).
+    const cmd = await runCli(['run', '--template', 'df-test']);
+    expect(cmd.stderr).toBe('');
+    expect(cmd.stdout).toBe('cmd demo\n');
   }, 180_000);
 
   it('a failing RUN: TEMPLATE_BUILD_FAILED naming the step, with its stderr', async () => {
