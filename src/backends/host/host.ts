@@ -340,7 +340,8 @@ export class SandboxHost {
       this.discardSlot(slot);
       slot = await this.prepareSlot(want);
     }
-    if (!layers.length) discardLayerUserns(slot);
+    // (On an image root with no snapshot layers it may serve the image's layer views: see below.)
+    if (!layers.length && !spec.rootfs) discardLayerUserns(slot);
     let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
     const egress = spec.network !== undefined;
     const intercept = spec.network?.transparent === true;
@@ -456,7 +457,11 @@ export class SandboxHost {
             field: 'image',
           });
         }
+        const aheadUserns = layers.length ? undefined : slot.layerUserns;
+        slot.layerUserns = undefined;
+        const rootUserns = await aheadUserns;
         const root = await mountImageRoot({
+          ...(rootUserns !== undefined ? { rootUserns } : {}),
           rootfs: spec.rootfs,
           dir,
           disk,

@@ -227,10 +227,29 @@ export interface ImageRootRequest {
    * the image's layers, below the sandbox's upper. A layer without a `root/` tree is skipped.
    */
   readonly snapshotRoots?: readonly string[];
+  /**
+   * A mappingUserns(0 → hostUid) fd made ahead in the warm slot (consumed, whatever happens): the
+   * very mapping the layer views need when the image user is root, so none is made now; otherwise
+   * it is closed unused.
+   */
+  readonly rootUserns?: number;
 }
 
 /** Mount the image root of one sandbox (see the header). The caller's cleanup unmounts on failure. */
 export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
+  let ahead = r.rootUserns;
+  try {
+    return await mountRoot(r, () => {
+      const fd = ahead;
+      ahead = undefined;
+      return fd;
+    });
+  } finally {
+    if (ahead !== undefined) closeSync(ahead);
+  }
+}
+
+async function mountRoot(r: ImageRootRequest, takeAhead: () => number | undefined): Promise<ImageRoot> {
   const layers = r.rootfs.layers;
   for (const [i, l] of layers.entries()) {
     let st: Stats | undefined;
@@ -276,7 +295,9 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   // The image's root (when it is not the image user) → the host's nobody: a root-owned dir then has a
   // valid owner, so overlayfs can copy it up when the sandbox writes below it (else EOVERFLOW).
   const extra: Array<[number, number]> = user.uid !== 0 && user.gid !== 0 ? [[0, NOBODY]] : [];
-  const usernsFd = await mappingUserns(user.uid, user.gid, r.hostUid, extra);
+  // An image that runs as root needs 0 → hostUid and nothing else: the slot's fd made ahead is that.
+  const prepared = user.uid === 0 && user.gid === 0 ? takeAhead() : undefined;
+  const usernsFd = prepared ?? (await mappingUserns(user.uid, user.gid, r.hostUid, extra));
   const failed = await mountIdmappedAll(views, { uid: user.uid, gid: user.gid }, r.hostUid, true, usernsFd);
   if (failed !== undefined) {
     throw new AirlockError(
