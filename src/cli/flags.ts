@@ -192,7 +192,11 @@ export function planRun(args: readonly string[], f: RunFlags, cwd: string): RunP
     env: parseEnvPairs(f.env),
     ...(egress.network ? { network: egress.network, secrets: egress.secrets } : {}),
   };
-  const command = f.image !== undefined && args.length === 0 ? undefined : commandFromArgs(args);
+  // With --image or --template and no CMD: the image's or template's entrypoint + cmd (run.ts).
+  const command =
+    (f.image !== undefined || f.template !== undefined) && args.length === 0
+      ? undefined
+      : commandFromArgs(args);
   return { spec, command, timeoutMs, maxOutputBytes, egress };
 }
 
@@ -209,15 +213,19 @@ function parsePull(text: string, image: string | undefined): 'never' | 'missing'
   return text;
 }
 
-/** What `airlock run --image REF` with no CMD runs: the image's entrypoint followed by its cmd. */
+/**
+ * What `airlock run --image REF` (or `--template NAME`) with no CMD runs: the image's (template's)
+ * entrypoint followed by its cmd.
+ */
 export function imageCommand(
-  config: { entrypoint: readonly string[]; cmd: readonly string[] } | undefined,
+  config: { entrypoint?: readonly string[]; cmd?: readonly string[] } | undefined,
+  what = '--image REF',
 ): string[] {
   const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
   if (argv.length === 0) {
     throw new AirlockError(
       'INVALID_ARGUMENT',
-      'the image sets no entrypoint or cmd; give the command: airlock run --image REF -- CMD [ARGS...]',
+      `${what === '--image REF' ? 'the image' : 'the template'} sets no entrypoint or cmd; give the command: airlock run ${what} -- CMD [ARGS...]`,
       { field: 'CMD' },
     );
   }

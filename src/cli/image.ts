@@ -177,11 +177,18 @@ export async function imageRemoveCommand(
 }
 
 export async function imagePruneCommand(opts: { json?: boolean }, io: Io = processIo): Promise<number> {
-  const r = await cliImageStore().prune();
-  if (opts.json) io.out(JSON.stringify(r, null, 2) + '\n');
+  const env = process.env;
+  const stateDir = env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
+  const r = await cliImageStore(env).prune();
+  // Allowlist roots (`executables`) no live sandbox and no snapshot uses go too.
+  const { closuresDir, pruneClosures } = await import('../images/closure-cache.js');
+  const mounted = mountedLayerPredicate(closuresDir(stateDir));
+  const c = pruneClosures(stateDir, (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir));
+  if (opts.json) io.out(JSON.stringify({ ...r, ...c }, null, 2) + '\n');
   else
     io.out(
-      `freed ${r.removedLayers.length} layer(s)${r.keptInUse.length ? `; kept ${r.keptInUse.length} in use` : ''}\n`,
+      `freed ${r.removedLayers.length} layer(s)${r.keptInUse.length ? `; kept ${r.keptInUse.length} in use` : ''}` +
+        `; freed ${c.removedClosures.length} executables root(s)\n`,
     );
   return 0;
 }

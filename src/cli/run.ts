@@ -92,7 +92,7 @@ export async function runPlan(
     });
     phase('create');
     if (trap.exitCode !== undefined) return trap.exitCode;
-    const result = await sbx.exec(plan.command ?? imageCommand(sbx.spec.rootfs?.config), {
+    const result = await sbx.exec(plan.command ?? (await defaultCommand(airlock, sbx)), {
       timeoutMs: plan.timeoutMs,
       maxOutputBytes: plan.maxOutputBytes,
       signal: trap.signal,
@@ -172,4 +172,13 @@ export function killedLine(
     case 'killed':
       return 'killed';
   }
+}
+
+/** The command of `airlock run --image|--template` with none given: the root's or template's CMD. */
+async function defaultCommand(airlock: ReturnType<typeof cliAirlock>, sbx: Sandbox): Promise<string[]> {
+  if (sbx.spec.rootfs) return imageCommand(sbx.spec.rootfs.config);
+  const t = sbx.spec.template;
+  const name = typeof t === 'string' ? t : t?.name;
+  const config = name !== undefined ? (await airlock.templates.inspect(name)).config : undefined;
+  return imageCommand(config, `--template ${name ?? 'NAME'}`);
 }

@@ -220,6 +220,22 @@ export const RootfsSchema = z
   .strict();
 export type Rootfs = z.output<typeof RootfsSchema>;
 
+/** `executables` of a sandbox spec: program names or absolute paths (see SandboxSpecSchema). */
+export const ExecutablesSchema = z
+  .array(
+    z
+      .string()
+      .min(1)
+      .max(4096)
+      .refine(
+        (e) => /^[A-Za-z0-9._+-]+$/.test(e) || (e.startsWith('/') && !e.includes('\0')),
+        'executables are program names (letters, digits, ".", "_", "+", "-") or absolute paths',
+      )
+      .refine((e) => e !== '.' && e !== '..', 'executables are program names or absolute paths'),
+  )
+  .min(1, 'executables lists at least one program (omit it for the whole root)')
+  .max(64, 'executables lists at most 64 programs');
+
 /** The zod schema of a sandbox spec (`Sandbox.create`). */
 export const SandboxSpecSchema = z
   .object({
@@ -282,21 +298,7 @@ export const SandboxSpecSchema = z
      * interpreters, runtime data such as Python's stdlib), taken from the host root or from `image`.
      * Anything else is absent: exec of it fails (ENOENT; exit 127 through exec). See docs/allowlists.md.
      */
-    executables: z
-      .array(
-        z
-          .string()
-          .min(1)
-          .max(4096)
-          .refine(
-            (e) => /^[A-Za-z0-9._+-]+$/.test(e) || (e.startsWith('/') && !e.includes('\0')),
-            'executables are program names (letters, digits, ".", "_", "+", "-") or absolute paths',
-          )
-          .refine((e) => e !== '.' && e !== '..', 'executables are program names or absolute paths'),
-      )
-      .min(1, 'executables lists at least one program (omit it for the whole root)')
-      .max(64, 'executables lists at most 64 programs')
-      .optional(),
+    executables: ExecutablesSchema.optional(),
     /** Internal (set from `image` at create): see RootfsSchema. */
     rootfs: RootfsSchema.optional(),
     /** Egress policy. Absent: no network at all (the sandbox's netns has only lo, no route). */
@@ -341,11 +343,12 @@ export const SandboxSpecSchema = z
           message: `executables cannot be combined with ${f} (an allowlist root starts fresh)`,
         });
       }
-      if ((spec.image !== undefined || spec.rootfs !== undefined) && spec[f] !== undefined) {
+      // (rootfs is internal: with layers it is a template or snapshot made on that image.)
+      if (spec.image !== undefined && spec[f] !== undefined) {
         ctx.addIssue({
           code: 'custom',
-          path: [spec.image !== undefined ? 'image' : 'rootfs'],
-          message: `image cannot be combined with ${f} (a sandbox on an image starts fresh from it)`,
+          path: ['image'],
+          message: `image cannot be combined with ${f} (a template or snapshot made on an image names it already)`,
         });
       }
     }

@@ -80,12 +80,41 @@ export const TemplateStepSchema = z
   })
   .strict();
 
+/** A base that is an OCI image: `image:<reference>` (steps run on its root; their changes are captured). */
+export const IMAGE_BASE_PREFIX = 'image:';
+const ImageBaseSchema = z
+  .string()
+  .regex(
+    /^image:[^\s\0]{1,512}$/,
+    'an image base is "image:<reference>", e.g. image:registry.example.com/team/py:3.12',
+  );
+
+/**
+ * What a sandbox made from the template runs with (the image config of a template; a Dockerfile's
+ * ENV, WORKDIR, CMD, ENTRYPOINT): `env` is `KEY=value` entries over the base image's (or the host's
+ * defaults), `cmd`/`entrypoint` are what `airlock run --template NAME` runs with no command.
+ */
+export const TemplateConfigSchema = z
+  .object({
+    env: z
+      .array(z.string().regex(/^[^=\0]+=[^\0]*$/, 'config.env entries are KEY=value'))
+      .max(256)
+      .optional(),
+    workingDir: sandboxDir.optional(),
+    entrypoint: z.array(z.string().refine(noNul, 'entrypoint cannot contain NUL')).max(256).optional(),
+    cmd: z.array(z.string().refine(noNul, 'cmd cannot contain NUL')).max(256).optional(),
+  })
+  .strict();
+export type TemplateConfig = z.output<typeof TemplateConfigSchema>;
+
 /** The zod schema of a template file (name, base, files, steps, limits). */
 export const TemplateFileSchema = z
   .object({
     name: TemplateNameSchema,
-    /** "host" (default), another template's name, or a layer digest. */
-    base: z.union([z.literal(HOST_BASE), TemplateRefSchema]).default(HOST_BASE),
+    /** "host" (default), another template's name, a layer digest, or `image:<reference>`. */
+    base: z.union([z.literal(HOST_BASE), TemplateRefSchema, ImageBaseSchema]).default(HOST_BASE),
+    /** What sandboxes made from the template run with (kept in its record; see TemplateConfigSchema). */
+    config: TemplateConfigSchema.optional(),
     /** Written (as the sandbox user) before the first step. */
     files: z
       .array(
@@ -163,6 +192,12 @@ export const TemplateRecordSchema = z
     sizeBytes: z.number().int().nonnegative(),
     files: z.array(z.string()),
     steps: z.array(z.record(z.string(), z.unknown())),
+    /** The image the template lies on (its base, or its base template's), pinned by digest. */
+    image: z
+      .object({ ref: z.string().min(1), digest: DigestSchema })
+      .strict()
+      .optional(),
+    config: TemplateConfigSchema.optional(),
   })
   .strict()
   .refine((r) => r.layers[0] === r.digest, { message: 'layers[0] must be digest', path: ['layers'] });

@@ -9,8 +9,9 @@
 // host package upgraded, another image) plans differently and so gets a new root; an unchanged one
 // reuses the root already built. Planning reads ELF headers and directory listings only, no file
 // contents, so it stays cheap next to writing a root.
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { z } from 'zod';
 import { join } from 'node:path';
 import { canonicalJson } from '../core/canonical-json.js';
 import { AirlockError } from '../core/errors.js';
@@ -91,4 +92,78 @@ export async function ensureExecutableRoot(r: CachedRootRequest): Promise<Cached
     throw e;
   }
   return { dir, digest, built: true };
+}
+
+/**
+ * Delete allowlist roots nothing uses: no live sandbox runs on one (`inUse`: its records or a mount
+ * naming the dir) and no snapshot layer was taken on one (a fork of it starts on the same root).
+ * Each is renamed away before it is checked, so a create that starts using it meanwhile finds it
+ * gone (and builds it again) rather than having it deleted from under it.
+ */
+export function pruneClosures(
+  stateDir: string,
+  inUse: (dir: string) => boolean,
+): { removedClosures: string[]; keptClosures: string[] } {
+  const store = closuresDir(stateDir);
+  const kept = layerRecordRoots(stateDir);
+  const removedClosures: string[] = [];
+  const keptClosures: string[] = [];
+  for (const n of readdirOr(store)) {
+    if (!/^sha256:[0-9a-f]{64}$/.test(n)) continue;
+    const dir = join(store, n);
+    if (kept.has(dir)) {
+      keptClosures.push(n);
+      continue;
+    }
+    const trash = join(store, `.trash-${randomBytes(6).toString('hex')}`);
+    renameSync(dir, trash);
+    if (inUse(dir)) {
+      renameSync(trash, dir);
+      keptClosures.push(n);
+      continue;
+    }
+    rmSync(trash, { recursive: true, force: true });
+    removedClosures.push(n);
+  }
+  // Left by a prune that died between its rename and its removal.
+  for (const n of readdirOr(store))
+    if (n.startsWith('.trash-')) rmSync(join(store, n), { recursive: true, force: true });
+  return { removedClosures, keptClosures };
+}
+
+/** Root layer dirs named by the snapshot layers' records (their source sandboxes' rootfs). */
+function layerRecordRoots(stateDir: string): Set<string> {
+  const out = new Set<string>();
+  const layers = join(stateDir, 'layers');
+  for (const n of readdirOr(layers)) {
+    let text: string;
+    try {
+      text = readFileSync(join(layers, n, 'snapshot.json'), 'utf8');
+    } catch {
+      continue;
+    }
+    const rec = LayerRootfsSchema.safeParse(safeJson(text));
+    for (const d of rec.success ? (rec.data.spec.rootfs?.layers ?? []) : []) out.add(d);
+  }
+  return out;
+}
+
+const LayerRootfsSchema = z.object({
+  spec: z.object({ rootfs: z.object({ layers: z.array(z.string()) }).optional() }),
+});
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+function readdirOr(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
 }

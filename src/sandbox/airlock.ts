@@ -17,7 +17,7 @@ import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
 import type { ImageResolver } from '../core/image.js';
-import { defaultImageResolver, withExecutables } from './images.js';
+import { defaultImageResolver, rootOfLayer, withExecutables } from './images.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   DIGEST_RE,
@@ -428,6 +428,12 @@ export class Airlock {
       const top = await this.layerRecord(spec.layers[0]!);
       if (top) spec = { ...spec, backend: top.backend };
     }
+    if (spec.layers?.length && spec.template === undefined && !spec.rootfs) {
+      // A fork of a snapshot taken on an image: on that image again (its layers hold the root's changes).
+      const top = await this.layerRecord(spec.layers[0]!);
+      const rootfs = top ? await rootOfLayer(top, this.imageResolver) : undefined;
+      if (rootfs) spec = { ...spec, rootfs };
+    }
     const backend = this.backend(spec.backend);
     if (spec.layers && !backend.snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {
@@ -514,8 +520,16 @@ export class Airlock {
     }
     const r = await this.templates.resolve(ref);
     const name = typeof t === 'string' ? r.name : t.name;
+    // Made on an image: its layers hold that root's changes, so the sandbox runs on the same image
+    // (by digest), with the template's config over the image's.
+    const top = await this.layerRecord(r.digest);
+    const rootfs = top ? await rootOfLayer(top, this.imageResolver, r) : undefined;
+    // On the host root a template's ENV lies under the spec's env (on an image it is in the config).
+    const env = rootfs ? {} : Object.fromEntries((r.config?.env ?? []).map((e) => e.split(/=(.*)/s, 2)));
     return {
       ...spec,
+      ...(rootfs ? { rootfs } : {}),
+      env: { ...env, ...spec.env },
       // The tier its layer was taken on, unless the input names one: never silently a weaker tier.
       backend: input.backend === undefined ? r.backend : spec.backend,
       // A template keeps the workspace it was built over (given one must match; see resolveChain).

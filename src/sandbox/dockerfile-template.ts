@@ -1,14 +1,16 @@
 // A Dockerfile (the subset src/core/dockerfile.ts parses) → a template (src/core/template.ts), for
 // `airlock template build -f Dockerfile`. What a template can hold today decides what is accepted:
-//   FROM        `host`, or a built template's name or digest (an image base is not supported yet)
+//   FROM        `host`, a built template's name or digest, or an image reference (`image:<ref>` base:
+//               the steps run on the image's root and its changes are captured)
 //   RUN         a step (its ENV/ARG values, WORKDIR, network none as every template step by default)
 //   COPY, ADD   local files of the build context, written as the template's files: before the first
 //               RUN (so a COPY after a RUN is refused), under /workspace or /home/user only
-//   ENV, ARG    the environment of the RUN steps that follow them
+//   ENV, ARG    the environment of the RUN steps that follow them; ENV is kept for sandboxes too
 //   WORKDIR     the working dir of the following RUN steps, and the base of relative COPY targets
 //   USER        only the sandbox user (`user`, `1000`) or none
 //   LABEL       accepted (not stored)
-//   CMD, ENTRYPOINT  refused: a template does not carry a command yet
+//   CMD, ENTRYPOINT  kept in the template's config: `airlock run --template NAME` with no command
+//               runs them (WORKDIR too: the sandboxes' working dir)
 // Build-context sources are confined: no absolute paths, no `..`, no URLs, no symlink leaving the
 // context (each file is opened by its real path, which must be inside the context's real path).
 import {
@@ -52,16 +54,14 @@ export function dockerfileTemplate(text: string, o: DockerfileTemplateOptions): 
   const plan: DockerfilePlan = parseDockerfile(text, o.buildArgs ? { buildArgs: o.buildArgs } : {});
   const fromLine = firstLine(text, 'FROM');
   const base = plan.base;
-  if (base !== 'host' && !/^sha256:[0-9a-f]{64}$/.test(base) && !/^[a-z0-9][a-z0-9._-]{0,62}$/.test(base)) {
+  // A bare name or a digest is a built template; a reference with a registry, path, tag or digest
+  // (`registry.example.com/team/py:3.12`, `py:3.12`, `py@sha256:…`) is an image.
+  const isTemplate =
+    base === 'host' || /^sha256:[0-9a-f]{64}$/.test(base) || /^[a-z0-9][a-z0-9._-]{0,62}$/.test(base);
+  if (!isTemplate && !/^[A-Za-z0-9][\w.:/@-]{0,511}$/.test(base))
     bad(
       fromLine,
-      `FROM ${base}: templates start from "host" or a built template (name or digest); templates from images are not supported yet`,
-    );
-  }
-  if (plan.cmd.length || plan.entrypoint.length)
-    bad(
-      firstLine(text, plan.cmd.length ? 'CMD' : 'ENTRYPOINT'),
-      'CMD and ENTRYPOINT are not supported in templates yet: remove them and give the command to airlock run',
+      `FROM ${base}: not an image reference (host/path:tag or name@sha256:…), template name or "host"`,
     );
   if (!SANDBOX_USERS.has(plan.user))
     bad(
@@ -112,7 +112,19 @@ export function dockerfileTemplate(text: string, o: DockerfileTemplateOptions): 
       }
     }
   }
-  return { name: o.name, base, files, steps };
+  const config = {
+    ...(plan.env.length ? { env: plan.env } : {}),
+    ...(plan.workingDir !== '' ? { workingDir: plan.workingDir } : {}),
+    ...(plan.entrypoint.length ? { entrypoint: plan.entrypoint } : {}),
+    ...(plan.cmd.length ? { cmd: plan.cmd } : {}),
+  };
+  return {
+    name: o.name,
+    base: isTemplate ? base : `image:${base}`,
+    files,
+    steps,
+    ...(Object.keys(config).length ? { config } : {}),
+  };
 }
 
 /** Every regular file at or under `p` (a file or dir in the context), confined to `ctx`. */

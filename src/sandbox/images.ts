@@ -1,9 +1,13 @@
 // The image store a runtime uses unless it is given one (`new Airlock({ images })`): the OCI store in
 // the runtime's state dir, with registry settings from the environment (src/images/options.ts).
 // Loaded on first use, so a sandbox on the host root never loads the registry client or tar code.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { AirlockError } from '../core/errors.js';
 import type { ImageResolver } from '../core/image.js';
-import { RootfsSchema, type SandboxSpec } from '../core/spec.js';
+import type { SnapshotRecord } from '../core/snapshot.js';
+import { RootfsSchema, type Rootfs, type SandboxSpec } from '../core/spec.js';
+import type { TemplateConfig } from '../core/template.js';
 import { parseOrThrow } from '../core/validate.js';
 import { imageLayerUsers } from '../backends/host/index.js';
 import { SANDBOX_UID } from '../backends/host/rootfs.js';
@@ -77,4 +81,49 @@ export async function withExecutables(stateDir: string, spec: SandboxSpec): Prom
     'executables',
   );
   return { ...spec, rootfs };
+}
+
+/**
+ * The root of a sandbox on snapshot or template layers taken on an image (or allowlist) root: the
+ * root their source sandbox ran on (its recorded spec's `rootfs`, whose layer dirs are
+ * content-addressed), re-resolved by digest where the store no longer holds those dirs, with a
+ * template's config over the image's. Undefined for layers taken on the host root.
+ */
+export async function rootOfLayer(
+  top: SnapshotRecord,
+  resolver: ImageResolver | undefined,
+  template: { image?: { ref: string; digest: string }; config?: TemplateConfig } = {},
+): Promise<Rootfs | undefined> {
+  const recorded = RootfsSchema.safeParse((top.spec as { rootfs?: unknown }).rootfs);
+  if (!recorded.success) return undefined;
+  let rootfs = recorded.data;
+  const image = template.image ?? rootfs.image;
+  if (!rootfs.layers.every((d) => existsSync(d))) {
+    if (!image || !resolver) {
+      throw new AirlockError(
+        'TEMPLATE_NOT_FOUND',
+        `the root snapshot ${top.digest} was taken on is gone (its layers were removed); rebuild it`,
+        { field: 'template' },
+      );
+    }
+    // By digest: the image the layer's changes were made on, and no other.
+    const name = image.ref.replace(/@sha256:[0-9a-f]{64}$/, '').replace(/:[\w][\w.-]*$/, '');
+    const img = await resolver.resolve(`${name}@${image.digest}`);
+    rootfs = { ...rootfs, layers: [...img.layers] };
+  }
+  const c = template.config ?? {};
+  const names = new Set((c.env ?? []).map((e) => e.slice(0, e.indexOf('='))));
+  const config = {
+    ...rootfs.config,
+    env: [...rootfs.config.env.filter((e) => !names.has(e.slice(0, e.indexOf('=')))), ...(c.env ?? [])],
+    ...(c.workingDir !== undefined ? { workingDir: c.workingDir } : {}),
+    // An ENTRYPOINT resets the image's CMD (as Docker does); a CMD alone keeps the entrypoint.
+    ...(c.entrypoint !== undefined ? { entrypoint: c.entrypoint, cmd: c.cmd ?? [] } : {}),
+    ...(c.cmd !== undefined ? { cmd: c.cmd } : {}),
+  };
+  return parseOrThrow(
+    RootfsSchema,
+    { ...rootfs, config, ...(image ? { image: { ref: image.ref, digest: image.digest } } : {}) },
+    `snapshot ${top.digest}`,
+  );
 }

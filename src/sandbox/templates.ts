@@ -10,11 +10,13 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
+import { z } from 'zod';
 import { readRecordFile } from '../core/validate.js';
 import type { SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
 import { DIGEST_RE, TEMPLATE_NAME_RE, type BackendName, type SandboxSpecInput } from '../core/spec.js';
 import {
   HOST_BASE,
+  IMAGE_BASE_PREFIX,
   TEMPLATE_RECORD_VERSION,
   TemplateRecordSchema,
   canonicalJson,
@@ -22,11 +24,15 @@ import {
   parseTemplate,
   templateSourceDigest,
   type Template,
+  type TemplateConfig,
   type TemplateInput,
   type TemplateRecord,
   type TemplateStep,
 } from '../core/template.js';
 import type { SandboxBase } from './sandbox.js';
+
+/** The image a layer's source sandbox ran on (its recorded spec's rootfs.image). */
+const RootfsImageSchema = z.object({ ref: z.string().min(1), digest: z.string().regex(DIGEST_RE) }).strict();
 
 /** Bytes of a failed step's stderr kept in the error. */
 const STDERR_TAIL_CHARS = 2000;
@@ -87,6 +93,10 @@ export interface TemplateInfo {
   readonly sizeBytes: number;
   readonly files: readonly string[];
   readonly steps: ReadonlyArray<Readonly<Record<string, unknown>>>;
+  /** The image it lies on (`image:<ref>` base, or a base template's), pinned by digest. */
+  readonly image?: { readonly ref: string; readonly digest: string };
+  /** What its sandboxes run with: env, working dir, and the command of `airlock run --template`. */
+  readonly config?: TemplateConfig;
 }
 
 /** A template step that failed: which one (0-based), its exit status and the end of its stderr. */
@@ -111,6 +121,10 @@ export interface ResolvedTemplate {
   readonly workspace: SnapshotParent['workspace'];
   /** The tier its top layer was taken on: sandboxes on it run there unless their spec names one. */
   readonly backend: BackendName;
+  /** The image its layers lie on (they hold that root's changes), pinned by digest. */
+  readonly image?: { readonly ref: string; readonly digest: string };
+  /** The template's config (resolved by name only). */
+  readonly config?: TemplateConfig;
 }
 
 /** What Templates needs from its runtime (narrow, so that it does not depend on Airlock). */
@@ -158,7 +172,12 @@ export class Templates {
     const aborted = (): void => {
       if (opts.signal?.aborted) throw new AirlockError('ABORTED', `template ${t.name}: build aborted`);
     };
-    const base = t.base === HOST_BASE ? undefined : await this.resolve(t.base);
+    // `image:<ref>`: the first build sandbox starts on the image; the rest on the layers above it.
+    const imageBase = t.base.startsWith(IMAGE_BASE_PREFIX)
+      ? t.base.slice(IMAGE_BASE_PREFIX.length)
+      : undefined;
+    const base = t.base === HOST_BASE || imageBase !== undefined ? undefined : await this.resolve(t.base);
+    let image = base?.image;
     const backend = opts.backend ?? base?.backend ?? 'namespaces';
     progress({ phase: 'start', name: t.name, steps: t.steps.length });
     const segments = segment(t.steps);
@@ -179,12 +198,13 @@ export class Templates {
         }
         sbx = await this.runtime.create({
           backend,
-          ...(from ? { template: from } : {}),
+          ...(from ? { template: from } : imageBase !== undefined ? { image: imageBase } : {}),
           limits: t.limits,
           persistent: true, // killed below, whatever happens; no TTL cuts a long step short
           ...(seg.network ? { network: seg.network } : {}),
           metadata: { 'airlock.template': t.name },
         });
+        if (s === 0 && imageBase !== undefined) image = sbx.info.image;
         if (s === 0 && t.files.length) {
           for (const f of t.files) await sbx.files.write(f.path, f.content);
           progress({ phase: 'files', count: t.files.length });
@@ -206,7 +226,9 @@ export class Templates {
         name: t.name,
         digest: top.digest,
         layers: stacked.map((r) => r.digest),
-        base: { ref: t.base, digest: base?.digest ?? null },
+        base: { ref: t.base, digest: base?.digest ?? (imageBase !== undefined ? image!.digest : null) },
+        ...(image ? { image: { ref: image.ref, digest: image.digest } } : {}),
+        ...(t.config ? { config: t.config } : {}),
         sourceDigest: templateSourceDigest(t),
         createdAt: new Date().toISOString(),
         sizeBytes: stacked.reduce((n, r) => n + r.sizeBytes, 0),
@@ -301,12 +323,20 @@ export class Templates {
         { field: 'template' },
       );
     }
+    // By name: the record's image (the reference this build used); by digest: the layer source's.
+    const record = name ? this.read(name) : undefined;
+    const image = RootfsImageSchema.safeParse(
+      record?.image ?? (layer.spec as { rootfs?: { image?: unknown } }).rootfs?.image,
+    );
+    const config = record?.config;
     return {
       ...(name ? { name } : {}),
       digest,
       layers: [digest, ...layer.parent.layers],
       workspace: layer.parent.workspace,
       backend: layer.backend,
+      ...(image.success ? { image: image.data } : {}),
+      ...(config ? { config } : {}),
     };
   }
 
@@ -434,6 +464,8 @@ function infoOf(r: TemplateRecord): TemplateInfo {
     sizeBytes: r.sizeBytes,
     files: r.files,
     steps: r.steps,
+    ...(r.image ? { image: r.image } : {}),
+    ...(r.config ? { config: r.config } : {}),
   };
 }
 

@@ -11,6 +11,7 @@
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { CodePolicySchema } from '../core/code.js';
+import { ExecutablesSchema } from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
 import type { CodeContextRef } from '../core/code.js';
 import type { CodeEvent, CreateCodeContextRequest, RunCodeRequest } from './code-wire.js';
@@ -34,6 +35,14 @@ export const CreateRequestSchema = z
      * registry (`images.registries` in the server config; none by default). Not with template/snapshot.
      */
     image: z.string().min(1).max(1024).optional(),
+    /**
+     * Only these programs (and their closure) exist in the root, as SandboxSpec.executables, but by
+     * name only: an absolute path would copy any host file into the client's sandbox.
+     */
+    executables: ExecutablesSchema.refine(
+      (l) => l.every((e) => !e.startsWith('/')),
+      'over a server, executables are program names (looked up on PATH), not host paths',
+    ).optional(),
     /** Fork this snapshot instead of starting fresh (not with template). */
     snapshot: z.string().min(1).max(200).optional(),
     ttlMs: z.number().int().min(1000).max(86_400_000).optional(),

@@ -62,6 +62,7 @@ function specOf(req: CreateRequest): SandboxSpecInput {
     ...(req.backend !== undefined ? { backend: req.backend } : {}),
     ...(req.template !== undefined ? { template: req.template } : {}),
     ...(req.image !== undefined ? { image: req.image } : {}),
+    ...(req.executables !== undefined ? { executables: req.executables } : {}),
     ...(req.ttlMs !== undefined ? { ttlMs: req.ttlMs } : {}),
     ...(req.limits !== undefined ? { limits: req.limits } : {}),
     ...(req.env !== undefined ? { env: req.env } : {}),

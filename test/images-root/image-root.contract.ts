@@ -242,12 +242,28 @@ export function imageRootContract(backend: BackendName): void {
       }
     });
 
-    it('snapshots of a sandbox on an image are refused with a typed error', async () => {
+    it('a snapshot of a sandbox on an image keeps its changes to the root; a fork runs on the same image', async () => {
       const sbx = await create(BUSYBOX);
+      let snap: Awaited<ReturnType<Sandbox['snapshot']>> | undefined;
       try {
-        await expect(sbx.snapshot()).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+        const w = await sbx.exec(
+          'echo kept > /srv/data/new && rm /srv/data/owned-by-app && echo ws > /workspace/w',
+        );
+        expect(w.stderr).toBe('');
+        snap = await sbx.snapshot();
       } finally {
         await sbx.kill();
+      }
+      const fork = await snap.fork();
+      try {
+        expect(fork.info.image?.ref).toBe(BUSYBOX);
+        const r = await fork.exec(
+          'cat /srv/data/new /workspace/w; ls /srv/data; cat /etc/motd || echo masked',
+        );
+        expect(r.stdout).toBe('kept\nws\nnew\nowned-by-root\nmasked\n');
+      } finally {
+        await fork.kill();
+        await snap.remove();
       }
     });
 

@@ -78,5 +78,25 @@ describe.skipIf(!canRunNamespaces || !canRunRegistry)(
       const raw = await call(s.url, key, 'POST', '/v1/sandboxes', { rootfs: { layers: ['/'] } });
       expect(raw.status).toBe(400);
     }, 180_000);
+
+    it('executables: an allowlist root by program name; host paths and bad names are refused', async () => {
+      s ??= await startServe({ images: { registries: [reg.host] } });
+      const key = newKey('img-tenant').key;
+      const v = await create(s.url, key, { executables: ['python3'] });
+      try {
+        const ok = await exec(s.url, key, v.id, ['python3', '-c', 'print(6*7)']);
+        expect(ok.stdout).toBe('42\n');
+        const sh = await exec(s.url, key, v.id, ['sh', '-c', 'echo reached']);
+        expect(sh.exitCode).toBe(127);
+        expect(sh.stdout).toBe('');
+      } finally {
+        await kill(s.url, key, v.id);
+      }
+      for (const bad of [['/etc/shadow'], [], ['a b'], ['..']]) {
+        const r = await call(s.url, key, 'POST', '/v1/sandboxes', { executables: bad });
+        expect(r.status, JSON.stringify(bad)).toBe(400);
+        expect((await errorOf(r)).message, JSON.stringify(bad)).toMatch(/executables/);
+      }
+    }, 180_000);
   },
 );

@@ -18,6 +18,7 @@ COPY conf/ /home/user/conf/
 LABEL team=a
 RUN echo "$GREETING $APP" > out.txt && cat app.txt >> out.txt && pwd >> out.txt
 RUN ["sh", "-c", "ls /home/user/conf > /workspace/app/conf.txt"]
+CMD ["sh", "-c", "echo cmd $APP"]
 `;
 
 describe('Dockerfile → template (no sandbox)', () => {
@@ -47,7 +48,8 @@ describe('Dockerfile → template (no sandbox)', () => {
   it('refuses what a template cannot hold, naming the line', () => {
     refused('FROM host\nEXPOSE 80\n', 2, /EXPOSE/);
     refused('FROM host\nFROBNICATE x\n', 2, /FROBNICATE/);
-    refused('FROM registry.example.com/team/py:3.12\n', 1, /not supported yet/);
+    refused('FROM registry.example.com/te am\n', 1, /FROM takes one/);
+    refused('FROM a%b\n', 1, /not an image reference/);
     refused('FROM host\nCOPY ../etc/passwd /workspace/\n', 2, /no "\.\."/);
     refused('FROM host\nCOPY /etc/passwd /workspace/\n', 2, /inside the build context/);
     refused('FROM host\nADD https://example.com/x /workspace/\n', 2, /URL/);
@@ -56,7 +58,17 @@ describe('Dockerfile → template (no sandbox)', () => {
     refused('FROM host\nCOPY bin.dat /workspace/\n', 2, /not UTF-8/);
     refused('FROM host\nRUN true\nCOPY a.txt /workspace/\n', 3, /before its steps/);
     refused('FROM host\nUSER root\nRUN true\n', 2, /sandbox user/);
-    refused('FROM host\nCMD ["python3"]\n', 2, /CMD and ENTRYPOINT/);
+  });
+
+  it('FROM an image reference is an image base; ENV, WORKDIR, CMD and ENTRYPOINT become the config', () => {
+    const t = dockerfileTemplate(
+      'FROM registry.example.com/team/py:3.12\nENV A=1\nWORKDIR /srv\nENTRYPOINT ["python3"]\nCMD ["-V"]\n',
+      { name: 'x', context: ctx },
+    );
+    expect(t.base).toBe('image:registry.example.com/team/py:3.12');
+    expect(t.config).toEqual({ env: ['A=1'], workingDir: '/srv', entrypoint: ['python3'], cmd: ['-V'] });
+    // A bare name stays a template name, a digest a layer digest.
+    expect(dockerfileTemplate('FROM mytpl\n', { name: 'x', context: ctx }).base).toBe('mytpl');
   });
 
   it('maps COPY targets (relative to WORKDIR, into a dir) and RUN env/workdir', () => {
@@ -109,6 +121,10 @@ describe.skipIf(!canRunNamespaces)(`airlock template build -f (${SKIP_REASON})`,
     ]);
     expect(r.code).toBe(0);
     expect(r.stdout).toBe('hello demo\nfrom the context\n/workspace/app\none.yaml\ntwo.yaml\n');
+    // No command: the template's CMD runs, with its ENV (a host-root template keeps both too).
+    const cmd = await runCli(['run', '--template', 'df-test']);
+    expect(cmd.stderr).toBe('');
+    expect(cmd.stdout).toBe('cmd demo\n');
   }, 180_000);
 
   it('a failing RUN: TEMPLATE_BUILD_FAILED naming the step, with its stderr', async () => {

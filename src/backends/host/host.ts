@@ -340,7 +340,8 @@ export class SandboxHost {
       this.discardSlot(slot);
       slot = await this.prepareSlot(want);
     }
-    if (!layers.length) discardLayerUserns(slot);
+    // (On an image root with no snapshot layers it may serve the image's layer views: see below.)
+    if (!layers.length && !spec.rootfs) discardLayerUserns(slot);
     let wsUserns = takeWsUserns(slot); // consumed or discarded below (undefined once it is)
     const egress = spec.network !== undefined;
     const intercept = spec.network?.transparent === true;
@@ -441,6 +442,7 @@ export class SandboxHost {
       const roMounts = mountReadOnly(spec, dir, realpathOr(this.ctx.stateDir));
       // On an image: its layers and the sandbox's upper dir become "/" (host/image-root.privileged.ts).
       let imageRoot: SandboxLayout['imageRoot'];
+      let rootSource: CaptureSource | undefined;
       if (spec.rootfs) {
         writeOwnerFile(dir, {
           id,
@@ -455,13 +457,22 @@ export class SandboxHost {
             field: 'image',
           });
         }
+        const aheadUserns = layers.length ? undefined : slot.layerUserns;
+        slot.layerUserns = undefined;
+        const rootUserns = await aheadUserns;
         const root = await mountImageRoot({
+          ...(rootUserns !== undefined ? { rootUserns } : {}),
           rootfs: spec.rootfs,
           dir,
           disk,
           hostUid: uid,
           mountTargets: roMounts.map(([host, path]) => ({ path, file: !statSync(host).isDirectory() })),
+          // On a template or snapshot of this image: what its builds changed in the root.
+          ...(layers.length
+            ? { snapshotRoots: layers.map((d) => join(this.layerStore.fsDir(d), 'root')) }
+            : {}),
         });
+        rootSource = { area: 'root', kind: 'diff', dir: root.upper, exclude: root.generated };
         // A read-only bind inside the sandbox dir, so that the launch namespace gets it like any
         // other mount of the sandbox (addMount below).
         const at = join(dir, 'helper');
@@ -508,7 +519,7 @@ export class SandboxHost {
         netns: slot.netns,
         spec,
         store: this.layerStore,
-        sources: [wsSource, homeSource],
+        sources: [wsSource, homeSource, ...(rootSource ? [rootSource] : [])],
         disk,
         ...(slot.intercepting
           ? { intercepting: { address: TRANSPARENT_ADDRESS, port: TRANSPARENT_PORT } }

@@ -46,7 +46,7 @@ import { AirlockError } from '../../core/errors.js';
 import type { Rootfs } from '../../core/spec.js';
 import { libc } from '../../core/libc.privileged.js';
 import { mappingUserns, mountIdmappedAll } from './idmap.privileged.js';
-import { OPAQUE_XATTR } from './layer-capture.privileged.js';
+import { LAYER_OTHER_ID, LAYER_SELF_ID, OPAQUE_XATTR } from './layer-capture.privileged.js';
 import { mountOverlay } from './mount.privileged.js';
 import { SANDBOX_HOME, SANDBOX_HOSTNAME, SANDBOX_UID } from './rootfs.js';
 import { mkOwned } from './workspace.js';
@@ -76,6 +76,13 @@ export interface ImageRoot {
   /** The overlay mount: the sandbox's "/". */
   readonly dir: string;
   readonly user: ImageUser;
+  /** The upper dir (the sandbox's changes to its root: what a snapshot of it captures). */
+  readonly upper: string;
+  /**
+   * Paths in the upper (relative, no leading slash) that Airlock wrote or that are mount points: a
+   * snapshot leaves them out, since every sandbox on the image gets its own (see the header).
+   */
+  readonly generated: readonly string[];
 }
 
 /**
@@ -214,10 +221,35 @@ export interface ImageRootRequest {
   readonly hostUid: number;
   /** Paths inside the sandbox of read-only mounts (their targets are made in the upper). */
   readonly mountTargets: ReadonlyArray<{ readonly path: string; readonly file: boolean }>;
+  /**
+   * A template or snapshot built on this image: the `root/` trees of its layers (host dirs, TOP
+   * first, in the layer store's format: owner 0 = the sandbox, 65534 = anyone else). They lie above
+   * the image's layers, below the sandbox's upper. A layer without a `root/` tree is skipped.
+   */
+  readonly snapshotRoots?: readonly string[];
+  /**
+   * A mappingUserns(0 → hostUid) fd made ahead in the warm slot (consumed, whatever happens): the
+   * very mapping the layer views need when the image user is root, so none is made now; otherwise
+   * it is closed unused.
+   */
+  readonly rootUserns?: number;
 }
 
 /** Mount the image root of one sandbox (see the header). The caller's cleanup unmounts on failure. */
 export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
+  let ahead = r.rootUserns;
+  try {
+    return await mountRoot(r, () => {
+      const fd = ahead;
+      ahead = undefined;
+      return fd;
+    });
+  } finally {
+    if (ahead !== undefined) closeSync(ahead);
+  }
+}
+
+async function mountRoot(r: ImageRootRequest, takeAhead: () => number | undefined): Promise<ImageRoot> {
   const layers = r.rootfs.layers;
   for (const [i, l] of layers.entries()) {
     let st: Stats | undefined;
@@ -236,10 +268,36 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   // Layer views, top first (overlayfs takes its lowers top first).
   const views = [...layers].reverse().map((source, i) => ({ source, target: join(r.dir, `img-${i}`) }));
   for (const v of views) mkdirSync(v.target, { mode: 0o755 });
+  const snaps = (r.snapshotRoots ?? [])
+    .filter((d) => lstatSync(d, { throwIfNoEntry: false })?.isDirectory() === true)
+    .map((source, i) => ({ source, target: join(r.dir, `imgsnap-${i}`) }));
+  for (const v of snaps) mkdirSync(v.target, { mode: 0o755 });
+  if (snaps.length) {
+    // Snapshot layers keep the sandbox's files at owner 0 and everything else at 65534, which maps
+    // to the host's nobody here (as the image's root does below): copy-up needs a mapped owner.
+    const fd = await mappingUserns(LAYER_SELF_ID, LAYER_SELF_ID, r.hostUid, [[LAYER_OTHER_ID, NOBODY]]);
+    const bad = await mountIdmappedAll(
+      snaps,
+      { uid: LAYER_SELF_ID, gid: LAYER_SELF_ID },
+      r.hostUid,
+      true,
+      fd,
+    );
+    if (bad !== undefined)
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `could not mount the snapshot layer ${bad} of an image root`,
+      );
+  }
+  // What the sandbox sees of the image before its own upper: the snapshot trees above the image's.
+  const merged = [...layers, ...[...(r.snapshotRoots ?? [])].reverse()];
+  const isSnap = (p: string): boolean => (r.snapshotRoots ?? []).some((d) => p.startsWith(`${d}/`));
   // The image's root (when it is not the image user) → the host's nobody: a root-owned dir then has a
   // valid owner, so overlayfs can copy it up when the sandbox writes below it (else EOVERFLOW).
   const extra: Array<[number, number]> = user.uid !== 0 && user.gid !== 0 ? [[0, NOBODY]] : [];
-  const usernsFd = await mappingUserns(user.uid, user.gid, r.hostUid, extra);
+  // An image that runs as root needs 0 → hostUid and nothing else: the slot's fd made ahead is that.
+  const prepared = user.uid === 0 && user.gid === 0 ? takeAhead() : undefined;
+  const usernsFd = prepared ?? (await mappingUserns(user.uid, user.gid, r.hostUid, extra));
   const failed = await mountIdmappedAll(views, { uid: user.uid, gid: user.gid }, r.hostUid, true, usernsFd);
   if (failed !== undefined) {
     throw new AirlockError(
@@ -261,12 +319,13 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
     `127.0.0.1\tlocalhost ${SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n`,
   );
   put(upper, 'etc/resolv.conf', 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n');
-  if (!findInImage(layers, 'etc/nsswitch.conf'))
-    put(upper, 'etc/nsswitch.conf', 'passwd: files\ngroup: files\nhosts: files dns\n');
+  const hasNsswitch = findInImage(merged, 'etc/nsswitch.conf') !== undefined;
+  if (!hasNsswitch) put(upper, 'etc/nsswitch.conf', 'passwd: files\ngroup: files\nhosts: files dns\n');
   // The image's own bundle if it is a plain file; one that is a symlink (or none) is replaced by the
   // host's, so that the egress CA bundle can always be bound onto a real file (a bind onto a symlink
   // would follow it outside the sandbox's root while bwrap or runsc sets the root up).
-  const hasBundle = findInImage(layers, MOUNT_FILES[2]!)?.st.isFile() === true;
+  // (Over the snapshot trees too: a step may have replaced the bundle with a symlink.)
+  const hasBundle = findInImage(merged, MOUNT_FILES[2]!)?.st.isFile() === true;
   for (const d of MOUNT_DIRS) mkdirSync(join(upper, d), { recursive: true, mode: 0o755 });
   for (const m of r.mountTargets) {
     const p = join(upper, m.path);
@@ -281,22 +340,43 @@ export async function mountImageRoot(r: ImageRootRequest): Promise<ImageRoot> {
   if (!hasBundle && existsSync(HOST_CA_BUNDLE)) copyFileSync(HOST_CA_BUNDLE, join(upper, MOUNT_FILES[2]!));
   // The image's working dir exists (a process starts there), the sandbox user's where Airlock made it.
   const wd = r.rootfs.config.workingDir;
-  if (wd !== '' && wd !== '/' && !findInImage(layers, wd.slice(1))?.st.isDirectory()) {
+  if (wd !== '' && wd !== '/' && !findInImage(merged, wd.slice(1))?.st.isDirectory()) {
     const p = join(upper, wd);
     if (p.startsWith(upper + '/')) {
       mkdirSync(p, { recursive: true, mode: 0o755 });
       chownSync(p, r.hostUid, r.hostUid);
     }
   }
-  matchImageDirs(upper, '', layers, user, r.hostUid);
+  matchImageDirs(
+    upper,
+    '',
+    merged,
+    (st, p) =>
+      isSnap(p)
+        ? [st.uid === LAYER_SELF_ID, st.gid === LAYER_SELF_ID]
+        : [st.uid === user.uid, st.gid === user.gid],
+    r.hostUid,
+  );
   const dir = join(r.dir, 'root');
   mkdirSync(dir, { mode: 0o755 });
   mountOverlay(
     dir,
-    views.map((v) => v.target),
+    [...snaps, ...views].map((v) => v.target),
     { dir: upper, work },
   );
-  return { dir, user };
+  const generated = [
+    'etc/passwd',
+    'etc/group',
+    'etc/hostname',
+    'etc/hosts',
+    'etc/resolv.conf',
+    ...(hasNsswitch ? [] : ['etc/nsswitch.conf']),
+    ...MOUNT_DIRS.map((d) => d.split('/')[0]!).filter((d) => d !== 'home'),
+    'home/user',
+    ...MOUNT_FILES.filter((f) => f !== MOUNT_FILES[2] || !hasBundle),
+    ...r.mountTargets.map((m) => m.path.replace(/^\/+/, '')),
+  ];
+  return { dir, user, upper, generated: [...new Set(generated)] };
 }
 
 /**
@@ -308,7 +388,8 @@ function matchImageDirs(
   upper: string,
   rel: string,
   layers: readonly string[],
-  user: ImageUser,
+  /** Whether the uid and gid of an entry (at that host path) are the image user's. */
+  own: (st: Stats, path: string) => [boolean, boolean],
   hostUid: number,
 ): void {
   for (const name of readdirSync(join(upper, rel))) {
@@ -317,11 +398,11 @@ function matchImageDirs(
     if (!lstatSync(p).isDirectory()) continue;
     const img = findInImage(layers, r);
     if (img?.st.isDirectory()) {
-      const own = img.st.uid === user.uid ? hostUid : 0;
-      chownSync(p, own, img.st.gid === user.gid ? hostUid : 0);
+      const [u, g] = own(img.st, img.path);
+      chownSync(p, u ? hostUid : 0, g ? hostUid : 0);
       chmodSync(p, img.st.mode & 0o1777);
     }
-    matchImageDirs(upper, r, layers, user, hostUid);
+    matchImageDirs(upper, r, layers, own, hostUid);
   }
 }
 

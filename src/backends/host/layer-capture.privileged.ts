@@ -10,6 +10,9 @@
 //
 // Layer format = overlayfs layer format, so a layer is directly usable as a read-only lower:
 //   <dest>/workspace/…  <dest>/home/…   one tree per area
+//   <dest>/root/…       on an image root only: the root overlay's upper dir (what the sandbox changed
+//                       in /usr, /etc, /opt …), minus what Airlock itself wrote there (`exclude`:
+//                       identity files, mount points), which every sandbox on the image gets anew
 //   whiteout (a deletion)  char device 0/0              opaque dir  xattr trusted.overlay.opaque=y
 //   owned by the sandbox → uid/gid 0 on disk (an idmapped mount maps 0 to a fork's uid)
 //   owned by anyone else → 65534 on disk (unmapped in a fork: shows as nobody, like host files)
@@ -49,7 +52,7 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { AirlockError } from '../../core/errors.js';
 import { libc } from '../../core/libc.privileged.js';
 
-export type AreaName = 'workspace' | 'home';
+export type AreaName = 'workspace' | 'home' | 'root';
 
 /**
  * One area of the sandbox to capture. `full`: a plain directory (everything in it is the state);
@@ -60,6 +63,11 @@ export interface CaptureSource {
   readonly area: AreaName;
   readonly kind: 'full' | 'diff' | 'none';
   readonly dir: string;
+  /**
+   * Paths relative to `dir` (no leading slash) left out of the layer, whatever they are (a file, a
+   * dir with everything under it, a whiteout): what Airlock wrote into an image root's upper dir.
+   */
+  readonly exclude?: readonly string[];
 }
 
 export interface CaptureResult {
@@ -91,6 +99,8 @@ interface Walk {
   readonly buf: Buffer;
   readonly links: Map<string, Buffer>; // "dev:ino" of a multiply-linked file → its first layer path (rel)
   dev: number;
+  /** Layer paths (`<area>/<rel>`, latin1: byte-exact) not captured. */
+  exclude: Set<string>;
   destRoot: Buffer;
   sizeBytes: number;
   diskBytes: number;
@@ -120,6 +130,7 @@ export async function captureLayer(o: {
     buf: Buffer.allocUnsafe(CHUNK),
     links: new Map(),
     dev: -1,
+    exclude: new Set(),
     destRoot: Buffer.from(o.dest),
     sizeBytes: 0,
     diskBytes: 0,
@@ -143,6 +154,7 @@ export async function captureLayer(o: {
     if (!st.isDirectory())
       throw new AirlockError('INTERNAL', `snapshot source ${src.dir} is not a directory`);
     w.dev = st.dev;
+    w.exclude = new Set((src.exclude ?? []).map((p) => `${src.area}/${p}`));
     await copyDir(w, srcPath, dst, rel, st, src.kind === 'diff');
   }
   return {
@@ -227,6 +239,8 @@ async function copyDir(
     const s = join(src, name);
     const d = join(dst, name);
     const r = join(rel, name);
+    // latin1 maps bytes to chars one to one: a name of any bytes matches only its exact path.
+    if (w.exclude.has(r.toString('latin1'))) continue;
     let cst: Stats;
     try {
       cst = lstatSync(s);

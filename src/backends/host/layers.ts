@@ -148,7 +148,12 @@ export class LayerStore {
         header:
           parentHeader(req.parent) +
           (req.backend === 'namespaces' ? '' : `\0backend:${req.backend}`) +
-          (req.memory ? `\0memory:${req.memory.hash}` : ''),
+          (req.memory ? `\0memory:${req.memory.hash}` : '') +
+          // On an image root (or an allowlist root) the layer holds changes to that root: the same
+          // changes over another root are another layer (its record names the root forks run on).
+          (req.spec.rootfs
+            ? `\0rootfs:${req.spec.rootfs.image?.digest ?? ''}:${req.spec.rootfs.layers.join('\0')}`
+            : ''),
         checkpoint: req.checkpoint,
         maxContentBytes: req.maxContentBytes,
       });

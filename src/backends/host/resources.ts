@@ -46,7 +46,7 @@ export class HostResources {
     // An image root: the overlay, its helper bind, then the layer views under it.
     await unmount('root');
     await unmount('helper');
-    for (const name of names) if (/^(ro|layer|img)-\d+$/.test(name)) await unmount(name);
+    for (const name of names) if (/^(ro|layer|img|imgsnap)-\d+$/.test(name)) await unmount(name);
     await unmount('lower');
     await unmount('disk');
     // Held by an fd (its dir entry is only a symlink), or a reaped orphan's: then possibly the

@@ -223,9 +223,9 @@ export class HostSandbox {
    */
   snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
     if (this.destroyed) return Promise.reject(gone(this.id));
-    if (this.p.spec.rootfs) {
-      // A snapshot records the workspace and home only: a fork would lose what was written to the
-      // image root (its upper dir), so it is refused rather than silently incomplete.
+    if (this.p.spec.rootfs && !this.p.sources.some((s) => s.area === 'root')) {
+      // Without the image root's upper dir a fork would lose what was written to the root, so a
+      // snapshot is refused rather than silently incomplete (a tier that does not capture it).
       return Promise.reject(
         new AirlockError(
           'INVALID_ARGUMENT',

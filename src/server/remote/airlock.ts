@@ -221,8 +221,8 @@ function remoteOnly(input: SandboxSpecInput): SandboxSpecInput {
     refuse('persistent', 'keeps a sandbox without a TTL for a client; set ttlMs (at most 24 h)');
   if (i.layers !== undefined) refuse('layers', 'takes internal layers; fork a snapshot or name a template');
   if (i.rootfs !== undefined) refuse('rootfs', 'takes internal host paths; name an image instead');
-  if (i.executables !== undefined)
-    refuse('executables', 'builds allowlist roots; not offered by servers yet');
+  if (Array.isArray(i.executables) && i.executables.some((e) => typeof e === 'string' && e.startsWith('/')))
+    refuse('executables', 'names host paths; over a server, give program names (looked up on PATH)');
   if (i.pull !== undefined) refuse('pull', 'decides when to pull (a server pulls what it lacks)');
   return input;
 }
@@ -248,6 +248,7 @@ function toCreateRequest(spec: SandboxSpec, input: SandboxSpecInput): CreateRequ
     ...(Object.keys(spec.metadata).length ? { metadata: spec.metadata } : {}),
     ...(template !== undefined ? { template } : {}),
     ...(spec.image !== undefined ? { image: spec.image } : {}),
+    ...(spec.executables !== undefined ? { executables: [...spec.executables] } : {}),
     ...(spec.secrets.length
       ? {
           secrets: spec.secrets.map((x) => ({
