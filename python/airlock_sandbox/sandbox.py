@@ -184,6 +184,15 @@ class Sandbox:
         self._info = SandboxInfo.from_json(self._t.json("POST", self._path("/timeout"), body))
         return self._info
 
+    def set_network_policy(self, network: Dict[str, Any]) -> Dict[str, Any]:
+        """Replace the sandbox's network policy now (same shape as ``network`` at create).
+
+        New connections and DNS answers follow it at once; open connections it denies are
+        closed. Returns the policy in force. A sandbox created without ``network`` refuses
+        (InvalidArgumentError): create it with a network policy to change it later.
+        """
+        return dict(self._t.json("PUT", self._path("/network"), network))
+
     def pause(self) -> SandboxInfo:
         self._info = SandboxInfo.from_json(self._t.json("POST", self._path("/pause")))
         return self._info

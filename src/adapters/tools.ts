@@ -139,7 +139,11 @@ export async function asToolResult<T>(f: () => Promise<T>): Promise<T | ToolErro
 }
 
 /** Executors of the tools over one sandbox, each result bounded by `maxOutputChars`. */
-export function toolExecutors(sbx: PortableSandbox, maxOutputChars = DEFAULT_MAX_OUTPUT_CHARS) {
+export function toolExecutors(
+  sbx: PortableSandbox,
+  maxOutputChars = DEFAULT_MAX_OUTPUT_CHARS,
+  hooks: { onExecution?: (x: Execution) => void } = {},
+) {
   const max = maxOutputChars;
   return {
     async exec(input: ExecInput, signal?: AbortSignal): Promise<ExecOutput | ToolError> {
@@ -178,6 +182,7 @@ export function toolExecutors(sbx: PortableSandbox, maxOutputChars = DEFAULT_MAX
           ...(i.timeoutMs !== undefined ? { timeoutMs: i.timeoutMs } : {}),
           ...(signal ? { signal } : {}),
         });
+        hooks.onExecution?.(x); // the unshaped Execution (airlock mcp-server sends its figures)
         return shapeExecution(x, max);
       });
     },

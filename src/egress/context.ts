@@ -41,6 +41,7 @@ export interface EgressGatewayOptions {
 export interface AttachOptions {
   readonly sandboxId: string;
   readonly plumbing: EgressPlumbing;
+  /** The policy at attach; the one in force is EgressContext.policy (it can be replaced). */
   readonly policy: NetworkPolicy;
   readonly secrets?: SecretLease;
   /** Names of secrets whose sentinels are also swapped in request bodies. */
@@ -78,8 +79,10 @@ export interface EgressContext {
   hold(sock: Socket): void;
   /** File descriptors this sandbox holds in the gateway. */
   fds(): number;
+  /** The network policy in force (the attach's, or the last one set; see SandboxEgress.setPolicy). */
+  readonly policy: NetworkPolicy;
   /** A tunnel handed to the fd relay counts against the sandbox until released. */
-  trackRelayed(t: RelayedTunnel, sockets: readonly Socket[]): () => void;
+  trackRelayed(t: RelayedTunnel, sockets: readonly Socket[], upstream?: Socket): () => void;
   emit(e: Omit<EgressEvent, 'sandboxId' | 'time'>): void;
   emitAllowed(
     protocol: EgressProtocol,

@@ -174,7 +174,7 @@ async function forward(
       idleMs: IDLE_TIMEOUT_MS,
       relay: () =>
         cx.relay && !cx.closed && cx.fds() + RELAY_FDS <= MAX_SOCKETS_PER_SANDBOX ? cx.relay : undefined,
-      track: (t) => cx.trackRelayed(t, []),
+      track: (t) => cx.trackRelayed(t, [], socket),
       fail: sendText,
       report: (bytesUp, bytesDown) =>
         cx.emitAllowed(protocol, hostKey, port, x.address, { bytesUp, bytesDown }, started),

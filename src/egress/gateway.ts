@@ -16,7 +16,8 @@ import {
   type ServerResponse,
 } from 'node:http';
 import { createServer, type Server, type Socket } from 'node:net';
-import { hostAllowedOnSomePort } from '../policy/network.js';
+import { AirlockError } from '../core/errors.js';
+import { decideAddress, decideHost, hostAllowedOnSomePort, type NetworkPolicy } from '../policy/network.js';
 import {
   HEADERS_TIMEOUT_MS,
   IDLE_TIMEOUT_MS,
@@ -61,6 +62,13 @@ export { DNS_PORT, PROXY_ADDRESS, PROXY_PORT, TRANSPARENT_ADDRESS, TRANSPARENT_P
 export const SYNTHETIC_POOL = '198.18.0.0/15';
 /** Distinct names one sandbox's DNS hands synthetic addresses to (bounds its table's memory). */
 export const MAX_DNS_NAMES_PER_SANDBOX = 4096;
+
+/** Where an open upstream connection goes. */
+interface Destination {
+  readonly host: string;
+  readonly port: number;
+  readonly address: string;
+}
 
 /** The runtime-wide part: resolver, dialer and CA shared by every sandbox's egress. */
 export class EgressGateway {
@@ -122,11 +130,21 @@ export class SandboxEgress implements EgressContext {
   private readonly transparentHttpTargets = new WeakMap<Socket, PinnedConnection>();
   /** Client-side TLS sockets of intercepted connections → where their requests may go. */
   private readonly intercepted = new WeakMap<Socket, PinnedConnection>();
+  /**
+   * The policy in force. Replaced whole by setPolicy (never mutated), so a decision that read it once
+   * saw one policy, old or new, never a mix of both.
+   */
+  private current: NetworkPolicy;
+  /** Open upstream connections and where they go: setPolicy closes those the new policy denies. */
+  private readonly upstreams = new Map<Socket, Destination>();
+  /** Tunnels handed to the fd relay and where they go (their sockets are no longer Node's). */
+  private readonly relayedTo = new Map<RelayedTunnel, Destination>();
 
   constructor(
     private readonly gw: EgressGateway,
     readonly o: AttachOptions,
   ) {
+    this.current = o.policy;
     const transparent = o.policy.transparent;
     const listen = (kind: 'tcp' | 'udp', address: string, port: number): number => {
       const fd = o.plumbing.listen(kind, address, port);
@@ -135,7 +153,8 @@ export class SandboxEgress implements EgressContext {
     };
     let dnsFullReported = false;
     this.dns = new FakeDns({
-      allows: (name) => transparent && hostAllowedOnSomePort(o.policy, name),
+      // Asked at every query: an answer follows the policy in force when it is given.
+      allows: (name) => transparent && hostAllowedOnSomePort(this.current, name),
       pool: SYNTHETIC_POOL,
       maxNames: MAX_DNS_NAMES_PER_SANDBOX,
       // Reported once per sandbox (every later new name gets the same REFUSED answer).
@@ -313,10 +332,19 @@ export class SandboxEgress implements EgressContext {
     return this.sockets.size + RELAY_FDS * this.relayed.size;
   }
 
-  trackRelayed(t: RelayedTunnel, sockets: readonly Socket[]): () => void {
+  trackRelayed(t: RelayedTunnel, sockets: readonly Socket[], upstream?: Socket): () => void {
     for (const s of sockets) this.sockets.delete(s);
     this.relayed.add(t);
-    return () => this.relayed.delete(t);
+    const dest = [...sockets, ...(upstream ? [upstream] : [])]
+      .map((s) => this.upstreams.get(s))
+      .find((d) => d !== undefined);
+    if (dest) this.relayedTo.set(t, dest);
+    // Swapped while the tunnel was being handed over: the sweep saw neither the socket nor the tunnel.
+    if (dest && !this.permits(this.current, dest)) t.close();
+    return () => {
+      this.relayed.delete(t);
+      this.relayedTo.delete(t);
+    };
   }
 
   private track(sock: Socket, handle: () => void): void {
@@ -368,12 +396,60 @@ export class SandboxEgress implements EgressContext {
     }
   }
 
-  vet(host: string, port: number): Promise<VetResult> {
-    return vetAndDial(
-      { policy: this.o.policy, resolver: this.gw.resolver, dialer: this.gw.dialer },
-      host,
-      port,
+  /** The network policy in force (the one given at attach, or the last setPolicy's). */
+  get policy(): NetworkPolicy {
+    return this.current;
+  }
+
+  /**
+   * Replace the policy, atomically for this sandbox: every decision from now on (connections, each
+   * request on a kept-alive connection, DNS answers) uses `policy`, and every open upstream
+   * connection it denies (host, port or address) is closed now. DNS answers need no purge: the
+   * responder asks the policy at each query, and a synthetic address handed out earlier is only
+   * ever mapped back to its name, which is then decided under the policy in force.
+   * @throws AirlockError SANDBOX_GONE once closed; INVALID_ARGUMENT when `transparent` differs
+   * (the interception is set up in the sandbox's netns at create).
+   */
+  setPolicy(policy: NetworkPolicy): void {
+    if (this.closed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.o.sandboxId} is gone`);
+    if (policy.transparent !== this.current.transparent) {
+      throw new AirlockError(
+        'INVALID_ARGUMENT',
+        `network.transparent is fixed when the sandbox is created (it is ${String(this.current.transparent)}); keep it, or create a new sandbox`,
+        { field: 'network.transparent' },
+      );
+    }
+    this.current = policy;
+    for (const [sock, dest] of this.upstreams) if (!this.permits(policy, dest)) sock.destroy();
+    for (const [t, dest] of this.relayedTo) if (!this.permits(policy, dest)) t.close();
+  }
+
+  /** Whether `policy` allows a connection already made to `dest` (its name and the address dialled). */
+  private permits(policy: NetworkPolicy, dest: Destination): boolean {
+    return (
+      decideHost(policy, dest.host, dest.port).action === 'allow' &&
+      decideAddress(policy, dest.address, dest.port, dest.host).action === 'allow'
     );
+  }
+
+  async vet(host: string, port: number): Promise<VetResult> {
+    const policy = this.current;
+    const r = await vetAndDial({ policy, resolver: this.gw.resolver, dialer: this.gw.dialer }, host, port);
+    if (!r.ok) return r;
+    const dest: Destination = { host: r.host, port, address: r.address };
+    // The policy changed while this was resolving or dialling: the connection must also pass the new
+    // one, or a dial begun under the old policy would open after the swap's sweep.
+    if (this.current !== policy) {
+      const v = decideHost(this.current, dest.host, port);
+      const va = v.action === 'allow' ? decideAddress(this.current, dest.address, port, dest.host) : v;
+      if (va.action === 'deny') {
+        r.socket.destroy();
+        return { ok: false, host: r.host, address: r.address, verdict: va };
+      }
+    }
+    this.upstreams.set(r.socket, dest);
+    r.socket.once('close', () => this.upstreams.delete(r.socket));
+    return r;
   }
 
   denyEvent(protocol: EgressProtocol, r: Refused, port: number, started: number): void {

@@ -3,6 +3,7 @@
 // thing, so one audit store can keep both; `kind` tells them apart.
 import { appendFileSync } from 'node:fs';
 import type { CodeDecision, CodeFinding, CodeLanguage } from '../core/code.js';
+import type { NetworkPolicy } from '../core/network-spec.js';
 import type { EgressEvent } from '../egress/events.js';
 
 export interface McpFindingRef {
@@ -53,9 +54,26 @@ export interface CodeAuditEvent {
   readonly context?: string;
 }
 
+/** A live sandbox's network policy was replaced (sbx.setNetworkPolicy). */
+export interface NetworkAuditEvent {
+  readonly kind: 'network';
+  readonly sandboxId: string;
+  readonly time: string;
+  readonly decision: 'allow';
+  /** One line: the new allow and deny lists. */
+  readonly reason: string;
+  /** No error code: a change is never a refusal (a refused change throws and is not recorded). */
+  readonly code?: undefined;
+  readonly previous: NetworkPolicy;
+  readonly policy: NetworkPolicy;
+}
+
 /** One audit event (JSON line): a call, a verdict or a finding. */
 export type AuditEvent =
-  McpAuditEvent | CodeAuditEvent | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
+  | McpAuditEvent
+  | CodeAuditEvent
+  | NetworkAuditEvent
+  | (EgressEvent & { readonly kind: 'egress'; readonly server?: string });
 
 export type AuditSink = (e: AuditEvent) => void;
 

@@ -463,7 +463,9 @@ export class Airlock {
         this.live.delete(gone);
         this.redactions.delete(gone);
       },
-      ...(net ? { env: net.env, onKill: net.close, egressQuiet: net.quiet } : {}),
+      ...(net
+        ? { env: net.env, onKill: net.close, egressQuiet: net.quiet, setNetworkPolicy: net.setPolicy }
+        : {}),
       snapshot: (record) => this.snapshotOf(record),
       ...(this.auditSink ? { audit: this.auditSink } : {}),
     });
@@ -575,6 +577,7 @@ export class Airlock {
     env: Record<string, string>;
     close: () => Promise<void>;
     quiet: NonNullable<SandboxHooks['egressQuiet']>;
+    setPolicy: NonNullable<SandboxHooks['setNetworkPolicy']>;
     canaryFiles: Array<{ path: string; content: string }>;
     redaction?: ReturnType<SecretLease['redactionSet']>;
   }> {
@@ -621,6 +624,7 @@ export class Airlock {
         env,
         close: () => egress.close(),
         quiet: { mark: () => egress.activityMark(), since: (m) => egress.quietSince(m) },
+        setPolicy: (p) => egress.setPolicy(p),
         canaryFiles: lease?.canaryFiles() ?? [],
         ...(lease ? { redaction: lease.redactionSet() } : {}),
       };

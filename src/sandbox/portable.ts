@@ -8,6 +8,7 @@
 import { AirlockError } from '../core/errors.js';
 import type { ExecCommand, SandboxSpecInput } from '../core/spec.js';
 import type { EgressEvent } from '../egress/events.js';
+import type { NetworkPolicy, NetworkPolicyInput } from '../core/network-spec.js';
 import type { SandboxFiles } from './files.js';
 import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../core/code.js';
 import type { ExecHandle, ExecOptions, ExecResult, SandboxProcess, SpawnOptions } from './sandbox.js';
@@ -50,6 +51,11 @@ export interface PortableSandbox {
   watchEgress(signal?: AbortSignal): AsyncIterable<EgressEvent>;
   pause(): Promise<void>;
   resume(): Promise<void>;
+  /**
+   * Replace the network policy now (see Sandbox.setNetworkPolicy); resolves to the policy in force.
+   * A sandbox created with no network refuses (INVALID_ARGUMENT, field "network").
+   */
+  setNetworkPolicy(policy: NetworkPolicyInput): Promise<NetworkPolicy>;
   /** Run code (the static analysis first; see docs/guides/code-execution.md). */
   runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
   createCodeContext(opts?: CreateCodeContextOptions): Promise<CodeContextRef>;

@@ -23,7 +23,9 @@ import { checkedArgv } from './exec-check.js';
 import { imageCheckedArgv, imageHelperArgv } from './image-tools.js';
 import type { SnapshotBase } from './snapshot.js';
 import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOptions } from '../core/code.js';
-import type { AuditSink, CodeAuditEvent } from '../mcp/audit.js';
+import type { AuditSink, CodeAuditEvent, NetworkAuditEvent } from '../mcp/audit.js';
+import type { NetworkPolicy, NetworkPolicyInput } from '../core/network-spec.js';
+import { changeNetworkPolicy, type SetEgressPolicy } from './network.js';
 import { CodeRunner } from './code/runner.js';
 
 /** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
@@ -138,6 +140,8 @@ export interface SandboxHooks {
   readonly egressQuiet?: { mark(): number; since(mark: number): boolean };
   /** Wraps a new snapshot's record into the Snapshot its runtime can fork. */
   readonly snapshot?: (record: SnapshotRecord) => SnapshotBase<SandboxBase>;
+  /** Swaps the egress gateway's policy (absent: the sandbox has no network). */
+  readonly setNetworkPolicy?: SetEgressPolicy;
   /** Where the code analysis's decisions go besides the sandbox's own code events (Airlock's `audit`). */
   readonly audit?: AuditSink;
 }
@@ -149,7 +153,12 @@ type KillReason = 'ttl' | 'killed';
 
 export class SandboxBase {
   readonly id: string;
-  readonly spec: SandboxSpec;
+  /** Its spec; `network` is the policy in force (setNetworkPolicy replaces it). */
+  get spec(): SandboxSpec {
+    return this.specNow;
+  }
+  private specNow: SandboxSpec;
+  private readonly networkListeners = new Set<(e: NetworkAuditEvent) => void>();
   readonly createdAt = new Date();
   readonly files: SandboxFiles;
   /** The workspace against its host dir: `diff()` gets a cow workspace's changes back. */
@@ -176,7 +185,7 @@ export class SandboxBase {
     private readonly hooks: SandboxHooks,
   ) {
     this.id = backend.id;
-    this.spec = spec;
+    this.specNow = spec;
     this.spillBudget = { left: hooks.maxSpillBytes };
     if (spec.persistent) {
       this.expiresAtMs = Infinity; // exempt from the TTL: lives until kill() (or this process ends)
@@ -229,6 +238,37 @@ export class SandboxBase {
     this.ttlTimer = setTimeout(() => void this.terminate('ttl'), ttlMs);
     this.ttlTimer.unref();
     this.expiresAtMs = Date.now() + ttlMs;
+  }
+
+  /**
+   * Replace the sandbox's network policy while it runs (namespaces, gVisor and microVM tiers: the
+   * egress gateway swaps it atomically). New connections, each new request on a kept-alive
+   * connection and DNS answers follow the new policy at once; open connections it denies are
+   * closed; secrets bound to hosts it denies are no longer swapped in. `spec.network` shows it, and
+   * the change is an audit event (`{ kind: 'network' }`, onNetworkPolicy).
+   * @throws AirlockError INVALID_ARGUMENT (a malformed policy; a sandbox created with no network;
+   * a different `transparent`), SANDBOX_GONE.
+   */
+  async setNetworkPolicy(policy: NetworkPolicyInput): Promise<NetworkPolicy> {
+    this.assertAlive();
+    const now = changeNetworkPolicy(
+      {
+        sandboxId: this.id,
+        current: this.specNow.network,
+        setEgress: this.hooks.setNetworkPolicy,
+        audit: this.hooks.audit,
+        listeners: this.networkListeners,
+      },
+      policy,
+    );
+    this.specNow = { ...this.specNow, network: now };
+    return now;
+  }
+
+  /** Subscribe to network policy changes; returns the unsubscribe function. */
+  onNetworkPolicy(listener: (e: NetworkAuditEvent) => void): () => void {
+    this.networkListeners.add(listener);
+    return () => this.networkListeners.delete(listener);
   }
 
   exec(cmd: ExecCommand, opts: ExecOptions & { background: true }): Promise<ExecHandle>;

@@ -1,3 +1,5 @@
+import type { NetworkPolicyInput } from '../core/network-spec.js';
+import { NetworkPolicyViewSchema, type NetworkPolicyView } from './network-wire.js';
 import type { Duplex } from 'node:stream';
 import { connectPortVia } from './port-client.js';
 // RemoteSandboxApi: the SandboxApi over the native REST API, with node:http so that it reaches a
@@ -417,6 +419,10 @@ export class RemoteSandboxApi implements SandboxApi {
 
   setTimeout(id: string, ttlMs: number, _caller?: Caller): Promise<SandboxView> {
     return this.json(SandboxViewSchema, 'POST', this.sbx(id, '/timeout'), { json: { ttlMs } });
+  }
+
+  setNetworkPolicy(id: string, policy: NetworkPolicyInput, _caller?: Caller): Promise<NetworkPolicyView> {
+    return this.json(NetworkPolicyViewSchema, 'PUT', this.sbx(id, '/network'), { json: policy });
   }
 
   pause(id: string, _caller?: Caller): Promise<SandboxView> {

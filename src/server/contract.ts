@@ -8,6 +8,8 @@
 //     to reach the supervisor (HTTP over its unix socket), and the remote SDK to reach a server;
 //   - the E2B routes (server/e2b/) and the front server's tenant scoping wrap a SandboxApi.
 // Byte streams are Web streams (ReadableStream<Uint8Array>), so Hono and fetch pass them through.
+import type { NetworkPolicyInput } from '../core/network-spec.js';
+import type { NetworkPolicyView } from './network-wire.js';
 import type { Duplex } from 'node:stream';
 import { z } from 'zod';
 import { CodePolicySchema } from '../core/code.js';
@@ -359,4 +361,10 @@ export interface SandboxApi {
   createCodeContext?(id: string, req: CreateCodeContextRequest, caller: Caller): Promise<CodeContextRef>;
   listCodeContexts?(id: string, caller: Caller): Promise<CodeContextRef[]>;
   closeCodeContext?(id: string, contextId: string, caller: Caller): Promise<void>;
+
+  /**
+   * Replace a live sandbox's network policy (route PUT /v1/sandboxes/:id/network;
+   * server/network-wire.ts); answers with the policy in force. Optional like connectPort.
+   */
+  setNetworkPolicy?(id: string, policy: NetworkPolicyInput, caller: Caller): Promise<NetworkPolicyView>;
 }

@@ -1,3 +1,5 @@
+import type { NetworkPolicyInput } from '../core/network-spec.js';
+import type { NetworkPolicyView } from './network-wire.js';
 import type { Duplex } from 'node:stream';
 import { PreviewAccessTable } from './preview.js';
 // LocalSandboxApi: the SandboxApi over an Airlock in this process (the supervisor serves it). It maps
@@ -180,6 +182,22 @@ export class LocalSandboxApi implements SandboxApi {
     const sbx = this.sbx(id);
     sbx.setTimeout(ttlMs);
     return this.view(sbx);
+  }
+
+  async setNetworkPolicy(
+    id: string,
+    policy: NetworkPolicyInput,
+    _caller: Caller,
+  ): Promise<NetworkPolicyView> {
+    const sbx = this.sbx(id);
+    await sbx.setNetworkPolicy(policy);
+    const n = sbx.spec.network!;
+    return {
+      allow: [...n.allow],
+      deny: [...n.deny],
+      transparent: n.transparent,
+      allowPrivate: [...n.allowPrivate],
+    };
   }
 
   async pause(id: string, _caller: Caller): Promise<SandboxView> {

@@ -15,6 +15,7 @@ import {
   TemplateEventSchema,
   TemplateViewSchema,
 } from './contract.js';
+import { NetworkPolicyRequestSchema, NetworkPolicyViewSchema } from './network-wire.js';
 import {
   CodeContextViewSchema,
   CodeEventSchema,
@@ -89,6 +90,15 @@ export const NATIVE_ROUTES: readonly RouteDoc[] = [
     summary: "Set the sandbox's TTL from now",
     body: { kind: 'json', schema: TimeoutRequestSchema },
     response: json(SandboxViewSchema),
+  },
+  {
+    method: 'put',
+    path: `${S}/network`,
+    summary:
+      "Replace the sandbox's network policy now: new connections and DNS answers follow it, open " +
+      'connections it denies are closed. Answers with the policy in force.',
+    body: { kind: 'json', schema: NetworkPolicyRequestSchema },
+    response: json(NetworkPolicyViewSchema),
   },
   { method: 'post', path: `${S}/pause`, summary: 'Freeze every process', response: json(SandboxViewSchema) },
   {

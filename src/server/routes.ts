@@ -17,6 +17,8 @@ import {
   type TemplateBuildRequest,
 } from './contract.js';
 import { openApiDocument } from './openapi.js';
+import { NetworkPolicyRequestSchema } from './network-wire.js';
+import type { NetworkPolicy } from '../core/network-spec.js';
 import { TemplateBuildBodySchema } from './templates.js';
 import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
 import { errorResponse, tooLarge } from './http-errors.js';
@@ -370,6 +372,16 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
     h(async (c, caller) => {
       await code().closeCodeContext(c.req.param('id')!, c.req.param('ctx')!, caller);
       return none();
+    }),
+  );
+  // A live sandbox's network policy (server/network-wire.ts).
+  app.put(
+    '/v1/sandboxes/:id/network',
+    h(async (c, caller) => {
+      if (!api.setNetworkPolicy)
+        throw new AirlockError('BACKEND_UNAVAILABLE', 'this server cannot change network policies');
+      const policy = await body<NetworkPolicy>(c, NetworkPolicyRequestSchema, 'INVALID_ARGUMENT');
+      return ok(c, await api.setNetworkPolicy(c.req.param('id')!, policy, caller));
     }),
   );
   if (opts.openapi !== false) app.get('/openapi.json', (c) => c.json(openApiDocument()));

@@ -4,6 +4,8 @@
 //
 // The one scoping rule: a sandbox id the caller's tenant does not own answers SANDBOX_NOT_FOUND,
 // exactly like an id that never existed (same code, same message shape), so ids are no oracle.
+import type { NetworkPolicyInput } from '../core/network-spec.js';
+import type { NetworkPolicyView } from './network-wire.js';
 import type { EgressEvent } from '../egress/events.js';
 import { AirlockError } from '../core/errors.js';
 import type { CodeContextRef } from '../core/code.js';
@@ -258,6 +260,15 @@ export class TenantScopedApi implements SandboxApi {
     this.store.setDeadline(id, deadline);
     this.arm(id, deadline);
     return this.view({ ...r, deadline }, v);
+  }
+
+  async setNetworkPolicy(id: string, policy: NetworkPolicyInput, caller: Caller): Promise<NetworkPolicyView> {
+    this.owned(id, caller); // another tenant's id: SANDBOX_NOT_FOUND, as for every call
+    const inner = this.inner.setNetworkPolicy?.bind(this.inner);
+    if (!inner) throw new AirlockError('BACKEND_UNAVAILABLE', 'this server cannot change network policies');
+    const now = await this.goneFromSupervisor(id, () => inner(id, policy, caller));
+    this.store.event('network.changed', caller.tenant, id, { policy: now });
+    return now;
   }
 
   async pause(id: string, caller: Caller): Promise<SandboxView> {

@@ -229,15 +229,37 @@ describe.skipIf(!canRunNamespaces)(`AI SDK sandbox session, local (${SKIP_REASON
     }
   });
 
-  it('keeps the network policy fixed: the same policy is accepted, another one is a typed error', async () => {
+  it('setNetworkPolicy on a sandbox made with no network: null is a no-op, a policy is a typed error', async () => {
     await session.setNetworkPolicy(null); // it has none: still none
     const e = await expectError(
       session.setNetworkPolicy({ allow: ['example.com'] }),
       'INVALID_ARGUMENT',
       'network',
     );
-    expect(e.message).toContain('create a new session');
+    expect(e.message).toContain('create it with a network policy');
     await expectError(session.setNetworkPolicy({ allow: ['*'] }), 'INVALID_ARGUMENT');
+  });
+
+  it('setNetworkPolicy changes a live sandbox: its own DNS answers follow the new policy, each change is an event', async () => {
+    // Only the sandbox's own DNS responder (127.0.0.1:53 in its netns) is asked: no traffic leaves.
+    const netSession = await createAirlockSandboxSession({ airlock, spec: { network: { allow: [] } } });
+    try {
+      const changes: string[][] = [];
+      (netSession.sandbox as Sandbox).onNetworkPolicy((e) => changes.push([...e.policy.allow]));
+      const resolve = async () =>
+        (
+          await netSession.run({ command: 'a=$(getent hosts example.com) && echo "${a%% *}" || echo none' })
+        ).stdout.trim();
+      expect(await resolve()).toBe('none');
+      await netSession.setNetworkPolicy({ allow: ['example.com'] });
+      expect(await resolve()).toMatch(/^198\.1[89]\./);
+      expect((netSession.sandbox as Sandbox).spec.network?.allow).toEqual(['example.com']);
+      await netSession.setNetworkPolicy(null); // no network access: an empty allow list
+      expect(await resolve()).toBe('none');
+      expect(changes).toEqual([['example.com'], []]);
+    } finally {
+      await netSession.stop();
+    }
   });
 
   it('drives a real tool loop: generateText calls airlockTools and the results reach the model', async () => {
@@ -395,6 +417,9 @@ describe.skipIf(!canRunNamespaces)(`AI SDK sandbox session, remote (${SKIP_REASO
       expect(status).toBe(200);
       await web.kill();
 
+      // The network policy changes on the server too (PUT /v1/sandboxes/:id/network).
+      await expectError(session.setNetworkPolicy({ allow: ['example.com'] }), 'INVALID_ARGUMENT', 'network');
+
       // Without its runtime a remote session cannot reach ports, and says what to pass.
       const bare = airlockSandboxSession(session.sandbox);
       expect((await expectError(bare.getPortUrl(8000), 'INVALID_ARGUMENT', 'airlock')).message).toContain(
@@ -404,5 +429,21 @@ describe.skipIf(!canRunNamespaces)(`AI SDK sandbox session, remote (${SKIP_REASO
       await session.stop();
     }
     expect(server.airlock.list()).toEqual([]);
+  });
+
+  it('setNetworkPolicy reaches a remote sandbox: the server swaps its policy', async () => {
+    const session = await createAirlockSandboxSession({ airlock: remote, spec: { network: { allow: [] } } });
+    try {
+      await session.setNetworkPolicy({ allow: ['example.com'] });
+      expect(server.airlock.get(session.sandbox.id).spec.network?.allow).toEqual(['example.com']);
+      const r = await session.run({
+        command: 'a=$(getent hosts example.com) && echo "${a%% *}" || echo none',
+      });
+      expect(r.stdout.trim()).toMatch(/^198\.1[89]\./);
+      await session.setNetworkPolicy(null);
+      expect(server.airlock.get(session.sandbox.id).spec.network?.allow).toEqual([]);
+    } finally {
+      await session.stop();
+    }
   });
 });

@@ -329,6 +329,54 @@ describe.skipIf(!canRunNamespaces)(`airlock mcp-server (${SKIP_REASON})`, () => 
       }
     });
 
+    it.skipIf(typeof (Sandbox.prototype as { runCode?: unknown }).runCode !== 'function')(
+      'run_code sends a PNG figure as image content, SVG as text, and leaves out what is over the bounds',
+      async () => {
+        const t = new StreamableHTTPClientTransport(new URL(url), {
+          requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
+        });
+        const client = new Client({ name: 'test', version: '1' });
+        await client.connect(t);
+        try {
+          const code = [
+            'import matplotlib.pyplot as plt',
+            'plt.plot([1, 2, 3])',
+            'class Svg:',
+            '    def _repr_svg_(self): return \'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>\'',
+            'class Fake:',
+            "    def _repr_png_(self): return b'GIF89a not a png'",
+            'class Big:',
+            "    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\n' + bytes(3 * 1024 * 1024)",
+            'display(Svg()); display(Fake()); display(Big())',
+          ].join('\n');
+          const r = (await client.callTool(
+            { name: 'run_code', arguments: { code, language: 'python', timeoutMs: 120_000 } },
+            undefined,
+            { timeout: 180_000 },
+          )) as CallToolResult;
+          expect(r.isError).not.toBe(true);
+          const [first, ...rest] = r.content;
+          // The JSON text names every image by size, whatever a client does with image blocks.
+          const json = JSON.parse(first!.type === 'text' ? first!.text : '{}') as { results: unknown[] };
+          expect(JSON.stringify(json.results)).toContain('[image/png,');
+          const images = rest.filter((c) => c.type === 'image');
+          expect(images.length).toBe(1); // the figure; not the fake, not the big one
+          expect(images[0]).toMatchObject({ type: 'image', mimeType: 'image/png' });
+          const png = Buffer.from((images[0] as { data: string }).data, 'base64');
+          expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+          const texts = rest.filter((c) => c.type === 'text').map((c) => (c as { text: string }).text);
+          expect(texts.some((x) => x.startsWith('<svg'))).toBe(true);
+          const note = texts.find((x) => x.startsWith('Images left out'));
+          expect(note).toMatch(/not a PNG/);
+          expect(note).toMatch(/image\/png of 3145736 bytes is over/);
+        } finally {
+          await t.terminateSession();
+          await client.close();
+        }
+      },
+      240_000,
+    );
+
     it('stops on SIGTERM, killing the sandboxes of open sessions', async () => {
       const t = new StreamableHTTPClientTransport(new URL(url), {
         requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },

@@ -13,10 +13,7 @@ import type {
   Experimental_SandboxProcess as SandboxProcessHandle,
   Experimental_SandboxSession as SandboxSession,
 } from 'ai';
-import { jsonEqual } from '../../core/canonical-json.js';
 import { AirlockError } from '../../core/errors.js';
-import { NetworkPolicySchema } from '../../core/network-spec.js';
-import { parseOrThrow } from '../../core/validate.js';
 import type { NetworkPolicyInput } from '../../core/network-spec.js';
 import type { SandboxSpecInput } from '../../core/spec.js';
 import type { PortableSandbox } from '../../sandbox/portable.js';
@@ -299,22 +296,24 @@ export class AirlockSandboxSession implements SandboxSession {
   }
 
   /**
-   * An Airlock sandbox's egress policy is fixed when it is created (its proxy, DNS and secret leases
-   * are set up for it). The same policy again is accepted; another one is an INVALID_ARGUMENT error
-   * that says to create the session with that policy instead.
+   * Replace the sandbox's egress policy now (sbx.setNetworkPolicy: the gateway swaps it atomically
+   * and closes open connections the new policy denies). `null` means no network access: an empty
+   * allow list (a sandbox created with no network already has none). A sandbox created with no
+   * network cannot be given one (INVALID_ARGUMENT, field "network": create the session with
+   * spec.network set).
    */
   async setNetworkPolicy(policy: NetworkPolicyInput | null): Promise<void> {
-    const wanted =
-      policy === null || policy === undefined
-        ? undefined
-        : parseOrThrow(NetworkPolicySchema, policy, 'network policy', 'INVALID_ARGUMENT');
-    const current = (this.sandbox as { spec?: { network?: unknown } }).spec?.network;
-    if (jsonEqual(wanted ?? null, current ?? null)) return;
-    throw new AirlockError(
-      'INVALID_ARGUMENT',
-      "an Airlock sandbox's network policy is fixed when it is created; create a new session with spec.network set to this policy",
-      { field: 'network' },
-    );
+    if (policy !== null && policy !== undefined) {
+      await this.sandbox.setNetworkPolicy(policy);
+      return;
+    }
+    try {
+      await this.sandbox.setNetworkPolicy({ allow: [] });
+    } catch (e) {
+      // Created with no network: it already has no network access, which is what null asks for.
+      if (AirlockError.is(e, 'INVALID_ARGUMENT') && (e as AirlockError).field === 'network') return;
+      throw e;
+    }
   }
 
   /** Stop the session: close its port listeners and kill the sandbox. Idempotent. */

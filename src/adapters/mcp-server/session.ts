@@ -9,6 +9,8 @@ import { z } from 'zod';
 import { AirlockError } from '../../core/errors.js';
 import { BACKEND_NAMES, type BackendName, type SandboxSpecInput } from '../../core/spec.js';
 import type { PortableSandbox } from '../../sandbox/portable.js';
+import type { Execution } from '../../core/code.js';
+import { withFigures } from './images.js';
 import {
   DEFAULT_MAX_OUTPUT_CHARS,
   ExecInputSchema,
@@ -179,7 +181,15 @@ export class AirlockMcpSession {
     s.registerTool(
       'run_code',
       { description: TOOL_DESCRIPTIONS.runCode, inputSchema: RunCodeMcpSchema },
-      onSandbox((x, { sandbox_id: _, ...i }, signal) => x.runCode(i, signal)),
+      async ({ sandbox_id, ...i }, extra): Promise<CallToolResult> => {
+        let raw: Execution | undefined;
+        const out = await asToolResult(async () => {
+          const sbx = await this.sandboxFor(sandbox_id);
+          return toolExecutors(sbx, max, { onExecution: (x) => (raw = x) }).runCode(i, extra.signal);
+        });
+        // PNG figures as image content, SVG as text, bounded (images.ts).
+        return withFigures(result(out), raw, max);
+      },
     );
     s.registerTool(
       'read_file',

@@ -2,6 +2,8 @@
 // output callbacks, files, setTimeout, pause/resume, snapshot, kill, `await using`) over a SandboxApi
 // (RemoteSandboxApi: the native REST API). What only the server's host can do (spawn with raw pipes,
 // host workspace diffs) is not here.
+import type { NetworkPolicyInput } from '../../core/network-spec.js';
+import type { NetworkPolicyView } from '../network-wire.js';
 import { Readable } from 'node:stream';
 import { AirlockError } from '../../core/errors.js';
 import {
@@ -430,6 +432,22 @@ export class RemoteSandbox implements PortableSandbox {
       yield* this.ctx.api.egressEvents(this.id, this.ctx.caller, signal);
     } catch (e) {
       if (signal?.aborted) return;
+      throw this.mapGone(e);
+    }
+  }
+
+  /**
+   * Replace the sandbox's network policy now (PUT /v1/sandboxes/:id/network), as the library's
+   * sbx.setNetworkPolicy; `spec.network` is not kept here: the answer is the policy in force.
+   */
+  async setNetworkPolicy(policy: NetworkPolicyInput): Promise<NetworkPolicyView> {
+    this.assertAlive();
+    const api = this.ctx.api;
+    if (!api.setNetworkPolicy)
+      throw new AirlockError('BACKEND_UNAVAILABLE', 'this API cannot change network policies');
+    try {
+      return await api.setNetworkPolicy(this.id, policy, this.ctx.caller);
+    } catch (e) {
       throw this.mapGone(e);
     }
   }
