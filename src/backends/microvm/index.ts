@@ -12,6 +12,7 @@ import type {
   BackendV1,
   ProbeCheck,
   ReapReport,
+  SnapshotStoreV1,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, Limits, SandboxSpec } from '../../core/spec.js';
@@ -35,6 +36,7 @@ import {
   type Accel,
 } from './qemu.js';
 import { MicrovmSandbox, type VmAssets } from './sandbox.js';
+import { readVmRecord } from './snapshot.js';
 
 const run = promisify(execFile);
 
@@ -56,13 +58,14 @@ function unsupported(spec: SandboxSpec): string | undefined {
   if (spec.workspace.mode !== 'empty')
     return `workspace mode '${spec.workspace.mode}' (host dirs are not shared into the VM yet)`;
   if (spec.mounts.length) return 'mounts (host dirs are not shared into the VM yet)';
-  if (spec.layers?.length) return 'snapshot layers (snapshots of the microvm tier are a later milestone)';
   return undefined;
 }
 
 export class MicrovmBackend implements BackendV1 {
   readonly specificationVersion = 'v1' as const;
   readonly name: BackendName = 'microvm';
+  /** Snapshots are whole VMs (memory and device state): see sandbox.ts saveVm and snapshot.ts. */
+  readonly snapshots: SnapshotStoreV1;
   private readonly host: SandboxHost;
   private readonly cacheDir: string;
   private readonly qemuPath: string | undefined;
@@ -82,6 +85,7 @@ export class MicrovmBackend implements BackendV1 {
       { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits, egressAhead: false },
       opts,
     );
+    this.snapshots = this.host.snapshots;
     this.cacheDir = opts.cacheDir ?? DEFAULT_CACHE_DIR;
     this.qemuPath = opts.qemuPath ?? findQemu();
     this.forcedAccel = opts.accel;
@@ -199,7 +203,26 @@ export class MicrovmBackend implements BackendV1 {
       { dir: parts.layout.etcDir, at: '/etc' },
     ]);
     const sbx = new MicrovmSandbox(parts);
-    await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal);
+    await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal, this.restoreOf(spec));
     return sbx;
+  }
+
+  /**
+   * A fork: the saved VM of the top layer (the host state already checked the chain). A microVM
+   * sandbox keeps all it wrote in guest RAM, so only a microVM snapshot's memory can start one.
+   */
+  private restoreOf(spec: SandboxSpec): Parameters<MicrovmSandbox['boot']>[2] {
+    const top = spec.layers?.[0];
+    if (top === undefined) return undefined;
+    const store = this.host.layerStore;
+    const record = store.get(top);
+    if (record?.backend !== this.name || !record.memory || record.memory.skipped !== undefined)
+      throw new AirlockError(
+        'INVALID_SPEC',
+        `layers.0: snapshot ${top} holds no microVM state (a microvm sandbox starts only from a snapshot of a microvm sandbox)`,
+        { field: 'layers.0' },
+      );
+    const memoryDir = store.memoryDir(top);
+    return { memoryDir, vm: readVmRecord(memoryDir) };
   }
 }

@@ -67,6 +67,8 @@ export interface QemuStart {
   readonly enterNetns: <T>(f: () => T) => T;
   /** An fd QEMU inherits as its fd 4 (TAP_FD in qemu.ts): the guest's tap. */
   readonly tapFd?: number;
+  /** An fd QEMU inherits as its fd 5 (INCOMING_FD in qemu.ts): a snapshot's migration stream. */
+  readonly incomingFd?: number;
   /** What the jail shows QEMU (at the paths of JAILED in qemu.ts, which `args` must use). */
   readonly jail: {
     /** An empty dir owned by root: the jail's mount point (in QEMU's mount namespace only). */
@@ -120,8 +122,16 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     spawn('/bin/sh', ['-c', TRAMPOLINE, 'trampoline', ...jail, ...setpriv], {
       env: {},
       cwd: '/',
-      // fd 4 (the tap, if any) survives the trampoline and setpriv: neither closes inherited fds.
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(o.tapFd !== undefined ? [o.tapFd] : [])],
+      // fds 4 and 5 (the tap, the migration stream, if any) survive the trampoline and setpriv:
+      // neither closes inherited fds.
+      stdio: [
+        'ignore',
+        'ignore',
+        'pipe',
+        'pipe',
+        o.tapFd ?? 'ignore',
+        ...(o.incomingFd !== undefined ? [o.incomingFd] : []),
+      ],
     }),
   );
   const gate = (child.stdio as unknown as Array<Readable & Writable>)[GATE_FD]!;
