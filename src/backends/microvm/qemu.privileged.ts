@@ -26,15 +26,15 @@ const GATE_FD = 3;
  * The jail, as root in fresh mount and PID namespaces (unshare forks: this runs as the namespace's
  * PID 1 and QEMU becomes it; unshare waits outside and dies with Airlock, taking it along). $1 the
  * jail's (empty, root-owned) mount point, $2-$4 kernel, initramfs and rootfs, $5 the VM dir, $6
- * "kvm" or not; the rest is setpriv's command line. `set -e`: any failure and QEMU never starts.
+ * "kvm" or not, $7 the spill dir (snapshot streams, on disk); the rest is setpriv's command line. `set -e`: any failure and QEMU never starts.
  * After pivot_root there is no /proc, which util-linux's libmount needs: busybox (static) unmounts
  * the old root (its empty mount point stays: the jail's root is read-only by then).
  */
 const JAIL = `set -e
-J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; shift 6
+J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; S=$7; shift 7
 /usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
 cd "$J"
-/usr/bin/mkdir usr boot vm dev .old
+/usr/bin/mkdir usr boot vm spill dev .old
 /usr/bin/ln -s usr/lib64 lib64
 /usr/bin/ln -s usr/lib lib
 /usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs dev/null dev/urandom
@@ -43,6 +43,7 @@ cd "$J"
 /usr/bin/mount --bind -o ro,nosuid,nodev "$I" boot/initramfs
 /usr/bin/mount --bind -o ro,nosuid,nodev "$R" boot/rootfs
 /usr/bin/mount --bind -o nosuid,nodev,noexec "$V" vm
+/usr/bin/mount --bind -o nosuid,nodev,noexec "$S" spill
 /usr/bin/mount --bind -o ro,nosuid,noexec /dev/null dev/null
 /usr/bin/mount --bind -o ro,nosuid,noexec /dev/urandom dev/urandom
 if [ "$A" = kvm ]; then /usr/bin/touch dev/kvm; /usr/bin/mount --bind -o nosuid,noexec /dev/kvm dev/kvm; fi
@@ -78,6 +79,11 @@ export interface QemuStart {
     readonly rootfs: string;
     /** The VM's dir (agent socket, console log), owned by the sandbox uid. */
     readonly vmDir: string;
+    /**
+     * A dir on disk, owned by the sandbox uid, where QEMU writes a snapshot's migration stream (the
+     * VM dir is on a small shared tmpfs whose pages would count against the sandbox's memory).
+     */
+    readonly spillDir: string;
     readonly kvm: boolean;
   };
 }
@@ -114,8 +120,8 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
       `QEMU must live under /usr (the jail shows only /usr): ${o.qemu}`,
     );
   const j = o.jail;
-  const jail = [j.dir, j.kernel, j.initramfs, j.rootfs, j.vmDir, j.kvm ? 'kvm' : 'tcg'];
-  if (jail.slice(0, 5).some((a) => !a.startsWith('/')))
+  const jail = [j.dir, j.kernel, j.initramfs, j.rootfs, j.vmDir, j.kvm ? 'kvm' : 'tcg', j.spillDir];
+  if ([...jail.slice(0, 5), j.spillDir].some((a) => !a.startsWith('/')))
     throw new AirlockError('INTERNAL', `jail paths must be absolute: ${jail.join(' ')}`);
   libc().cloexecFrom(3);
   const child = o.enterNetns(() =>

@@ -62,7 +62,7 @@ export const JAILED = {
   consoleLog: '/vm/console.log',
   qmpSocket: '/vm/qmp.sock',
   /** Where QEMU writes a snapshot's migration stream (then copied out by root: snapshot.ts). */
-  snapshotFile: '/vm/snapshot',
+  snapshotFile: '/spill/snapshot',
 } as const;
 
 /** Where QEMU finds the tap fd it inherits (after stdin/stdout/stderr and the start gate). */
