@@ -24,6 +24,7 @@ import {
   ensureInitramfs,
   ensurePackageLayer,
   ensureRootfs,
+  ensureVmmSeccomp,
   findKernel,
   type Kernel,
 } from './assets.js';
@@ -162,7 +163,14 @@ export class MicrovmBackend implements BackendV1 {
     this.bootAssets ??= (async () => {
       const agent = await ensureAgent(this.cacheDir);
       const initramfs = await ensureInitramfs(this.cacheDir, this.kernel!, agent);
-      return { qemu: this.qemuPath!, accel: 'tcg' as Accel, kernel: this.kernel!.vmlinuz, initramfs };
+      const vmmSeccomp = await ensureVmmSeccomp(this.cacheDir);
+      return {
+        qemu: this.qemuPath!,
+        accel: 'tcg' as Accel,
+        kernel: this.kernel!.vmlinuz,
+        initramfs,
+        vmmSeccomp,
+      };
     })();
     this.bootAssets.catch(() => (this.bootAssets = undefined));
     return this.bootAssets;

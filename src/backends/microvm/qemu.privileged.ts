@@ -26,22 +26,25 @@ const GATE_FD = 3;
  * The jail, as root in fresh mount and PID namespaces (unshare forks: this runs as the namespace's
  * PID 1 and QEMU becomes it; unshare waits outside and dies with Airlock, taking it along). $1 the
  * jail's (empty, root-owned) mount point, $2-$4 kernel, initramfs and rootfs, $5 the VM dir, $6
- * "kvm" or not, $7 the spill dir (snapshot streams, on disk); the rest is setpriv's command line. `set -e`: any failure and QEMU never starts.
+ * "kvm" or not, $7 the spill dir (snapshot streams, on disk), $8 the seccomp helper (shown at
+ * /boot/vmm-seccomp: setpriv execs it, it installs the filter from fd 6 and execs QEMU); the rest
+ * is setpriv's command line. `set -e`: any failure and QEMU never starts.
  * After pivot_root there is no /proc, which util-linux's libmount needs: busybox (static) unmounts
  * the old root (its empty mount point stays: the jail's root is read-only by then).
  */
 const JAIL = `set -e
-J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; S=$7; shift 7
+J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; S=$7; F=$8; shift 8
 /usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
 cd "$J"
 /usr/bin/mkdir usr boot vm spill dev .old
 /usr/bin/ln -s usr/lib64 lib64
 /usr/bin/ln -s usr/lib lib
-/usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs dev/null dev/urandom
+/usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs boot/vmm-seccomp dev/null dev/urandom
 /usr/bin/mount --bind -o ro,nosuid,nodev /usr usr
 /usr/bin/mount --bind -o ro,nosuid,nodev "$K" boot/vmlinuz
 /usr/bin/mount --bind -o ro,nosuid,nodev "$I" boot/initramfs
 /usr/bin/mount --bind -o ro,nosuid,nodev "$R" boot/rootfs
+/usr/bin/mount --bind -o ro,nosuid,nodev "$F" boot/vmm-seccomp
 /usr/bin/mount --bind -o nosuid,nodev,noexec "$V" vm
 /usr/bin/mount --bind -o nosuid,nodev,noexec "$S" spill
 /usr/bin/mount --bind -o ro,nosuid,noexec /dev/null dev/null
@@ -70,6 +73,11 @@ export interface QemuStart {
   readonly tapFd?: number;
   /** An fd QEMU inherits as its fd 5 (INCOMING_FD in qemu.ts): a snapshot's migration stream. */
   readonly incomingFd?: number;
+  /**
+   * Airlock's own seccomp filter on QEMU, beside QEMU's `-sandbox`: the helper (guest/vmm-seccomp.c,
+   * built by assets.ts) and an fd holding the raw program (seccomp.ts), read by the helper as fd 6.
+   */
+  readonly seccomp: { readonly helper: string; readonly filterFd: number };
   /** What the jail shows QEMU (at the paths of JAILED in qemu.ts, which `args` must use). */
   readonly jail: {
     /** An empty dir owned by root: the jail's mount point (in QEMU's mount namespace only). */
@@ -110,6 +118,7 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     '--pdeathsig',
     'KILL',
     '--',
+    '/boot/vmm-seccomp',
     o.qemu,
     ...o.args,
   ];
@@ -120,15 +129,24 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
       `QEMU must live under /usr (the jail shows only /usr): ${o.qemu}`,
     );
   const j = o.jail;
-  const jail = [j.dir, j.kernel, j.initramfs, j.rootfs, j.vmDir, j.kvm ? 'kvm' : 'tcg', j.spillDir];
-  if ([...jail.slice(0, 5), j.spillDir].some((a) => !a.startsWith('/')))
+  const jail = [
+    j.dir,
+    j.kernel,
+    j.initramfs,
+    j.rootfs,
+    j.vmDir,
+    j.kvm ? 'kvm' : 'tcg',
+    j.spillDir,
+    o.seccomp.helper,
+  ];
+  if ([...jail.slice(0, 5), j.spillDir, o.seccomp.helper].some((a) => !a.startsWith('/')))
     throw new AirlockError('INTERNAL', `jail paths must be absolute: ${jail.join(' ')}`);
   libc().cloexecFrom(3);
   const child = o.enterNetns(() =>
     spawn('/bin/sh', ['-c', TRAMPOLINE, 'trampoline', ...jail, ...setpriv], {
       env: {},
       cwd: '/',
-      // fds 4 and 5 (the tap, the migration stream, if any) survive the trampoline and setpriv:
+      // fds 4-6 (the tap, the migration stream, the seccomp filter) survive the trampoline and setpriv:
       // neither closes inherited fds.
       stdio: [
         'ignore',
@@ -136,7 +154,8 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
         'pipe',
         'pipe',
         o.tapFd ?? 'ignore',
-        ...(o.incomingFd !== undefined ? [o.incomingFd] : []),
+        o.incomingFd ?? 'ignore',
+        o.seccomp.filterFd,
       ],
     }),
   );

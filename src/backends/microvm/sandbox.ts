@@ -33,6 +33,7 @@ import { SANDBOX_UID } from '../host/rootfs.js';
 import { AgentConnection } from './agent.js';
 import { GUEST_KERNEL_BYTES, INCOMING_FD, JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
 import { Qmp } from './qmp.js';
+import { vmmSeccompFilter } from './seccomp.js';
 import { RAM_FILE, VM_FILE, takeStream, type VmRecord } from './snapshot.js';
 import { startQemu, type QemuProcess } from './qemu.privileged.js';
 import { GUEST_ADDRESS, TAP_HOST_ADDRESS, interceptGuestTcp, makeTap } from './tap.privileged.js';
@@ -56,6 +57,8 @@ export interface VmAssets {
   readonly kernel: string;
   readonly initramfs: string;
   readonly rootfs: string;
+  /** The VMM jail's seccomp helper (assets.ts ensureVmmSeccomp). */
+  readonly vmmSeccomp: string;
 }
 
 export class MicrovmSandbox implements BackendSandbox {
@@ -175,17 +178,27 @@ export class MicrovmSandbox implements BackendSandbox {
       );
     const tap = this.networked ? makeTap(p.netns) : undefined;
     const incoming = restore ? openSync(join(restore.memoryDir, RAM_FILE), 'r') : undefined;
+    // The filter reaches the helper as an fd of a root-owned file in the sandbox's (root) dir.
+    const filterFile = join(p.res.dir, 'vmm-seccomp.bpf');
+    writeFileSync(filterFile, vmmSeccompFilter(), { mode: 0o600 });
+    const filterFd = openSync(filterFile, 'r');
     let qemu: QemuProcess;
     try {
-      qemu = await this.startVm(a, tap, incoming);
+      qemu = await this.startVm(a, tap, incoming, filterFd);
     } finally {
       if (tap !== undefined) closeSync(tap);
       if (incoming !== undefined) closeSync(incoming);
+      closeSync(filterFd);
     }
     await this.awaitAgent(qemu, sock, consoleLog, signal, restore?.vm);
   }
 
-  private startVm(a: VmAssets, tap: number | undefined, incoming: number | undefined): Promise<QemuProcess> {
+  private startVm(
+    a: VmAssets,
+    tap: number | undefined,
+    incoming: number | undefined,
+    filterFd: number,
+  ): Promise<QemuProcess> {
     const p = this.host.p;
     const vm = this.vm!;
     return startQemu({
@@ -208,6 +221,7 @@ export class MicrovmSandbox implements BackendSandbox {
       enterNetns: (f) => withNetns(p.netns, f),
       ...(tap !== undefined ? { tapFd: tap } : {}),
       ...(incoming !== undefined ? { incomingFd: incoming } : {}),
+      seccomp: { helper: a.vmmSeccomp, filterFd },
       jail: {
         dir: join(p.res.dir, 'jail'),
         kernel: vm.kernel,
@@ -428,6 +442,22 @@ export class MicrovmSandbox implements BackendSandbox {
     const mem = Math.min(l.memoryBytes, vm.memoryBytes);
     await agent.writeFile('/sys/fs/cgroup/sbx/memory.max', Buffer.from(`${Math.floor(mem)}\n`));
     await agent.writeFile('/sys/fs/cgroup/sbx/pids.max', Buffer.from(`${Math.floor(l.pids)}\n`));
+  }
+
+  /**
+   * A connection to `port` of the guest, made inside the sandbox's netns to the guest's address on
+   * its tap (the only place that address exists). Only a VM with a NIC (a network policy) has one.
+   */
+  connectPort(port: number, signal?: AbortSignal): Promise<Socket> {
+    if (!this.networked)
+      return Promise.reject(
+        new AirlockError(
+          'BACKEND_UNAVAILABLE',
+          `sandbox ${this.id} is a microVM without a network device, so its ports cannot be reached: ` +
+            'give it a network policy (e.g. network: { allow: [] }) to reach its ports',
+        ),
+      );
+    return this.host.connectPort(port, signal, GUEST_ADDRESS);
   }
 
   pause(): Promise<void> {
