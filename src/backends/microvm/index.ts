@@ -1,7 +1,7 @@
 // The microVM tier: the host state of backends/host/ (uid lease, cgroup, routeless netns, sandbox dir)
 // with every process run inside a guest kernel of the sandbox's own, booted by QEMU `-M microvm` (KVM
 // where a probe boots a guest, TCG emulation otherwise). See docs/microvm.md for the decisions and
-// what this milestone does not do yet (egress, host workspaces and mounts, snapshots).
+// what it does not do yet (host workspaces and mounts). Snapshots are whole VMs (sandbox.ts, snapshot.ts).
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
