@@ -1,5 +1,7 @@
 // The microVM tier beside raw QEMU, same run, same kernel, initramfs and rootfs image:
 //  - boot-to-first-exec: Airlock create → exec `true` finished (then kill, not timed);
+//  - restore-to-first-exec: Airlock fork of a snapshot of a booted VM (QEMU -incoming from the saved
+//    stream, in a fresh jail, netns and uid) → exec `true` finished, interleaved with the boots;
 //  - raw: QEMU started directly (as root, no cgroup, no netns) with the same command line → its agent's
 //    hello → EXEC `true` → EXIT, no Airlock in between;
 //  - raw in a cgroup: the same, started inside a CPU cgroup beside the sandboxes' (under `airlock/`).
@@ -106,6 +108,8 @@ export interface MicrovmReport {
   /** Raw QEMU in a cgroup beside the sandboxes' (undefined without a cgroup hierarchy). */
   readonly rawInCgroup?: Summary;
   readonly ratioInCgroup?: number;
+  /** Fork of a snapshot → first exec finished (the same VM restored from its migration stream). */
+  readonly restore: Summary;
 }
 
 export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
@@ -124,6 +128,10 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
   const r: number[] = [];
   const rc: number[] = [];
   const cg = benchCgroup();
+  const f: number[] = [];
+  const parent = await Sandbox.create({ backend: 'microvm' }, { airlock });
+  const snap = await parent.snapshot();
+  await parent.kill();
   try {
     // Interleaved, so a change in host load hits both rows alike.
     for (let i = 0; i < rounds; i++) {
@@ -132,11 +140,17 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
       await sbx.exec(['true']);
       a.push(performance.now() - t0);
       await sbx.kill();
+      const t1 = performance.now();
+      const fork = await snap.fork();
+      await fork.exec(['true']);
+      f.push(performance.now() - t1);
+      await fork.kill();
       r.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs));
       if (cg) rc.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs, cg));
     }
   } finally {
     await airlock.killAll();
+    await snap.remove();
     if (cg) rmdirSync(cg);
   }
   const airlockS = summarize(a);
@@ -148,6 +162,7 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
     raw: rawS,
     ratio: airlockS.p50 / rawS.p50,
     ...(rawCg ? { rawInCgroup: rawCg, ratioInCgroup: airlockS.p50 / rawCg.p50 } : {}),
+    restore: summarize(f),
   };
 }
 
@@ -159,6 +174,6 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       (rep.rawInCgroup
         ? `; raw QEMU in a cgroup beside the sandboxes' p50 ${fmt(rep.rawInCgroup.p50)} p99 ${fmt(rep.rawInCgroup.p99)}; ratio ${rep.ratioInCgroup!.toFixed(2)}`
         : '') +
-      '\n',
+      `; restore-to-first-exec p50 ${fmt(rep.restore.p50)} p99 ${fmt(rep.restore.p99)}\n`,
   );
 }

@@ -6,7 +6,8 @@
 // One VM serves every case (TCG boots are slow); each case uses its own paths so results stay apart.
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Sandbox } from '../../src/index.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AirlockError, type Sandbox } from '../../src/index.js';
 import { canRunNamespaces } from '../helpers.js';
 import { myQemus } from '../microvm/qemus.js';
 import { startEgressWorld, type EgressWorld } from './harness.js';
@@ -195,5 +196,49 @@ print("hits", hits)
       );
       expect(find.stdout).toBe('hits []\n');
     }, 180_000);
+
+    it("connectPort reaches a server in the guest, and only the guest's own ports", async () => {
+      // busybox httpd on 0.0.0.0:8080 in the guest; a bare listener on the guest's loopback only.
+      await sbx.exec('mkdir -p /tmp/www && echo guest-page > /tmp/www/index.html');
+      await sbx.exec('busybox httpd -f -p 8080 -h /tmp/www', { background: true, timeoutMs: 600_000 });
+      await sbx.exec(
+        `python3 -c 'import socket,time; s=socket.socket(); s.bind(("127.0.0.1",8081)); s.listen(); time.sleep(600)'`,
+        { background: true, timeoutMs: 600_000 },
+      );
+      const fetchVia = async (port: number): Promise<string> => {
+        const s = await sbx.connectPort(port);
+        const chunks: Buffer[] = [];
+        s.on('data', (c: Buffer) => chunks.push(c));
+        const done = new Promise((r) => s.once('close', r));
+        s.end('GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n');
+        await done;
+        return Buffer.concat(chunks).toString();
+      };
+      let page = '';
+      for (let i = 0; i < 100 && !page.includes('guest-page'); i++) {
+        page = await fetchVia(8080).catch(async (e: unknown) => {
+          if (!AirlockError.is(e, 'PORT_UNREACHABLE')) throw e;
+          await sleep(200); // the server is still starting
+          return '';
+        });
+      }
+      expect(page).toMatch(/^HTTP\/1\.[01] 200[\s\S]*guest-page/);
+      // A port nothing listens on, and one bound to the guest's own loopback: refused, typed.
+      for (const port of [8082, 8081]) {
+        const e = await sbx.connectPort(port).catch((x: unknown) => x);
+        expect(AirlockError.is(e, 'PORT_UNREACHABLE')).toBe(true);
+      }
+    }, 180_000);
+
+    it('connectPort on a microVM without a NIC says how to get one', async () => {
+      const bare = await world.airlock.create({ backend: 'microvm' });
+      try {
+        const e = await bare.connectPort(8080).catch((x: unknown) => x);
+        expect(AirlockError.is(e, 'BACKEND_UNAVAILABLE')).toBe(true);
+        expect((e as Error).message).toMatch(/network policy/);
+      } finally {
+        await bare.kill();
+      }
+    }, 600_000);
   },
 );

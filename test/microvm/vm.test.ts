@@ -59,6 +59,8 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
     expect(status).toMatch(/^CapEff:\s+0+$/m);
     expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(status).toMatch(/^Seccomp:\s+2$/m);
+    // Two filters: Airlock's own (vmm-seccomp, installed before QEMU's exec) and QEMU's -sandbox.
+    expect(status).toMatch(/^Seccomp_filters:\s+2$/m);
     expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toContain(sbx.id);
     // The jail: QEMU is PID 1 of a PID namespace of its own, and its root holds none of the host's
     // files but /usr: no /etc, no /home, no state dir; its mount table is the jail's alone.
@@ -78,7 +80,9 @@ describe.skipIf(!canRunMicrovm)('microvm tier', () => {
         '/boot/vmlinuz',
         '/boot/initramfs',
         '/boot/rootfs',
+        '/boot/vmm-seccomp',
         '/vm',
+        '/spill',
         '/dev/null',
         '/dev/urandom',
       ]),

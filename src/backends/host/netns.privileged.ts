@@ -320,9 +320,17 @@ export function originalDestination(fd: number): { address: string; port: number
  * proxy-unaware clients reach Airlock's listener instead of failing. IPv6 keeps no route.
  * (REDIRECT to 127.0.0.1 is not used: replies un-NATed to a loopback destination are dropped.)
  * Netlink requests from this process (netlink.privileged.ts), no ip(8)/nft(8) processes.
+ * `forwarded`: the connections come in from a device of the netns (a microVM's tap) rather than from
+ * its own processes, so the DNAT hooks prerouting, and `forwarded.keep` (the device's host-side
+ * address, where the proxy listens) is left alone like the local addresses.
  */
-export function interceptTcpInNetns(ns: NetnsHandle, address: string, port: number): void {
-  const plan = interceptPlan(address, port);
+export function interceptTcpInNetns(
+  ns: NetnsHandle,
+  address: string,
+  port: number,
+  forwarded?: { readonly keep: string },
+): void {
+  const plan = interceptPlan(address, port, forwarded);
   withNetns(ns, () => interceptHere(libc(), plan));
 }
 
@@ -331,8 +339,11 @@ interface InterceptPlan {
   readonly rules: Buffer[];
 }
 
-function interceptPlan(address: string, port: number): InterceptPlan {
-  return { routes: routeMessages(LOOPBACK_IFINDEX, address), rules: nftMessages(address, port) };
+function interceptPlan(address: string, port: number, forwarded?: { readonly keep: string }): InterceptPlan {
+  return {
+    routes: routeMessages(LOOPBACK_IFINDEX, address),
+    rules: nftMessages(address, port, forwarded),
+  };
 }
 
 /** Interception, in the calling thread's netns (inside withNetns). */

@@ -44,6 +44,11 @@ export interface DialOptions {
   readonly signal?: AbortSignal;
   /** The sandbox's id, for messages. */
   readonly id: string;
+  /**
+   * The address to connect to inside the netns: 127.0.0.1 (the default), or, for the microVM tier,
+   * the guest's fixed address on its tap (which exists only in that netns). Never caller input.
+   */
+  readonly address?: '127.0.0.1' | '10.0.2.2';
 }
 
 /**
@@ -82,7 +87,7 @@ export async function dialInNetns(netns: NetnsHandle, port: number, o: DialOptio
         new AirlockError(
           'PORT_UNREACHABLE',
           e.code === 'ECONNREFUSED'
-            ? `nothing listens on port ${port} inside sandbox ${o.id}: start a server on that port (any address: 0.0.0.0 or 127.0.0.1)`
+            ? `nothing listens on port ${port} inside sandbox ${o.id}: start a server on that port (${o.address === undefined ? 'any address: 0.0.0.0 or 127.0.0.1' : `address 0.0.0.0 or ${o.address}`})`
             : `connecting to port ${port} inside sandbox ${o.id} failed: ${e.code ?? e.message}`,
           { cause: e },
         ),
@@ -105,7 +110,7 @@ export async function dialInNetns(netns: NetnsHandle, port: number, o: DialOptio
     };
     s.once('error', onError);
     o.signal?.addEventListener('abort', onAbort, { once: true });
-    s.connect({ host: '127.0.0.1', port }, () => {
+    s.connect({ host: o.address ?? '127.0.0.1', port }, () => {
       cleanup();
       resolve(s);
     });

@@ -130,7 +130,7 @@ export class HostSandbox {
   };
 
   /** A connection to 127.0.0.1:`port` inside the sandbox's netns (see port-dial.privileged.ts). */
-  async connectPort(port: number, signal?: AbortSignal): Promise<Socket> {
+  async connectPort(port: number, signal?: AbortSignal, address?: '10.0.2.2'): Promise<Socket> {
     this.assertAlive();
     if (this.portSockets.size + this.dialing >= MAX_PORT_CONNECTIONS) {
       throw new AirlockError(
@@ -145,6 +145,7 @@ export class HostSandbox {
         id: this.id,
         ...(this.p.launcher ? { launcher: this.p.launcher } : {}),
         ...(signal ? { signal } : {}),
+        ...(address ? { address } : {}),
       });
     } catch (e) {
       // Killed meanwhile (its netns may be released already): say so, not how the dial failed.

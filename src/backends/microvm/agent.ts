@@ -45,7 +45,23 @@ export class AgentConnection {
   private helloSeen = false;
   private readonly helloWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
 
-  constructor(private readonly sock: Socket) {
+  /** Ids below this were the saved VM's (a restored connection): their late frames are dropped. */
+  private readonly inheritedBelow: number;
+
+  /**
+   * `restored`: the guest was loaded from a snapshot, its agent already past HELLO, with requests
+   * of the saved connection (ids below `nextId`) possibly still running: their frames are dropped
+   * and new ids start at `nextId`, so no two ever meet in the guest.
+   */
+  constructor(
+    private readonly sock: Socket,
+    restored?: { readonly nextId: number },
+  ) {
+    this.inheritedBelow = restored?.nextId ?? 0;
+    if (restored) {
+      this.helloSeen = true;
+      this.nextId = restored.nextId;
+    }
     sock.on('data', (chunk: Buffer) => {
       let frames: GuestFrame[];
       try {
@@ -67,6 +83,16 @@ export class AgentConnection {
     return new Promise((resolve, reject) => this.helloWaiters.push({ resolve, reject }));
   }
 
+  /** The id the next request gets (a snapshot records it: see the constructor). */
+  get nextRequestId(): number {
+    return this.nextId;
+  }
+
+  /** Execs running in the guest for this connection. */
+  get running(): number {
+    return this.execs.size;
+  }
+
   get closed(): boolean {
     return this.closedWith !== undefined;
   }
@@ -82,6 +108,8 @@ export class AgentConnection {
       return this.close(new AirlockError('INTERNAL', 'the guest agent spoke before hello'));
     const x = this.execs.get(f.id);
     const r = this.requests.get(f.id);
+    // The saved VM's execs carry on in the guest and speak to whoever holds the port now.
+    if (!x && !r && f.id < this.inheritedBelow) return;
     switch (f.type) {
       case 'started':
         if (!x?.started) return this.close(new AirlockError('INTERNAL', `unexpected STARTED for ${f.id}`));

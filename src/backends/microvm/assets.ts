@@ -145,6 +145,26 @@ export function ensureAgent(cacheDir: string): Promise<string> {
   });
 }
 
+/**
+ * The VMM jail's seccomp helper (guest/vmm-seccomp.c, a host program despite its folder: it is built
+ * the same way as the agent): installs the filter it reads from fd 6, then execs QEMU under it.
+ */
+export function ensureVmmSeccomp(cacheDir: string): Promise<string> {
+  const src = join(GUEST_DIR, 'vmm-seccomp.c');
+  const out = join(cacheDir, `vmm-seccomp-${sha('vmm-seccomp.c', readFileSync(src))}`);
+  return once(out, async (tmp) => {
+    try {
+      await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, src], { timeout: 120_000 });
+    } catch (e) {
+      throw new AirlockError(
+        'BACKEND_UNAVAILABLE',
+        `building the microVM's seccomp helper failed (needs gcc and libc6-dev): ${(e as { stderr?: string }).stderr ?? (e as Error).message}`,
+      );
+    }
+    chmodSync(tmp, 0o755);
+  });
+}
+
 /** The initramfs: the agent as /init, the modules it loads and their order (cached by content). */
 export function ensureInitramfs(cacheDir: string, kernel: Kernel, agent: string): Promise<string> {
   const all = [...MODULES, ...NET_MODULES];

@@ -1,7 +1,7 @@
 // The microVM tier: the host state of backends/host/ (uid lease, cgroup, routeless netns, sandbox dir)
 // with every process run inside a guest kernel of the sandbox's own, booted by QEMU `-M microvm` (KVM
 // where a probe boots a guest, TCG emulation otherwise). See docs/microvm.md for the decisions and
-// what this milestone does not do yet (egress, host workspaces and mounts, snapshots).
+// what it does not do yet (host workspaces and mounts). Snapshots are whole VMs (sandbox.ts, snapshot.ts).
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,6 +12,7 @@ import type {
   BackendV1,
   ProbeCheck,
   ReapReport,
+  SnapshotStoreV1,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, Limits, SandboxSpec } from '../../core/spec.js';
@@ -23,6 +24,7 @@ import {
   ensureInitramfs,
   ensurePackageLayer,
   ensureRootfs,
+  ensureVmmSeccomp,
   findKernel,
   type Kernel,
 } from './assets.js';
@@ -35,6 +37,7 @@ import {
   type Accel,
 } from './qemu.js';
 import { MicrovmSandbox, type VmAssets } from './sandbox.js';
+import { readVmRecord } from './snapshot.js';
 
 const run = promisify(execFile);
 
@@ -56,13 +59,14 @@ function unsupported(spec: SandboxSpec): string | undefined {
   if (spec.workspace.mode !== 'empty')
     return `workspace mode '${spec.workspace.mode}' (host dirs are not shared into the VM yet)`;
   if (spec.mounts.length) return 'mounts (host dirs are not shared into the VM yet)';
-  if (spec.layers?.length) return 'snapshot layers (snapshots of the microvm tier are a later milestone)';
   return undefined;
 }
 
 export class MicrovmBackend implements BackendV1 {
   readonly specificationVersion = 'v1' as const;
   readonly name: BackendName = 'microvm';
+  /** Snapshots are whole VMs (memory and device state): see sandbox.ts saveVm and snapshot.ts. */
+  readonly snapshots: SnapshotStoreV1;
   private readonly host: SandboxHost;
   private readonly cacheDir: string;
   private readonly qemuPath: string | undefined;
@@ -82,6 +86,7 @@ export class MicrovmBackend implements BackendV1 {
       { name: this.name, startsBwrap: false, hostLimits: microvmHostLimits, egressAhead: false },
       opts,
     );
+    this.snapshots = this.host.snapshots;
     this.cacheDir = opts.cacheDir ?? DEFAULT_CACHE_DIR;
     this.qemuPath = opts.qemuPath ?? findQemu();
     this.forcedAccel = opts.accel;
@@ -158,7 +163,14 @@ export class MicrovmBackend implements BackendV1 {
     this.bootAssets ??= (async () => {
       const agent = await ensureAgent(this.cacheDir);
       const initramfs = await ensureInitramfs(this.cacheDir, this.kernel!, agent);
-      return { qemu: this.qemuPath!, accel: 'tcg' as Accel, kernel: this.kernel!.vmlinuz, initramfs };
+      const vmmSeccomp = await ensureVmmSeccomp(this.cacheDir);
+      return {
+        qemu: this.qemuPath!,
+        accel: 'tcg' as Accel,
+        kernel: this.kernel!.vmlinuz,
+        initramfs,
+        vmmSeccomp,
+      };
     })();
     this.bootAssets.catch(() => (this.bootAssets = undefined));
     return this.bootAssets;
@@ -199,7 +211,26 @@ export class MicrovmBackend implements BackendV1 {
       { dir: parts.layout.etcDir, at: '/etc' },
     ]);
     const sbx = new MicrovmSandbox(parts);
-    await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal);
+    await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal, this.restoreOf(spec));
     return sbx;
+  }
+
+  /**
+   * A fork: the saved VM of the top layer (the host state already checked the chain). A microVM
+   * sandbox keeps all it wrote in guest RAM, so only a microVM snapshot's memory can start one.
+   */
+  private restoreOf(spec: SandboxSpec): Parameters<MicrovmSandbox['boot']>[2] {
+    const top = spec.layers?.[0];
+    if (top === undefined) return undefined;
+    const store = this.host.layerStore;
+    const record = store.get(top);
+    if (record?.backend !== this.name || !record.memory || record.memory.skipped !== undefined)
+      throw new AirlockError(
+        'INVALID_SPEC',
+        `layers.0: snapshot ${top} holds no microVM state (a microvm sandbox starts only from a snapshot of a microvm sandbox)`,
+        { field: 'layers.0' },
+      );
+    const memoryDir = store.memoryDir(top);
+    return { memoryDir, vm: readVmRecord(memoryDir) };
   }
 }

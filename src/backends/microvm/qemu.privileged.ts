@@ -26,23 +26,27 @@ const GATE_FD = 3;
  * The jail, as root in fresh mount and PID namespaces (unshare forks: this runs as the namespace's
  * PID 1 and QEMU becomes it; unshare waits outside and dies with Airlock, taking it along). $1 the
  * jail's (empty, root-owned) mount point, $2-$4 kernel, initramfs and rootfs, $5 the VM dir, $6
- * "kvm" or not; the rest is setpriv's command line. `set -e`: any failure and QEMU never starts.
+ * "kvm" or not, $7 the spill dir (snapshot streams, on disk), $8 the seccomp helper (shown at
+ * /boot/vmm-seccomp: setpriv execs it, it installs the filter from fd 6 and execs QEMU); the rest
+ * is setpriv's command line. `set -e`: any failure and QEMU never starts.
  * After pivot_root there is no /proc, which util-linux's libmount needs: busybox (static) unmounts
  * the old root (its empty mount point stays: the jail's root is read-only by then).
  */
 const JAIL = `set -e
-J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; shift 6
+J=$1; K=$2; I=$3; R=$4; V=$5; A=$6; S=$7; F=$8; shift 8
 /usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
 cd "$J"
-/usr/bin/mkdir usr boot vm dev .old
+/usr/bin/mkdir usr boot vm spill dev .old
 /usr/bin/ln -s usr/lib64 lib64
 /usr/bin/ln -s usr/lib lib
-/usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs dev/null dev/urandom
+/usr/bin/touch boot/vmlinuz boot/initramfs boot/rootfs boot/vmm-seccomp dev/null dev/urandom
 /usr/bin/mount --bind -o ro,nosuid,nodev /usr usr
 /usr/bin/mount --bind -o ro,nosuid,nodev "$K" boot/vmlinuz
 /usr/bin/mount --bind -o ro,nosuid,nodev "$I" boot/initramfs
 /usr/bin/mount --bind -o ro,nosuid,nodev "$R" boot/rootfs
+/usr/bin/mount --bind -o ro,nosuid,nodev "$F" boot/vmm-seccomp
 /usr/bin/mount --bind -o nosuid,nodev,noexec "$V" vm
+/usr/bin/mount --bind -o nosuid,nodev,noexec "$S" spill
 /usr/bin/mount --bind -o ro,nosuid,noexec /dev/null dev/null
 /usr/bin/mount --bind -o ro,nosuid,noexec /dev/urandom dev/urandom
 if [ "$A" = kvm ]; then /usr/bin/touch dev/kvm; /usr/bin/mount --bind -o nosuid,noexec /dev/kvm dev/kvm; fi
@@ -67,6 +71,13 @@ export interface QemuStart {
   readonly enterNetns: <T>(f: () => T) => T;
   /** An fd QEMU inherits as its fd 4 (TAP_FD in qemu.ts): the guest's tap. */
   readonly tapFd?: number;
+  /** An fd QEMU inherits as its fd 5 (INCOMING_FD in qemu.ts): a snapshot's migration stream. */
+  readonly incomingFd?: number;
+  /**
+   * Airlock's own seccomp filter on QEMU, beside QEMU's `-sandbox`: the helper (guest/vmm-seccomp.c,
+   * built by assets.ts) and an fd holding the raw program (seccomp.ts), read by the helper as fd 6.
+   */
+  readonly seccomp: { readonly helper: string; readonly filterFd: number };
   /** What the jail shows QEMU (at the paths of JAILED in qemu.ts, which `args` must use). */
   readonly jail: {
     /** An empty dir owned by root: the jail's mount point (in QEMU's mount namespace only). */
@@ -76,6 +87,11 @@ export interface QemuStart {
     readonly rootfs: string;
     /** The VM's dir (agent socket, console log), owned by the sandbox uid. */
     readonly vmDir: string;
+    /**
+     * A dir on disk, owned by the sandbox uid, where QEMU writes a snapshot's migration stream (the
+     * VM dir is on a small shared tmpfs whose pages would count against the sandbox's memory).
+     */
+    readonly spillDir: string;
     readonly kvm: boolean;
   };
 }
@@ -102,6 +118,7 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     '--pdeathsig',
     'KILL',
     '--',
+    '/boot/vmm-seccomp',
     o.qemu,
     ...o.args,
   ];
@@ -112,16 +129,34 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
       `QEMU must live under /usr (the jail shows only /usr): ${o.qemu}`,
     );
   const j = o.jail;
-  const jail = [j.dir, j.kernel, j.initramfs, j.rootfs, j.vmDir, j.kvm ? 'kvm' : 'tcg'];
-  if (jail.slice(0, 5).some((a) => !a.startsWith('/')))
+  const jail = [
+    j.dir,
+    j.kernel,
+    j.initramfs,
+    j.rootfs,
+    j.vmDir,
+    j.kvm ? 'kvm' : 'tcg',
+    j.spillDir,
+    o.seccomp.helper,
+  ];
+  if ([...jail.slice(0, 5), j.spillDir, o.seccomp.helper].some((a) => !a.startsWith('/')))
     throw new AirlockError('INTERNAL', `jail paths must be absolute: ${jail.join(' ')}`);
   libc().cloexecFrom(3);
   const child = o.enterNetns(() =>
     spawn('/bin/sh', ['-c', TRAMPOLINE, 'trampoline', ...jail, ...setpriv], {
       env: {},
       cwd: '/',
-      // fd 4 (the tap, if any) survives the trampoline and setpriv: neither closes inherited fds.
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(o.tapFd !== undefined ? [o.tapFd] : [])],
+      // fds 4-6 (the tap, the migration stream, the seccomp filter) survive the trampoline and setpriv:
+      // neither closes inherited fds.
+      stdio: [
+        'ignore',
+        'ignore',
+        'pipe',
+        'pipe',
+        o.tapFd ?? 'ignore',
+        o.incomingFd ?? 'ignore',
+        o.seccomp.filterFd,
+      ],
     }),
   );
   const gate = (child.stdio as unknown as Array<Readable & Writable>)[GATE_FD]!;

@@ -47,6 +47,10 @@ export interface VmConfig {
   readonly net?: { readonly fd: number; readonly guest: string; readonly gateway: string };
   /** The VM's name (the sandbox id): QEMU's command line then says whose VM it is. */
   readonly name?: string;
+  /** Unix socket QEMU listens on for QMP (snapshots: stop, migrate, cont). */
+  readonly qmpSocket?: string;
+  /** Restore: load the VM's state from the migration stream QEMU inherits as fd `incomingFd`. */
+  readonly incomingFd?: number;
 }
 
 /** Where the jail (qemu.privileged.ts) shows QEMU its files: the paths its command line names. */
@@ -56,10 +60,15 @@ export const JAILED = {
   rootfs: '/boot/rootfs',
   agentSocket: '/vm/agent.sock',
   consoleLog: '/vm/console.log',
+  qmpSocket: '/vm/qmp.sock',
+  /** Where QEMU writes a snapshot's migration stream (then copied out by root: snapshot.ts). */
+  snapshotFile: '/spill/snapshot',
 } as const;
 
 /** Where QEMU finds the tap fd it inherits (after stdin/stdout/stderr and the start gate). */
 export const TAP_FD = 4;
+/** Where a restoring QEMU finds the migration stream it inherits (opened by root, read-only). */
+export const INCOMING_FD = 5;
 
 /**
  * The guest kernel's command line. Under TCG the guest has no clock it can calibrate (microvm has no
@@ -135,6 +144,8 @@ export function qemuArgs(c: VmConfig): string[] {
           '-device',
           'virtserialport,chardev=agent,name=airlock.agent',
         ]),
+    ...(c.qmpSocket && !c.probe ? ['-qmp', `unix:${c.qmpSocket},server=on,wait=off`] : []),
+    ...(c.incomingFd !== undefined ? ['-incoming', `fd:${c.incomingFd}`] : []),
   ];
 }
 

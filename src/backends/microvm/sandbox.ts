@@ -2,7 +2,17 @@
 // lease, cgroup, routeless netns, size-capped dir); what this tier adds is a VM: one QEMU per sandbox,
 // running as the leased uid in the sandbox's cgroup, whose guest kernel runs every process. Execs go
 // through the guest agent (agent.ts) over the VM's virtio-serial port; kill is QEMU's SIGKILL.
-import { chownSync, closeSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  chownSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -15,11 +25,16 @@ import type {
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import { PROXY_ADDRESS, PROXY_PORT } from '../../core/sandbox-sockets.js';
-import { HostSandbox, type HostSandboxParts } from '../host/index.js';
+import type { SnapshotRecord } from '../../core/snapshot.js';
+import { HostSandbox, type HostSandboxParts, type PrepareCapture } from '../host/index.js';
+import { selfOwner } from '../host/state.js';
 import { withNetns } from '../host/netns.privileged.js';
 import { SANDBOX_UID } from '../host/rootfs.js';
 import { AgentConnection } from './agent.js';
-import { JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
+import { GUEST_KERNEL_BYTES, INCOMING_FD, JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
+import { Qmp } from './qmp.js';
+import { vmmSeccompFilter } from './seccomp.js';
+import { RAM_FILE, VM_FILE, takeStream, type VmRecord } from './snapshot.js';
 import { startQemu, type QemuProcess } from './qemu.privileged.js';
 import { GUEST_ADDRESS, TAP_HOST_ADDRESS, interceptGuestTcp, makeTap } from './tap.privileged.js';
 
@@ -29,6 +44,12 @@ const GUEST_PROXY_AT = `//${TAP_HOST_ADDRESS}:${PROXY_PORT}`;
 
 /** How long a guest may take from QEMU's start to its agent's hello (TCG on a loaded host is slow). */
 export const BOOT_TIMEOUT_MS = 180_000;
+/** How long saving a stopped VM's state to its stream may take (TCG, a loaded host, GiBs of RAM). */
+const MIGRATE_TIMEOUT_MS = 300_000;
+
+/** Why a paused microVM is not snapshotted (its frozen QEMU cannot answer its monitor). */
+const PAUSED_REASON =
+  'the sandbox is paused: its frozen QEMU cannot save the VM; resume it before the snapshot';
 
 export interface VmAssets {
   readonly qemu: string;
@@ -36,6 +57,8 @@ export interface VmAssets {
   readonly kernel: string;
   readonly initramfs: string;
   readonly rootfs: string;
+  /** The VMM jail's seccomp helper (assets.ts ensureVmmSeccomp). */
+  readonly vmmSeccomp: string;
 }
 
 export class MicrovmSandbox implements BackendSandbox {
@@ -48,6 +71,15 @@ export class MicrovmSandbox implements BackendSandbox {
   private readonly networked: boolean;
   /** Files egress shows the guest (the CA bundle), written in before the next exec starts. */
   private filesIn: Promise<void> = Promise.resolve();
+  /** What the VM was started with (a snapshot records it: a restore must reproduce it). */
+  private vm: Omit<VmRecord, 'version' | 'nextId' | 'processes'> | undefined;
+  /**
+   * QEMU's spill dir (snapshot streams) on the state dir's disk, named like a layer capture in
+   * progress so the layer store's reaper removes it if Airlock dies; removed by destroy().
+   */
+  private spillDir: string | undefined;
+  /** Snapshots of this VM run one at a time (one monitor session, one stream file). */
+  private saving: Promise<unknown> = Promise.resolve();
   /**
    * Egress plumbing (only with a network policy): the gateway's listeners sit in the sandbox's netns
    * as on every tier, but at the tap's host address (the guest's gateway) instead of 127.0.0.1,
@@ -56,7 +88,7 @@ export class MicrovmSandbox implements BackendSandbox {
   readonly egress?: EgressPlumbing;
 
   constructor(parts: HostSandboxParts) {
-    this.host = new HostSandbox(parts);
+    this.host = new HostSandbox(parts, (signal) => this.prepareCapture(signal));
     this.id = parts.id;
     this.hostUid = parts.hostUid;
     this.networked = parts.spec.network !== undefined;
@@ -90,8 +122,15 @@ export class MicrovmSandbox implements BackendSandbox {
     this.filesIn.catch(() => {}); // surfaced by the next spawn
   }
 
-  /** Boot the VM and wait for its agent. On failure QEMU is gone; the caller releases the host state. */
-  async boot(a: VmAssets, signal?: AbortSignal): Promise<void> {
+  /**
+   * Boot the VM (or, with `restore`, load a snapshot's VM state into it) and wait for its agent. On
+   * failure QEMU is gone; the caller releases the host state.
+   */
+  async boot(
+    a: VmAssets,
+    signal?: AbortSignal,
+    restore?: { memoryDir: string; vm: VmRecord },
+  ): Promise<void> {
     const p = this.host.p;
     const vmDir = join(p.res.dir, 'vm');
     mkdirSync(vmDir, { mode: 0o700 });
@@ -99,30 +138,80 @@ export class MicrovmSandbox implements BackendSandbox {
     const sock = join(vmDir, 'agent.sock');
     const consoleLog = join(vmDir, 'console.log');
     mkdirSync(join(p.res.dir, 'jail'), { mode: 0o755 }); // QEMU's root, mounted in its namespace only
+    const owner = selfOwner();
+    this.spillDir = join(
+      p.store.root,
+      `.tmp-${owner.pid}-${owner.startTicks}-${randomBytes(6).toString('hex')}`,
+    );
+    mkdirSync(this.spillDir, { recursive: true, mode: 0o700 });
+    chownSync(this.spillDir, this.hostUid, this.hostUid);
     // The guest's one NIC, only with a network policy: a tap in the sandbox's netns (QEMU keeps the
     // only other reference, so it goes when QEMU does).
+    const l = p.spec.limits;
+    // A restore reproduces the saved VM exactly (QEMU refuses a stream of another machine); the
+    // fork's own limits are then set inside the guest (restored()).
+    this.vm = restore
+      ? { ...restore.vm }
+      : {
+          memoryBytes: l.memoryBytes,
+          vcpus: l.cpus,
+          pids: l.pids,
+          diskBytes: l.diskBytes,
+          net: this.networked,
+          kernel: a.kernel,
+          initramfs: a.initramfs,
+          rootfs: a.rootfs,
+        };
+    const lost =
+      restore && [restore.vm.kernel, restore.vm.initramfs, restore.vm.rootfs].find((f) => !existsSync(f));
+    if (lost)
+      throw new AirlockError(
+        'INVALID_SPEC',
+        `layers.0: the guest image this microVM snapshot was taken on is gone (${lost}); take the snapshot again`,
+        { field: 'layers.0' },
+      );
+    if (restore && restore.vm.net !== this.networked)
+      throw new AirlockError(
+        'INVALID_SPEC',
+        `network: a fork of this microVM snapshot ${restore.vm.net ? 'needs a network policy (the VM had a NIC)' : 'cannot have a network policy (the VM had no NIC)'}`,
+        { field: 'network' },
+      );
     const tap = this.networked ? makeTap(p.netns) : undefined;
+    const incoming = restore ? openSync(join(restore.memoryDir, RAM_FILE), 'r') : undefined;
+    // The filter reaches the helper as an fd of a root-owned file in the sandbox's (root) dir.
+    const filterFile = join(p.res.dir, 'vmm-seccomp.bpf');
+    writeFileSync(filterFile, vmmSeccompFilter(), { mode: 0o600 });
+    const filterFd = openSync(filterFile, 'r');
     let qemu: QemuProcess;
     try {
-      qemu = await this.startVm(a, tap);
+      qemu = await this.startVm(a, tap, incoming, filterFd);
     } finally {
       if (tap !== undefined) closeSync(tap);
+      if (incoming !== undefined) closeSync(incoming);
+      closeSync(filterFd);
     }
-    await this.awaitAgent(qemu, sock, consoleLog, signal);
+    await this.awaitAgent(qemu, sock, consoleLog, signal, restore?.vm);
   }
 
-  private startVm(a: VmAssets, tap: number | undefined): Promise<QemuProcess> {
+  private startVm(
+    a: VmAssets,
+    tap: number | undefined,
+    incoming: number | undefined,
+    filterFd: number,
+  ): Promise<QemuProcess> {
     const p = this.host.p;
+    const vm = this.vm!;
     return startQemu({
       qemu: a.qemu,
       args: qemuArgs({
         accel: a.accel,
         name: this.id,
         ...JAILED,
-        memoryBytes: p.spec.limits.memoryBytes,
-        pids: p.spec.limits.pids,
-        vcpus: p.spec.limits.cpus,
-        diskBytes: p.spec.limits.diskBytes,
+        memoryBytes: vm.memoryBytes,
+        pids: vm.pids,
+        vcpus: vm.vcpus,
+        diskBytes: vm.diskBytes,
+        ...(incoming !== undefined ? { incomingFd: INCOMING_FD } : {}),
         ...(tap !== undefined
           ? { net: { fd: TAP_FD, guest: GUEST_ADDRESS, gateway: TAP_HOST_ADDRESS } }
           : {}),
@@ -131,12 +220,15 @@ export class MicrovmSandbox implements BackendSandbox {
       enroll: (pid) => this.host.enroll(pid),
       enterNetns: (f) => withNetns(p.netns, f),
       ...(tap !== undefined ? { tapFd: tap } : {}),
+      ...(incoming !== undefined ? { incomingFd: incoming } : {}),
+      seccomp: { helper: a.vmmSeccomp, filterFd },
       jail: {
         dir: join(p.res.dir, 'jail'),
-        kernel: a.kernel,
-        initramfs: a.initramfs,
-        rootfs: a.rootfs,
+        kernel: vm.kernel,
+        initramfs: vm.initramfs,
+        rootfs: vm.rootfs,
         vmDir: join(p.res.dir, 'vm'),
+        spillDir: this.spillDir!,
         kvm: a.accel === 'kvm',
       },
     });
@@ -147,6 +239,7 @@ export class MicrovmSandbox implements BackendSandbox {
     sock: string,
     consoleLog: string,
     signal?: AbortSignal,
+    restored?: VmRecord,
   ): Promise<void> {
     this.qemu = qemu;
     // The whole VM is one process of the sandbox: destroy() kills it and waits for it.
@@ -184,7 +277,7 @@ export class MicrovmSandbox implements BackendSandbox {
         c.once('connect', () => resolve(c));
         c.once('error', reject);
       });
-      const agent = new AgentConnection(s);
+      const agent = new AgentConnection(s, restored ? { nextId: restored.nextId } : undefined);
       this.agent = agent;
       void qemu.exited.then(() =>
         agent.close(new AirlockError('SANDBOX_GONE', `the microVM of ${this.id} exited`)),
@@ -197,7 +290,8 @@ export class MicrovmSandbox implements BackendSandbox {
         }
       }, 100);
       try {
-        await agent.ready();
+        if (restored) await this.restored(restored, signal);
+        else await agent.ready();
       } finally {
         clearInterval(timer);
       }
@@ -248,6 +342,124 @@ export class MicrovmSandbox implements BackendSandbox {
     };
   }
 
+  snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
+    return this.host.snapshot(signal);
+  }
+
+  /**
+   * Save the whole VM for a snapshot (HostSandbox.snapshot calls this before its layer copy, which
+   * finds no host files: everything the sandbox wrote is in guest RAM): QMP `stop`, migrate to a
+   * stream in the VM dir, copy it out as root (snapshot.ts), and keep the VM stopped until `release`
+   * (`cont`), so the layer's record and the stream are of the same instant.
+   */
+  private prepareCapture: PrepareCapture = (signal) => {
+    const run = this.saving.then(() => this.saveVm(signal));
+    this.saving = run.then(
+      (r) => r.done,
+      () => {},
+    );
+    return run.then((r) => r.capture);
+  };
+
+  private async saveVm(
+    signal?: AbortSignal,
+  ): Promise<{ capture: Awaited<ReturnType<PrepareCapture>>; done: Promise<void> }> {
+    const agent = this.agent;
+    if (!this.qemu || !agent || agent.closed || !this.vm)
+      throw new AirlockError('SANDBOX_GONE', `the microVM of sandbox ${this.id} is gone`);
+    if (this.host.paused) throw new AirlockError('INVALID_ARGUMENT', PAUSED_REASON);
+    const vmDir = join(this.host.p.res.dir, 'vm');
+    const stream = join(this.spillDir!, 'snapshot');
+    rmSync(stream, { force: true });
+    const qmp = await Qmp.open(join(vmDir, 'qmp.sock'), 10_000, signal);
+    const owner = selfOwner();
+    // Named like a layer capture in progress: the layer store's reaper removes it if we die.
+    const dir = join(
+      this.host.p.store.root,
+      `.tmp-${owner.pid}-${owner.startTicks}-${randomBytes(6).toString('hex')}`,
+    );
+    let finish!: () => void;
+    const done = new Promise<void>((r) => (finish = r));
+    const cont = async (): Promise<void> => {
+      try {
+        if (!this.host.destroyed) await qmp.execute('cont');
+      } catch {
+        // QEMU is gone (killed meanwhile): nothing to continue.
+      } finally {
+        qmp.close();
+        rmSync(stream, { force: true });
+        finish();
+      }
+    };
+    try {
+      await qmp.execute('stop');
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      await qmp.execute('migrate', { uri: `file:${JAILED.snapshotFile}` });
+      await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
+      if (this.host.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+      const hash = createHash('sha256');
+      const ramBytes = this.vm.memoryBytes + GUEST_KERNEL_BYTES;
+      const bytes = takeStream(this.spillDir!, 'snapshot', this.hostUid, ramBytes, dir, hash);
+      const vm: VmRecord = { version: 1, ...this.vm, nextId: agent.nextRequestId, processes: agent.running };
+      const vmJson = JSON.stringify(vm);
+      hash.update(`\0${vmJson}`);
+      writeFileSync(join(dir, VM_FILE), vmJson, { mode: 0o600 });
+      return {
+        capture: {
+          memory: { dir, hash: hash.digest('hex'), record: { processes: vm.processes, bytes } },
+          release: async () => {
+            rmSync(dir, { recursive: true, force: true }); // moved into the layer unless it failed
+            await cont();
+          },
+        },
+        done,
+      };
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      await cont();
+      throw e;
+    }
+  }
+
+  /**
+   * A VM just loaded from a snapshot: wait for QEMU to have read the whole stream, run it, and make
+   * it this sandbox's: the agent answers (a round trip), and the fork's own limits replace the
+   * saved ones in the guest's sandbox cgroup.
+   */
+  private async restored(vm: VmRecord, signal?: AbortSignal): Promise<void> {
+    const vmDir = join(this.host.p.res.dir, 'vm');
+    const qmp = await Qmp.open(join(vmDir, 'qmp.sock'), BOOT_TIMEOUT_MS, signal);
+    try {
+      await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
+      await qmp.execute('cont');
+    } finally {
+      qmp.close();
+    }
+    const agent = this.agent!;
+    await agent.readFile('/proc/sys/kernel/hostname');
+    const l = this.host.p.spec.limits;
+    // Within the RAM the saved VM has: a fork cannot grow its VM's memory.
+    const mem = Math.min(l.memoryBytes, vm.memoryBytes);
+    await agent.writeFile('/sys/fs/cgroup/sbx/memory.max', Buffer.from(`${Math.floor(mem)}\n`));
+    await agent.writeFile('/sys/fs/cgroup/sbx/pids.max', Buffer.from(`${Math.floor(l.pids)}\n`));
+  }
+
+  /**
+   * A connection to `port` of the guest, made inside the sandbox's netns to the guest's address on
+   * its tap (the only place that address exists). Only a VM with a NIC (a network policy) has one.
+   */
+  connectPort(port: number, signal?: AbortSignal): Promise<Socket> {
+    if (!this.networked)
+      return Promise.reject(
+        new AirlockError(
+          'BACKEND_UNAVAILABLE',
+          `sandbox ${this.id} is a microVM without a network device, so its ports cannot be reached: ` +
+            'give it a network policy (e.g. network: { allow: [] }) to reach its ports',
+        ),
+      );
+    return this.host.connectPort(port, signal, GUEST_ADDRESS);
+  }
+
   pause(): Promise<void> {
     return this.host.pause();
   }
@@ -256,9 +468,13 @@ export class MicrovmSandbox implements BackendSandbox {
     return this.host.resume();
   }
 
-  destroy(): Promise<void> {
+  async destroy(): Promise<void> {
     // Killing QEMU (one of the tracked processes) ends every exec: the agent connection closes.
-    return this.host.destroy();
+    try {
+      await this.host.destroy();
+    } finally {
+      if (this.spillDir) rmSync(this.spillDir, { recursive: true, force: true });
+    }
   }
 }
 

@@ -14,8 +14,7 @@
 import { closeSync, openSync } from 'node:fs';
 import { AirlockError } from '../../core/errors.js';
 import { libc, type Libc } from '../../core/libc.privileged.js';
-import { netlinkRequest, netlinkSocket, nftMessages, routeMessages } from '../host/netlink.privileged.js';
-import { withNetns, type NetnsHandle } from '../host/netns.privileged.js';
+import { interceptTcpInNetns, withNetns, type NetnsHandle } from '../host/netns.privileged.js';
 
 /** The host side of the guest's link (the guest's gateway, where its proxy and DNS listen). */
 export const TAP_HOST_ADDRESS = '10.0.2.1';
@@ -36,8 +35,6 @@ const IFF_UP = 0x1;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SOCK_CLOEXEC = 0o2000000;
-/** `lo`'s interface index in every network namespace. */
-const LOOPBACK_IFINDEX = 1;
 
 /** struct ifreq: char name[16], then a union (flags: short; addr: struct sockaddr_in). */
 function ifreq(name: string): Buffer {
@@ -92,33 +89,9 @@ export function makeTap(ns: NetnsHandle): number {
 /**
  * Transparent interception of the guest's TCP: `address` (the transparent listener's) on `lo`, and
  * a prerouting DNAT of every TCP connection not to `lo`'s addresses or the tap's own to
- * `address:port`. The tap's connected route still carries the replies back to the guest.
+ * `address:port` (the same netlink requests and errors as every tier's, netns.privileged.ts). The
+ * tap's connected route still carries the replies back to the guest.
  */
 export function interceptGuestTcp(ns: NetnsHandle, address: string, port: number): void {
-  const routes = routeMessages(LOOPBACK_IFINDEX, address);
-  const rules = nftMessages(address, port, { keep: TAP_HOST_ADDRESS });
-  withNetns(ns, () => {
-    const c = libc();
-    const rt = netlinkSocket(c, 'route');
-    try {
-      netlinkRequest(c, rt, routes, 'microVM egress: address/route');
-    } finally {
-      c.close(rt);
-    }
-    let nf: number;
-    try {
-      nf = netlinkSocket(c, 'netfilter');
-      try {
-        netlinkRequest(c, nf, rules, 'microVM egress: nftables');
-      } finally {
-        c.close(nf);
-      }
-    } catch (e) {
-      throw new AirlockError(
-        'BACKEND_UNAVAILABLE',
-        `transparent egress needs nf_tables with NAT in the kernel, or set network.transparent: false (${(e as Error).message})`,
-        { cause: e },
-      );
-    }
-  });
+  interceptTcpInNetns(ns, address, port, { keep: TAP_HOST_ADDRESS });
 }

@@ -1,0 +1,111 @@
+// A microVM snapshot's memory: QEMU's migration stream of the stopped VM (guest RAM, which holds the
+// whole writable filesystem since the overlay's upper layer is a tmpfs in the guest, plus device
+// state), and a record of the VM it restores into (vm.json). Both sit in the snapshot layer's
+// `memory/` dir, root-only (0700 dir, 0600 files), like gVisor's checkpoint images.
+//
+// SECURITY: QEMU runs as the sandbox's uid and writes the stream into the VM dir, which that uid owns.
+// Root takes it from there as untrusted data: opened without following a link, refused unless it is a
+// regular file of that uid with one link and a bounded size, and COPIED (never renamed or linked) into
+// a root-owned file, so the layer holds no inode the sandbox's uid can reach or change later.
+import { createHash } from 'node:crypto';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  writeSync,
+} from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { AirlockError } from '../../core/errors.js';
+
+/** The migration stream's file name in a snapshot's memory dir. */
+export const RAM_FILE = 'ram';
+/** The VM record's file name in a snapshot's memory dir. */
+export const VM_FILE = 'vm.json';
+/** Migration stream bytes beyond the guest's RAM (device state, headers) a snapshot may hold. */
+const STREAM_SLACK_BYTES = 64 * 1024 * 1024;
+const CHUNK = 4 * 1024 * 1024;
+
+/** What a restore must reproduce exactly: QEMU refuses a stream whose machine differs. */
+export const VmRecordSchema = z
+  .object({
+    version: z.literal(1),
+    /** The sandbox memory limit the VM was booted with (its RAM is this plus GUEST_KERNEL_BYTES). */
+    memoryBytes: z.number().int().positive(),
+    vcpus: z.number().positive(),
+    pids: z.number().int().positive(),
+    diskBytes: z.number().int().positive(),
+    /** Whether the VM has its NIC (a sandbox with a network policy). */
+    net: z.boolean(),
+    kernel: z.string(),
+    initramfs: z.string(),
+    rootfs: z.string(),
+    /** The agent connection's next request id: ids below it may still be live in the guest. */
+    nextId: z.number().int().positive(),
+    /** Execs running in the guest when it was saved (they carry on in every fork). */
+    processes: z.number().int().nonnegative(),
+  })
+  .strict();
+export type VmRecord = z.output<typeof VmRecordSchema>;
+
+/**
+ * Copy QEMU's stream at `vmDir/<name>` into `destDir/ram` (root, 0600) and hash it; the source is
+ * removed. `uid` is the sandbox's uid (the only owner the source may have), `ramBytes` the guest's RAM.
+ */
+export function takeStream(
+  vmDir: string,
+  name: string,
+  uid: number,
+  ramBytes: number,
+  destDir: string,
+  hash: ReturnType<typeof createHash>,
+): number {
+  const src = join(vmDir, name);
+  let fd: number;
+  try {
+    fd = openSync(src, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    throw new AirlockError('INTERNAL', `the VM's snapshot stream is missing: ${(e as Error).message}`);
+  }
+  let out: number | undefined;
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile() || st.uid !== uid || st.nlink !== 1 || st.size > ramBytes + STREAM_SLACK_BYTES)
+      throw new AirlockError('INTERNAL', "the VM's snapshot stream is not a plain file of its own size");
+    out = openSync(join(destDir, RAM_FILE), 'wx', 0o600);
+    const buf = Buffer.allocUnsafe(CHUNK);
+    let total = 0;
+    for (;;) {
+      const n = readSync(fd, buf, 0, CHUNK, null);
+      if (n <= 0) break;
+      total += n;
+      // Bounded by what was read, not by the size stat said: the file may grow meanwhile.
+      if (total > ramBytes + STREAM_SLACK_BYTES)
+        throw new AirlockError('INTERNAL', "the VM's snapshot stream is larger than its RAM");
+      hash.update(buf.subarray(0, n));
+      writeSync(out, buf, 0, n);
+    }
+    return total;
+  } finally {
+    closeSync(fd);
+    if (out !== undefined) closeSync(out);
+    rmSync(src, { force: true });
+  }
+}
+
+/** The VM record of a snapshot's memory dir, checked. */
+export function readVmRecord(memoryDir: string): VmRecord {
+  try {
+    return VmRecordSchema.parse(JSON.parse(readFileSync(join(memoryDir, VM_FILE), 'utf8')));
+  } catch (e) {
+    throw new AirlockError(
+      'INVALID_SPEC',
+      `layers.0: the microVM snapshot's VM record in ${memoryDir} is missing or damaged (${(e as Error).message}); take the snapshot again`,
+      { field: 'layers.0' },
+    );
+  }
+}
