@@ -145,11 +145,12 @@ describe('Store', () => {
     const s = new Store(path);
     // Another connection (as `airlock keys` is) makes the event insert fail for one event type.
     const raw = new Database(path);
-    const failOn = (type: string): void =>
+    const failOn = (type: string): void => {
       raw.exec(
         `CREATE TRIGGER fail_event BEFORE INSERT ON events WHEN NEW.type = '${type}'
          BEGIN SELECT RAISE(ABORT, 'injected failure'); END`,
       );
+    };
     failOn('sandbox.created');
     expect(() => s.insertSandbox(row('t1'))).toThrow(/injected failure/);
     expect(s.getSandbox('t1')).toBeUndefined();
