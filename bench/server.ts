@@ -10,6 +10,10 @@
 //     process over loopback TCP and over a unix socket (keep-alive), GET /healthz of the front server
 //     and GET /v1/supervisor of the supervisor (the framework's own cost on top of the bare hop);
 //   - 100 creates at once through the API (remote SDK): wall time, p50/p99 per create, errors;
+//   - CPU time per create → exec → kill of each way, per process: this process (the client: the
+//     library itself, the remote SDK or the e2b SDK), the front server and the supervisor (all their
+//     threads, from /proc/PID/task/*/schedstat), so that the time each way adds can be told apart
+//     into client work, server work and waiting (transport, scheduling);
 //   - the server's memory: RSS of the front server and of the supervisor with no sandbox (at start,
 //     and after the rounds above), and with N live sandboxes; the overhead per sandbox from those
 //     (the sandboxes' own processes are not in it: see P5 for what a sandbox costs the host).
@@ -19,7 +23,7 @@
 // therefore includes the TypeScript loader.
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Sandbox as E2bSandbox } from 'e2b';
@@ -55,6 +59,13 @@ export type Phase = 'create' | 'exec' | 'kill';
 /** One HTTP round trip: bare node:http over TCP and unix socket, the front server's and the supervisor's. */
 export type Hop = 'bareTcp' | 'bareUnix' | 'frontHealthz' | 'supervisorInfo';
 
+/** CPU time (ms, all threads) of one create → exec → kill in each process. */
+export interface CpuSplit {
+  readonly client: number;
+  readonly front: number;
+  readonly supervisor: number;
+}
+
 export interface ServerReport {
   readonly rounds: number;
   readonly library: Latency;
@@ -66,6 +77,8 @@ export interface ServerReport {
   readonly phases?: Record<Way, Record<Phase, number>>;
   /** p50 of one round trip of each kind (the floor under each hop). */
   readonly hops?: Record<Hop, number>;
+  /** Mean CPU ms per create → exec → kill of each way, in each process. */
+  readonly cpu?: Record<Way, CpuSplit>;
   readonly concurrent: {
     readonly n: number;
     readonly wallMs: number;
@@ -97,6 +110,29 @@ function rssMiB(pid: number): number {
   const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   if (!m) throw new Error(`no VmRSS for pid ${pid}`);
   return Number(m[1]) / 1024;
+}
+
+/** CPU time (ms) a process has used so far, all its threads (schedstat: nanoseconds on a CPU). */
+function cpuMsOf(pid: number): number {
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      /* the thread ended meanwhile */
+    }
+  }
+  return ns / 1e6;
+}
+
+/** CPU ms so far of this process (the client), the front server and the supervisor. */
+function cpuNow(s: Served): CpuSplit {
+  const own = process.cpuUsage();
+  return {
+    client: (own.user + own.system) / 1000,
+    front: cpuMsOf(s.child.pid!),
+    supervisor: cpuMsOf(s.supervisorPid),
+  };
 }
 
 interface Served {
@@ -339,11 +375,16 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
     );
     for (const f of Object.values(ways)) for (let i = 0; i < 10; i++) await f(); // warm-up
     for (const p of Object.values(phaseSamples)) for (const k of Object.keys(p)) p[k as Phase].length = 0;
+    const cpuSum = {} as Record<Way, { client: number; front: number; supervisor: number }>;
+    for (const w of Object.keys(ways) as Way[]) cpuSum[w] = { client: 0, front: 0, supervisor: 0 };
     for (let i = 0; i < rounds; i++) {
       for (const [name, f] of Object.entries(ways) as Array<[Way, () => Promise<void>]>) {
+        const c0 = cpuNow(served);
         const t0 = performance.now();
         await f();
         (name === 'supervisor' ? supervisorSamples : samples[name]).push(performance.now() - t0);
+        const c1 = cpuNow(served);
+        for (const k of ['client', 'front', 'supervisor'] as const) cpuSum[name][k] += c1[k] - c0[k];
       }
       for (const [name, o] of Object.entries(hopOptions) as Array<[Hop, http.RequestOptions]>) {
         const t0 = performance.now();
@@ -358,6 +399,12 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         { create: p50(p.create), exec: p50(p.exec), kill: p50(p.kill) },
       ]),
     ) as Record<Way, Record<Phase, number>>;
+    const cpu = Object.fromEntries(
+      Object.entries(cpuSum).map(([w, c]) => [
+        w,
+        { client: c.client / rounds, front: c.front / rounds, supervisor: c.supervisor / rounds },
+      ]),
+    ) as Record<Way, CpuSplit>;
     const hops = Object.fromEntries(Object.entries(hopSamples).map(([h, xs]) => [h, p50(xs)])) as Record<
       Hop,
       number
@@ -397,6 +444,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       supervisor: latency(supervisorSamples),
       phases,
       hops,
+      cpu,
       concurrent: {
         n: CONCURRENT,
         wallMs,
@@ -457,6 +505,24 @@ export function formatServer(r: ServerReport): string {
         `| supervisor GET /v1/supervisor (unix socket) | ${f(r.hops.supervisorInfo)} |`,
       ]
     : [];
+  const cpuRows = r.cpu
+    ? [
+        '',
+        '| CPU ms per create → exec → kill (mean, all threads) | client (this process) | front server | supervisor |',
+        '|---|---|---|---|',
+        ...(
+          [
+            ['library, in-process', 'library'],
+            ['supervisor API, unix socket (no front server)', 'supervisor'],
+            ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
+            ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
+          ] as const
+        ).map(([name, w]) => {
+          const c = r.cpu![w];
+          return `| ${name} | ${f(c.client)} | ${f(c.front)} | ${f(c.supervisor)} |`;
+        }),
+      ]
+    : [];
   return [
     '| create → exec `true` → kill | p50 | p90 | p99 | min | n |',
     '|---|---|---|---|---|---|',
@@ -473,5 +539,6 @@ export function formatServer(r: ServerReport): string {
     `| ${m.live} live sandboxes | ${m.loaded.frontMiB.toFixed(1)} | ${m.loaded.supervisorMiB.toFixed(1)} |`,
     ...phaseRows,
     ...hopRows,
+    ...cpuRows,
   ].join('\n');
 }
