@@ -40,6 +40,8 @@ const LIBRARY_UIDS = { first: BENCH_UID_RANGE.first, count: 1024 };
 const SERVER_UIDS = { first: BENCH_UID_RANGE.first + 1024, count: BENCH_UID_RANGE.count - 1024 };
 const CONCURRENT = 100;
 const E2B_DOMAIN = 'airlock-bench.invalid';
+/** create → exec → kill of each way before the rounds are timed. */
+const WARM_UP = 40;
 /** Round trips of each hop sent back to back after the first of a round. */
 const WARM_HOPS = 5;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -70,6 +72,8 @@ export interface CpuSplit {
 
 export interface ServerReport {
   readonly rounds: number;
+  /** create → exec → kill of each way run before the timed rounds. */
+  readonly warmUp?: number;
   readonly library: Latency;
   readonly remoteSdk: Latency;
   readonly e2b: Latency;
@@ -385,7 +389,11 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
     c.log(
       `server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b / supervisor in turn`,
     );
-    for (const f of Object.values(ways)) for (let i = 0; i < 10; i++) await f(); // warm-up
+    // Warm-up, taking turns as the rounds do: the servers are fresh processes, and their HTTP, Hono and
+    // store paths are still being optimised for the first few dozen calls (create and kill p50 through
+    // the front fell by a third between calls 1-40 and 160-200 of one run), where a served API is a
+    // long-lived process. The library runs in this process, warm from the start.
+    for (let i = 0; i < WARM_UP; i++) for (const f of Object.values(ways)) await f();
     for (const p of Object.values(phaseSamples)) for (const k of Object.keys(p)) p[k as Phase].length = 0;
     const cpuSum = {} as Record<Way, { client: number; front: number; supervisor: number }>;
     for (const w of Object.keys(ways) as Way[]) cpuSum[w] = { client: 0, front: 0, supervisor: 0 };
@@ -464,6 +472,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       phases,
       hops,
       hopsWarm,
+      warmUp: WARM_UP,
       cpu,
       concurrent: {
         n: CONCURRENT,
