@@ -883,7 +883,7 @@ function serverSection(r: ServerReport, chart: (n: string, t: string, svg: strin
     intro:
       `\`airlock serve\` (front server + supervisor, run from the source through tsx) on loopback. ${r.rounds} rounds of ` +
       'create → exec `true` → kill, the library in-process, the remote TypeScript SDK (native API) and the ' +
-      'e2b SDK (/e2b) taking turns each round, after 10 warm-up runs each (bench/server.ts).',
+      `e2b SDK (/e2b) taking turns each round, after ${r.warmUp ?? 10} warm-up runs each (bench/server.ts).`,
     rows: [
       row(`library in-process, p50 (baseline; p90 ${ms(base.p90)})`, ms(base.p50), '1.00×'),
       added('remote TypeScript SDK', r.remoteSdk),

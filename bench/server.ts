@@ -10,6 +10,10 @@
 //     process over loopback TCP and over a unix socket (keep-alive), GET /healthz of the front server
 //     and GET /v1/supervisor of the supervisor (the framework's own cost on top of the bare hop);
 //   - 100 creates at once through the API (remote SDK): wall time, p50/p99 per create, errors;
+//   - CPU time per create → exec → kill of each way, per process: this process (the client: the
+//     library itself, the remote SDK or the e2b SDK), the front server and the supervisor (all their
+//     threads, from /proc/PID/task/*/schedstat), so that the time each way adds can be told apart
+//     into client work, server work and waiting (transport, scheduling);
 //   - the server's memory: RSS of the front server and of the supervisor with no sandbox (at start,
 //     and after the rounds above), and with N live sandboxes; the overhead per sandbox from those
 //     (the sandboxes' own processes are not in it: see P5 for what a sandbox costs the host).
@@ -19,7 +23,7 @@
 // therefore includes the TypeScript loader.
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Sandbox as E2bSandbox } from 'e2b';
@@ -36,6 +40,10 @@ const LIBRARY_UIDS = { first: BENCH_UID_RANGE.first, count: 1024 };
 const SERVER_UIDS = { first: BENCH_UID_RANGE.first + 1024, count: BENCH_UID_RANGE.count - 1024 };
 const CONCURRENT = 100;
 const E2B_DOMAIN = 'airlock-bench.invalid';
+/** create → exec → kill of each way before the rounds are timed. */
+const WARM_UP = 40;
+/** Round trips of each hop sent back to back after the first of a round. */
+const WARM_HOPS = 5;
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSX = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
 const CLI_MAIN = join(ROOT, 'src', 'cli', 'main.ts');
@@ -55,8 +63,17 @@ export type Phase = 'create' | 'exec' | 'kill';
 /** One HTTP round trip: bare node:http over TCP and unix socket, the front server's and the supervisor's. */
 export type Hop = 'bareTcp' | 'bareUnix' | 'frontHealthz' | 'supervisorInfo';
 
+/** CPU time (ms, all threads) of one create → exec → kill in each process. */
+export interface CpuSplit {
+  readonly client: number;
+  readonly front: number;
+  readonly supervisor: number;
+}
+
 export interface ServerReport {
   readonly rounds: number;
+  /** create → exec → kill of each way run before the timed rounds. */
+  readonly warmUp?: number;
   readonly library: Latency;
   readonly remoteSdk: Latency;
   readonly e2b: Latency;
@@ -64,8 +81,12 @@ export interface ServerReport {
   readonly supervisor?: Latency;
   /** p50 of each phase of each way. */
   readonly phases?: Record<Way, Record<Phase, number>>;
-  /** p50 of one round trip of each kind (the floor under each hop). */
+  /** p50 of one round trip of each kind (the floor under each hop): the first after the round's idle gap. */
   readonly hops?: Record<Hop, number>;
+  /** p50 of the same round trip sent again at once, back to back (both processes awake). */
+  readonly hopsWarm?: Record<Hop, number>;
+  /** Mean CPU ms per create → exec → kill of each way, in each process. */
+  readonly cpu?: Record<Way, CpuSplit>;
   readonly concurrent: {
     readonly n: number;
     readonly wallMs: number;
@@ -97,6 +118,29 @@ function rssMiB(pid: number): number {
   const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   if (!m) throw new Error(`no VmRSS for pid ${pid}`);
   return Number(m[1]) / 1024;
+}
+
+/** CPU time (ms) a process has used so far, all its threads (schedstat: nanoseconds on a CPU). */
+function cpuMsOf(pid: number): number {
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      /* the thread ended meanwhile */
+    }
+  }
+  return ns / 1e6;
+}
+
+/** CPU ms so far of this process (the client), the front server and the supervisor. */
+function cpuNow(s: Served): CpuSplit {
+  const own = process.cpuUsage();
+  return {
+    client: (own.user + own.system) / 1000,
+    front: cpuMsOf(s.child.pid!),
+    supervisor: cpuMsOf(s.supervisorPid),
+  };
 }
 
 interface Served {
@@ -323,6 +367,14 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       frontHealthz: [],
       supervisorInfo: [],
     };
+    const warmHopSamples: Record<Hop, number[]> = {
+      bareTcp: [],
+      bareUnix: [],
+      frontHealthz: [],
+      supervisorInfo: [],
+    };
+    // The client the SDK uses (RemoteSandboxApi): node:http, a keep-alive http.Agent, Nagle off (Node's
+    // default on both ends).
     const hop = (o: http.RequestOptions): Promise<void> =>
       new Promise((resolve, reject) => {
         const req = http.request({ ...o, agent }, (res) => {
@@ -337,18 +389,31 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
     c.log(
       `server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b / supervisor in turn`,
     );
-    for (const f of Object.values(ways)) for (let i = 0; i < 10; i++) await f(); // warm-up
+    // Warm-up, taking turns as the rounds do: the servers are fresh processes, and their HTTP, Hono and
+    // store paths are still being optimised for the first few dozen calls (create and kill p50 through
+    // the front fell by a third between calls 1-40 and 160-200 of one run), where a served API is a
+    // long-lived process. The library runs in this process, warm from the start.
+    for (let i = 0; i < WARM_UP; i++) for (const f of Object.values(ways)) await f();
     for (const p of Object.values(phaseSamples)) for (const k of Object.keys(p)) p[k as Phase].length = 0;
+    const cpuSum = {} as Record<Way, { client: number; front: number; supervisor: number }>;
+    for (const w of Object.keys(ways) as Way[]) cpuSum[w] = { client: 0, front: 0, supervisor: 0 };
     for (let i = 0; i < rounds; i++) {
       for (const [name, f] of Object.entries(ways) as Array<[Way, () => Promise<void>]>) {
+        const c0 = cpuNow(served);
         const t0 = performance.now();
         await f();
         (name === 'supervisor' ? supervisorSamples : samples[name]).push(performance.now() - t0);
+        const c1 = cpuNow(served);
+        for (const k of ['client', 'front', 'supervisor'] as const) cpuSum[name][k] += c1[k] - c0[k];
       }
+      // The first request after the round (the server idle since) and WARM_HOPS more back to back:
+      // on a busy host the first pays for waking the server (and this process) up.
       for (const [name, o] of Object.entries(hopOptions) as Array<[Hop, http.RequestOptions]>) {
-        const t0 = performance.now();
-        await hop(o);
-        hopSamples[name].push(performance.now() - t0);
+        for (let k = 0; k <= WARM_HOPS; k++) {
+          const t0 = performance.now();
+          await hop(o);
+          (k === 0 ? hopSamples : warmHopSamples)[name].push(performance.now() - t0);
+        }
       }
     }
     const p50 = (xs: readonly number[]): number => summarize(xs).p50;
@@ -358,10 +423,19 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         { create: p50(p.create), exec: p50(p.exec), kill: p50(p.kill) },
       ]),
     ) as Record<Way, Record<Phase, number>>;
+    const cpu = Object.fromEntries(
+      Object.entries(cpuSum).map(([w, c]) => [
+        w,
+        { client: c.client / rounds, front: c.front / rounds, supervisor: c.supervisor / rounds },
+      ]),
+    ) as Record<Way, CpuSplit>;
     const hops = Object.fromEntries(Object.entries(hopSamples).map(([h, xs]) => [h, p50(xs)])) as Record<
       Hop,
       number
     >;
+    const hopsWarm = Object.fromEntries(
+      Object.entries(warmHopSamples).map(([h, xs]) => [h, p50(xs)]),
+    ) as Record<Hop, number>;
 
     c.log(`server: ${CONCURRENT} creates at once through the API`);
     const t0 = performance.now();
@@ -397,6 +471,9 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       supervisor: latency(supervisorSamples),
       phases,
       hops,
+      hopsWarm,
+      warmUp: WARM_UP,
+      cpu,
       concurrent: {
         n: CONCURRENT,
         wallMs,
@@ -449,12 +526,34 @@ export function formatServer(r: ServerReport): string {
   const hopRows = r.hops
     ? [
         '',
-        '| one HTTP round trip, p50 (the floor under each hop) | |',
-        '|---|---|',
-        `| bare node:http, another process, loopback TCP (keep-alive) | ${f(r.hops.bareTcp)} |`,
-        `| bare node:http, another process, unix socket (keep-alive) | ${f(r.hops.bareUnix)} |`,
-        `| front server GET /healthz (TCP) | ${f(r.hops.frontHealthz)} |`,
-        `| supervisor GET /v1/supervisor (unix socket) | ${f(r.hops.supervisorInfo)} |`,
+        '| one HTTP round trip, p50 (the floor under each hop) | first after a round | back to back |',
+        '|---|---|---|',
+        ...(
+          [
+            ['bare node:http, another process, loopback TCP (keep-alive)', 'bareTcp'],
+            ['bare node:http, another process, unix socket (keep-alive)', 'bareUnix'],
+            ['front server GET /healthz (TCP)', 'frontHealthz'],
+            ['supervisor GET /v1/supervisor (unix socket)', 'supervisorInfo'],
+          ] as const
+        ).map(([name, h]) => `| ${name} | ${f(r.hops![h])} | ${r.hopsWarm ? f(r.hopsWarm[h]) : ''} |`),
+      ]
+    : [];
+  const cpuRows = r.cpu
+    ? [
+        '',
+        '| CPU ms per create → exec → kill (mean, all threads) | client (this process) | front server | supervisor |',
+        '|---|---|---|---|',
+        ...(
+          [
+            ['library, in-process', 'library'],
+            ['supervisor API, unix socket (no front server)', 'supervisor'],
+            ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
+            ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
+          ] as const
+        ).map(([name, w]) => {
+          const c = r.cpu![w];
+          return `| ${name} | ${f(c.client)} | ${f(c.front)} | ${f(c.supervisor)} |`;
+        }),
       ]
     : [];
   return [
@@ -473,5 +572,6 @@ export function formatServer(r: ServerReport): string {
     `| ${m.live} live sandboxes | ${m.loaded.frontMiB.toFixed(1)} | ${m.loaded.supervisorMiB.toFixed(1)} |`,
     ...phaseRows,
     ...hopRows,
+    ...cpuRows,
   ].join('\n');
 }

@@ -22,7 +22,7 @@ import type { NetworkPolicy } from '../core/network-spec.js';
 import { TemplateBuildBodySchema } from './templates.js';
 import { PathQuerySchema, TimeoutRequestSchema } from './route-table.js';
 import { errorResponse, tooLarge } from './http-errors.js';
-import { cappedStream, ndjsonResponse, readCapped } from './streams.js';
+import { cappedStream, ndjsonResponse, readBodyCapped } from './streams.js';
 import {
   CreateCodeContextRequestSchema,
   RunCodeRequestSchema,
@@ -87,7 +87,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
     code: 'INVALID_SPEC' | 'INVALID_ARGUMENT',
     max = maxBody,
   ): Promise<T> => {
-    const bytes = await readCapped(c.req.raw, max, 'request body');
+    const bytes = await readBodyCapped(c, max, () => tooLarge('request body', max));
     let json: unknown;
     try {
       json = bytes.length === 0 ? {} : JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
@@ -193,7 +193,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
   app.post(
     '/v1/sandboxes/:id/processes/:pid/stdin',
     h(async (c, caller) => {
-      const data = await readCapped(c.req.raw, maxBody, 'stdin data');
+      const data = await readBodyCapped(c, maxBody, () => tooLarge('stdin data', maxBody));
       await api.sendStdin(c.req.param('id')!, c.req.param('pid')!, data, caller);
       return none();
     }),

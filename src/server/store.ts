@@ -203,6 +203,11 @@ export class Store {
     this.migrate();
   }
 
+  /** Run `f` in one transaction (a savepoint when already inside one): one commit for all it writes. */
+  private atomically<T>(f: () => T): T {
+    return this.db.transaction(f)();
+  }
+
   private stmt(sql: string): Database.Statement {
     let st = this.stmts.get(sql);
     if (!st) {
@@ -343,8 +348,16 @@ export class Store {
 
   // ---- sandboxes ----------------------------------------------------------------------------------
 
+  /**
+   * Record a new sandbox and its `sandbox.created` event in ONE transaction (one commit: the record
+   * and its event are in the WAL together, or neither is).
+   */
   insertSandbox(r: SandboxRow): void {
     checkTenantName(r.tenant);
+    this.atomically(() => this.insertSandboxRow(r));
+  }
+
+  private insertSandboxRow(r: SandboxRow): void {
     this.stmt(
       `INSERT INTO sandboxes (id, tenant, state, backend, template, created_at, deadline, metadata, reason,
            boot_id, memory_bytes, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -386,12 +399,16 @@ export class Store {
   }
 
   /** Move a live sandbox to `state`; false if it was not live (already ended). */
+  /** The state change and its event in one transaction (one commit); RETURNING gives the tenant. */
   endSandbox(id: string, state: 'killed' | 'expired' | 'lost', reason: string | null): boolean {
-    const r = this.stmt(
-      `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ? AND state IN ('running', 'paused')`,
-    ).run(state, reason, id);
-    if (r.changes) this.event(`sandbox.${state}`, this.getSandbox(id)?.tenant ?? null, id, { reason });
-    return r.changes > 0;
+    return this.atomically(() => {
+      const r = this.stmt(
+        `UPDATE sandboxes SET state = ?, reason = ? WHERE id = ? AND state IN ('running', 'paused')
+         RETURNING tenant`,
+      ).get(state, reason, id) as { tenant: string } | undefined;
+      if (r) this.event(`sandbox.${state}`, r.tenant, id, { reason });
+      return r !== undefined;
+    });
   }
 
   setSandboxState(id: string, state: 'running' | 'paused'): void {

@@ -1,12 +1,42 @@
 // Byte and NDJSON streams of the REST API: request bodies counted as they arrive and cut at a cap
 // (never buffered whole first), and NDJSON responses that stop feeding, and abort their source, when
 // the client goes away.
+import { IncomingMessage } from 'node:http';
+import type { Context } from 'hono';
 import { errorBody, tooLarge } from './http-errors.js';
 
 /** The whole body, at most `max` bytes (REQUEST_TOO_LARGE past that, checked as it streams). */
-export async function readCapped(req: Request, max: number, what: string): Promise<Uint8Array> {
+export function readCapped(req: Request, max: number, what: string): Promise<Uint8Array> {
+  return readWebCapped(req, max, () => tooLarge(what, max));
+}
+
+/**
+ * The request body of a Hono context, at most `max` bytes (`tooBig()` is thrown past that: at once
+ * for a larger Content-Length, else as it streams). On @hono/node-server it reads the node:http
+ * request itself: asking for `c.req.raw.body` there builds a whole fetch Request and a web stream
+ * over the socket first, which cost more than the rest of a small JSON request's handling (profiles
+ * of the front server and the supervisor, issue 36). Elsewhere (app.request() in tests) the web body.
+ */
+export async function readBodyCapped(c: Context, max: number, tooBig: () => Error): Promise<Uint8Array> {
+  const incoming = (c.env as { incoming?: unknown } | undefined)?.incoming;
+  if (!(incoming instanceof IncomingMessage) || incoming.readableDidRead) {
+    return readWebCapped(c.req.raw, max, tooBig);
+  }
+  if (Number(incoming.headers['content-length'] ?? NaN) > max) throw tooBig();
+  const parts: Buffer[] = [];
+  let n = 0;
+  // Leaving the loop early (too big) destroys the request, as cancelling its web stream does.
+  for await (const chunk of incoming as AsyncIterable<Buffer>) {
+    n += chunk.length;
+    if (n > max) throw tooBig();
+    parts.push(chunk);
+  }
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+}
+
+async function readWebCapped(req: Request, max: number, tooBig: () => Error): Promise<Uint8Array> {
   const declared = Number(req.headers.get('content-length') ?? NaN);
-  if (declared > max) throw tooLarge(what, max);
+  if (declared > max) throw tooBig();
   if (!req.body) return new Uint8Array(0);
   const parts: Uint8Array[] = [];
   let n = 0;
@@ -17,7 +47,7 @@ export async function readCapped(req: Request, max: number, what: string): Promi
     n += value.length;
     if (n > max) {
       await reader.cancel().catch(() => {});
-      throw tooLarge(what, max);
+      throw tooBig();
     }
     parts.push(value);
   }

@@ -141,6 +141,38 @@ describe('Store', () => {
     s.close();
   });
 
+  it("a sandbox's record and its event commit together: when the event cannot be written, neither is", () => {
+    const s = new Store(path);
+    // Another connection (as `airlock keys` is) makes the event insert fail for one event type.
+    const raw = new Database(path);
+    const failOn = (type: string): void => {
+      raw.exec(
+        `CREATE TRIGGER fail_event BEFORE INSERT ON events WHEN NEW.type = '${type}'
+         BEGIN SELECT RAISE(ABORT, 'injected failure'); END`,
+      );
+    };
+    failOn('sandbox.created');
+    expect(() => s.insertSandbox(row('t1'))).toThrow(/injected failure/);
+    expect(s.getSandbox('t1')).toBeUndefined();
+    raw.exec('DROP TRIGGER fail_event');
+    s.insertSandbox(row('t1'));
+    failOn('sandbox.killed');
+    expect(() => s.endSandbox('t1', 'killed', 'by client')).toThrow(/injected failure/);
+    expect(s.getSandbox('t1')).toMatchObject({ state: 'running', reason: null });
+    raw.exec('DROP TRIGGER fail_event');
+    expect(s.endSandbox('t1', 'killed', 'by client')).toBe(true);
+    expect(s.endSandbox('t1', 'killed', 'again')).toBe(false); // ended once: no second event
+    const events = raw
+      .prepare("SELECT type, tenant FROM events WHERE sandbox_id = 't1' ORDER BY seq")
+      .all() as Array<{ type: string; tenant: string }>;
+    expect(events).toEqual([
+      { type: 'sandbox.created', tenant: 'a' },
+      { type: 'sandbox.killed', tenant: 'a' },
+    ]);
+    raw.close();
+    s.close();
+  });
+
   it('the event log is append-only: updates and deletes are refused by the database', () => {
     const s = new Store(path);
     s.insertSandbox(row('e1'));

@@ -9,6 +9,7 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { AirlockError } from '../../core/errors.js';
+import { readBodyCapped } from '../streams.js';
 
 /** The Connect error codes we answer with (the protocol's snake_case names). */
 export type ConnectCode =
@@ -129,25 +130,12 @@ function validate<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
 }
 
 /** Read a body of at most `maxBytes` (counted as it streams; never buffered past the cap). */
-export async function readCapped(
-  body: ReadableStream<Uint8Array> | null,
-  maxBytes: number,
-): Promise<Uint8Array> {
-  if (!body) return new Uint8Array(0);
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  const reader = body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > maxBytes) {
-      await reader.cancel().catch(() => undefined);
-      throw new EnvdError('resource_exhausted', `the request body is over ${maxBytes} bytes`, 413);
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks);
+export function readCapped(c: Context, maxBytes: number): Promise<Uint8Array> {
+  return readBodyCapped(
+    c,
+    maxBytes,
+    () => new EnvdError('resource_exhausted', `the request body is over ${maxBytes} bytes`, 413),
+  );
 }
 
 const MAX_RPC_BODY = 1024 * 1024;
@@ -174,7 +162,7 @@ export function unary<S extends z.ZodType>(
           `content type ${JSON.stringify(type)}: only Connect JSON is supported`,
         );
       }
-      const body = await readCapped(c.req.raw.body, MAX_RPC_BODY);
+      const body = await readCapped(c, MAX_RPC_BODY);
       const req = validate(schema, parseJson(new TextDecoder().decode(body) || '{}'));
       const out = await handle(req, c);
       return new Response(JSON.stringify(out ?? {}), {
@@ -260,7 +248,7 @@ export function serverStream<S extends z.ZodType>(
           `content type ${JSON.stringify(type)}: only Connect JSON is supported`,
         );
       }
-      const req = validate(schema, unenvelope(await readCapped(c.req.raw.body, MAX_RPC_BODY)));
+      const req = validate(schema, unenvelope(await readCapped(c, MAX_RPC_BODY)));
       iterator = handle({ req, timeoutMs: connectTimeoutMs(c), signal: ac.signal, c })[
         Symbol.asyncIterator
       ]();

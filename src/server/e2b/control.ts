@@ -53,7 +53,7 @@ const MAX_BODY = 256 * 1024;
 
 async function body<S extends z.ZodType>(c: Context, schema: S): Promise<z.infer<S>> {
   let raw: unknown = {};
-  const bytes = await readCapped(c.req.raw.body, MAX_BODY).catch((e: unknown) => {
+  const bytes = await readCapped(c, MAX_BODY).catch((e: unknown) => {
     throw e instanceof EnvdError ? new ApiError(e.httpStatus, e.message) : e;
   });
   const text = new TextDecoder().decode(bytes);
