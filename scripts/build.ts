@@ -103,7 +103,18 @@ async function main(): Promise<void> {
     outdir: CLI_OUT,
     // Native modules load their .node file relative to their own package: never bundled.
     // esbuild (TypeScript for runCode) finds its platform binary relative to its own package too.
-    external: ['koffi', 'better-sqlite3', 'tsx', 'tsx/*', 'esbuild'],
+    // The WASM tier's interpreters (pyodide, quickjs-emscripten and its @jitl variants) find their
+    // .wasm and stdlib files relative to their own packages: never bundled either.
+    external: [
+      'koffi',
+      'better-sqlite3',
+      'tsx',
+      'tsx/*',
+      'esbuild',
+      'pyodide',
+      'quickjs-emscripten',
+      '@jitl/*',
+    ],
     plugins: [zodEnglishOnly],
     legalComments: 'eof',
     // Less for V8 to read and parse at every start; names are kept for stack traces and errors.
@@ -119,7 +130,9 @@ async function main(): Promise<void> {
     format: 'cjs',
     outExtension: { '.js': '.cjs' },
     define: { 'import.meta.url': '__airlockUrl' },
-    banner: { js: "const __airlockUrl = require('node:url').pathToFileURL(__filename).href;" },
+    banner: {
+      js: "const __airlockUrl = require('node:url').pathToFileURL(__filename).href; const __airlockRequire = require;",
+    },
   };
   await build({ ...cli, entryPoints: [{ in: 'src/cli/main.ts', out: 'airlock' }] });
   await build({
@@ -149,7 +162,16 @@ async function main(): Promise<void> {
       /[\u0080-\uffff]/g,
       (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
     );
-    if (escaped !== text) writeFileSync(join(CLI_OUT, name), escaped);
+    // import('x') left in the bundle (external packages and built-ins, e.g. the grammar and Pyodide
+    // loaders' `await import("node:module")`) becomes a require through the banner's alias: the
+    // bundle runs from a vm.Script with a code cache, and V8 drops the dynamic-import callback of
+    // functions compiled from that cache (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING in `airlock
+    // run-code`). The alias, because those loaders declare a `var require` of their own in scope.
+    const required = escaped.replace(
+      /(?<![\w$.])import\("([^"]+)"\)/g,
+      (_, spec: string) => `Promise.resolve().then(() => __airlockRequire(${JSON.stringify(spec)}))`,
+    );
+    if (required !== text) writeFileSync(join(CLI_OUT, name), required);
     const bundle = readFileSync(join(CLI_OUT, name));
     const nonAscii = bundle.findIndex((b) => b > 0x7f);
     if (nonAscii !== -1) throw new Error(`dist/bin/${name} has a non-ASCII byte at offset ${nonAscii}`);

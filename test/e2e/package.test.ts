@@ -354,6 +354,41 @@ describe.skipIf(!canRunNamespaces)(
       );
     });
 
+    it('npx airlock run-code analyses and runs a cell from the cached full bundle (its loaders import() built-ins)', async () => {
+      // The grammar (web-tree-sitter) and Pyodide loaders `await import('node:module')`; from a code
+      // cache that failed with ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING until the build turned them
+      // into require(). A denied cell also proves the analysis ran.
+      const ok = await inScratch(scratch, 'npx', ['--offline', 'airlock', 'run-code', 'print(6 * 7)']);
+      expect(ok).toEqual({ code: 0, stdout: '42\n', stderr: '' });
+      const denied = await inScratch(scratch, 'npx', [
+        '--offline',
+        'airlock',
+        'run-code',
+        "import base64; exec(base64.b64decode('cHJpbnQoMSk='))",
+      ]);
+      expect(denied.code).not.toBe(0);
+      expect(denied.stderr).toMatch(/obfuscated-exec/);
+    });
+
+    it('npx airlock run --backend wasm runs Python and JavaScript (the interpreters load from their packages)', async () => {
+      // The WASM worker is its own file beside the bundle, and Pyodide and QuickJS are external: each
+      // finds its .wasm files in its own package (bundled, they looked for them in dist/bin).
+      const py = await inScratch(
+        scratch,
+        'npx',
+        ['--offline', 'airlock', 'run', '--backend', 'wasm', '--', 'python', '-c', 'print(1 + 1)'],
+        120_000,
+      );
+      expect(py).toEqual({ code: 0, stdout: '2\n', stderr: '' });
+      const js = await inScratch(
+        scratch,
+        'npx',
+        ['--offline', 'airlock', 'run', '--backend', 'wasm', '--', 'node', '-e', 'console.log(2 + 3)'],
+        120_000,
+      );
+      expect(js).toEqual({ code: 0, stdout: '5\n', stderr: '' });
+    });
+
     it('npx airlock doctor --json reports the namespaces tier available', async () => {
       const r = await inScratch(scratch, 'npx', ['--offline', 'airlock', 'doctor', '--json']);
       expect(r.code).toBe(0);

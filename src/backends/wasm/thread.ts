@@ -32,7 +32,7 @@ export function heapLimits(
  * code, no Airlock setup), in shared memory for every later worker to restore from.
  */
 export function makeSnapshot(logger: Logger): Promise<SharedArrayBuffer> {
-  const worker = moduleWorker(import.meta.url, './worker', {
+  const worker = moduleWorker(import.meta.url, './wasm-worker', {
     workerData: { ctl: new SharedArrayBuffer(CTL_SLOTS * 4), makeSnapshot: true },
     env: {},
     argv: [],
@@ -77,7 +77,7 @@ export class WasmThread {
     /** Pyodide's memory right after a load (makeSnapshot): restoring it is faster than loading. */
     snapshot?: SharedArrayBuffer,
   ) {
-    this.worker = moduleWorker(import.meta.url, './worker', {
+    this.worker = moduleWorker(import.meta.url, './wasm-worker', {
       workerData: { ctl: this.ctl.buffer, ...(snapshot ? { snapshot } : {}) },
       resourceLimits: heapLimits(memoryBytes),
       env: {}, // the worker's process.env: nothing of the host
