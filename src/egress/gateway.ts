@@ -426,10 +426,13 @@ export class SandboxEgress implements EgressContext {
 
   /** Whether `policy` allows a connection already made to `dest` (its name and the address dialled). */
   private permits(policy: NetworkPolicy, dest: Destination): boolean {
-    return (
-      decideHost(policy, dest.host, dest.port).action === 'allow' &&
-      decideAddress(policy, dest.address, dest.port, dest.host).action === 'allow'
-    );
+    return this.verdict(policy, dest).action === 'allow';
+  }
+
+  /** `policy`'s verdict on a connection to `dest`: its name and port first, then the address dialled. */
+  private verdict(policy: NetworkPolicy, dest: Destination): ReturnType<typeof decideHost> {
+    const v = decideHost(policy, dest.host, dest.port);
+    return v.action === 'allow' ? decideAddress(policy, dest.address, dest.port, dest.host) : v;
   }
 
   async vet(host: string, port: number): Promise<VetResult> {
@@ -440,8 +443,7 @@ export class SandboxEgress implements EgressContext {
     // The policy changed while this was resolving or dialling: the connection must also pass the new
     // one, or a dial begun under the old policy would open after the swap's sweep.
     if (this.current !== policy) {
-      const v = decideHost(this.current, dest.host, port);
-      const va = v.action === 'allow' ? decideAddress(this.current, dest.address, port, dest.host) : v;
+      const va = this.verdict(this.current, dest);
       if (va.action === 'deny') {
         r.socket.destroy();
         return { ok: false, host: r.host, address: r.address, verdict: va };

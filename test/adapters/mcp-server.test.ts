@@ -14,7 +14,6 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { McpHttpServer } from '../../src/adapters/mcp-server/http.js';
-import { Sandbox } from '../../src/index.js';
 import { expectError } from '../contract/support.js';
 import {
   NO_RESIDUE,
@@ -294,7 +293,7 @@ describe.skipIf(!canRunNamespaces)(`airlock mcp-server (${SKIP_REASON})`, () => 
       });
     });
 
-    it('run_code runs code where the sandbox has runCode, and says to use exec where it has not', async () => {
+    it('run_code runs a cell, returns its exception as the result, and refuses a denied cell as a tool error', async () => {
       const t = new StreamableHTTPClientTransport(new URL(url), {
         requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
       });
@@ -302,80 +301,70 @@ describe.skipIf(!canRunNamespaces)(`airlock mcp-server (${SKIP_REASON})`, () => 
       await client.connect(t);
       try {
         const r = await call(client, 'run_code', { code: 'print("hi")\n6 * 7', language: 'python' });
-        if (typeof (Sandbox.prototype as { runCode?: unknown }).runCode === 'function') {
-          expect(r.isError).toBe(false);
-          expect(r.json).toMatchObject({ stdout: 'hi\n', error: null });
-          expect((r.json.results as Array<{ text?: string }>).map((x) => x.text)).toContain('42');
-          // The code's own exception is the tool's result, not a tool error.
-          const raised = await call(client, 'run_code', { code: '1 / 0', language: 'python' });
-          expect(raised.isError).toBe(false);
-          expect(raised.json).toMatchObject({ error: { name: 'ZeroDivisionError' } });
-          // A run the analysis denies is a tool error, and names the rule.
-          const denied = await call(client, 'run_code', {
-            code: 'import base64\nexec(base64.b64decode("cHJpbnQoMSk="))',
-            language: 'python',
-          });
-          expect(denied.isError).toBe(true);
-          expect(denied.json).toMatchObject({ error: { code: 'CODE_DENIED' } });
-          expect(denied.text).toContain('obfuscated-exec');
-        } else {
-          expect(r.isError).toBe(true);
-          expect(r.json).toMatchObject({ error: { code: 'INVALID_ARGUMENT' } });
-          expect(r.text).toContain('exec');
-        }
+        expect(r.isError).toBe(false);
+        expect(r.json).toMatchObject({ stdout: 'hi\n', error: null });
+        expect((r.json.results as Array<{ text?: string }>).map((x) => x.text)).toContain('42');
+        // The code's own exception is the tool's result, not a tool error.
+        const raised = await call(client, 'run_code', { code: '1 / 0', language: 'python' });
+        expect(raised.isError).toBe(false);
+        expect(raised.json).toMatchObject({ error: { name: 'ZeroDivisionError' } });
+        // A run the analysis denies is a tool error, and names the rule.
+        const denied = await call(client, 'run_code', {
+          code: 'import base64\nexec(base64.b64decode("cHJpbnQoMSk="))',
+          language: 'python',
+        });
+        expect(denied.isError).toBe(true);
+        expect(denied.json).toMatchObject({ error: { code: 'CODE_DENIED' } });
+        expect(denied.text).toContain('obfuscated-exec');
       } finally {
         await t.terminateSession();
         await client.close();
       }
     });
 
-    it.skipIf(typeof (Sandbox.prototype as { runCode?: unknown }).runCode !== 'function')(
-      'run_code sends a PNG figure as image content, SVG as text, and leaves out what is over the bounds',
-      async () => {
-        const t = new StreamableHTTPClientTransport(new URL(url), {
-          requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
-        });
-        const client = new Client({ name: 'test', version: '1' });
-        await client.connect(t);
-        try {
-          const code = [
-            'import matplotlib.pyplot as plt',
-            'plt.plot([1, 2, 3])',
-            'class Svg:',
-            '    def _repr_svg_(self): return \'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>\'',
-            'class Fake:',
-            "    def _repr_png_(self): return b'GIF89a not a png'",
-            'class Big:',
-            "    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\n' + bytes(3 * 1024 * 1024)",
-            'display(Svg()); display(Fake()); display(Big())',
-          ].join('\n');
-          const r = (await client.callTool(
-            { name: 'run_code', arguments: { code, language: 'python', timeoutMs: 120_000 } },
-            undefined,
-            { timeout: 180_000 },
-          )) as CallToolResult;
-          expect(r.isError).not.toBe(true);
-          const [first, ...rest] = r.content;
-          // The JSON text names every image by size, whatever a client does with image blocks.
-          const json = JSON.parse(first!.type === 'text' ? first!.text : '{}') as { results: unknown[] };
-          expect(JSON.stringify(json.results)).toContain('[image/png,');
-          const images = rest.filter((c) => c.type === 'image');
-          expect(images.length).toBe(1); // the figure; not the fake, not the big one
-          expect(images[0]).toMatchObject({ type: 'image', mimeType: 'image/png' });
-          const png = Buffer.from((images[0] as { data: string }).data, 'base64');
-          expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
-          const texts = rest.filter((c) => c.type === 'text').map((c) => (c as { text: string }).text);
-          expect(texts.some((x) => x.startsWith('<svg'))).toBe(true);
-          const note = texts.find((x) => x.startsWith('Images left out'));
-          expect(note).toMatch(/not a PNG/);
-          expect(note).toMatch(/image\/png of 3145736 bytes is over/);
-        } finally {
-          await t.terminateSession();
-          await client.close();
-        }
-      },
-      240_000,
-    );
+    it('run_code sends a PNG figure as image content, SVG as text, and leaves out what is over the bounds', async () => {
+      const t = new StreamableHTTPClientTransport(new URL(url), {
+        requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
+      });
+      const client = new Client({ name: 'test', version: '1' });
+      await client.connect(t);
+      try {
+        const code = [
+          'import matplotlib.pyplot as plt',
+          'plt.plot([1, 2, 3])',
+          'class Svg:',
+          '    def _repr_svg_(self): return \'<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>\'',
+          'class Fake:',
+          "    def _repr_png_(self): return b'GIF89a not a png'",
+          'class Big:',
+          "    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\n' + bytes(3 * 1024 * 1024)",
+          'display(Svg()); display(Fake()); display(Big())',
+        ].join('\n');
+        const r = (await client.callTool(
+          { name: 'run_code', arguments: { code, language: 'python', timeoutMs: 120_000 } },
+          undefined,
+          { timeout: 180_000 },
+        )) as CallToolResult;
+        expect(r.isError).not.toBe(true);
+        const [first, ...rest] = r.content;
+        // The JSON text names every image by size, whatever a client does with image blocks.
+        const json = JSON.parse(first!.type === 'text' ? first!.text : '{}') as { results: unknown[] };
+        expect(JSON.stringify(json.results)).toContain('[image/png,');
+        const images = rest.filter((c) => c.type === 'image');
+        expect(images.length).toBe(1); // the figure; not the fake, not the big one
+        expect(images[0]).toMatchObject({ type: 'image', mimeType: 'image/png' });
+        const png = Buffer.from((images[0] as { data: string }).data, 'base64');
+        expect(png.subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+        const texts = rest.filter((c) => c.type === 'text').map((c) => (c as { text: string }).text);
+        expect(texts.some((x) => x.startsWith('<svg'))).toBe(true);
+        const note = texts.find((x) => x.startsWith('Images left out'));
+        expect(note).toMatch(/not a PNG/);
+        expect(note).toMatch(/image\/png of 3145736 bytes is over/);
+      } finally {
+        await t.terminateSession();
+        await client.close();
+      }
+    }, 240_000);
 
     it('stops on SIGTERM, killing the sandboxes of open sessions', async () => {
       const t = new StreamableHTTPClientTransport(new URL(url), {
