@@ -115,6 +115,39 @@ export async function* foregroundEvents(
   }
 }
 
+/**
+ * Append `e` to `ring` and keep the newest output of its stream within `max` base64 bytes. The
+ * oldest events go first; the one that straddles the cap keeps its tail, so the newest bytes are
+ * never lost (a single read bigger than the cap, e.g. 64 KiB from a pipe, keeps its last part).
+ */
+export function keepNewest(
+  ring: OutputEvent[],
+  bytes: Record<OutputEvent['type'], number>,
+  e: OutputEvent,
+  max: number,
+): void {
+  ring.push(e);
+  bytes[e.type] += e.data.length;
+  let excess = bytes[e.type] - max;
+  while (excess > 0) {
+    const i = ring.findIndex((x) => x.type === e.type);
+    const old = ring[i]!;
+    if (old.data.length <= excess) {
+      ring.splice(i, 1);
+      bytes[e.type] -= old.data.length;
+    } else {
+      // Keep whole 3-byte groups of the tail: base64 of k raw bytes is 4k/3 characters.
+      const raw = Buffer.from(old.data, 'base64');
+      const keep = Math.floor((old.data.length - excess) / 4) * 3;
+      const data = raw.subarray(Math.max(0, raw.length - keep)).toString('base64');
+      bytes[e.type] -= old.data.length - data.length;
+      if (data.length === 0) ring.splice(i, 1);
+      else ring[i] = { type: e.type, data };
+    }
+    excess = bytes[e.type] - max;
+  }
+}
+
 /** One background process: its ring of output, its followers, its exit. */
 class BackgroundProcess {
   private readonly ring: OutputEvent[] = [];
@@ -130,14 +163,7 @@ class BackgroundProcess {
   ) {}
 
   record(e: OutputEvent): void {
-    this.ring.push(e);
-    this.ringBytes[e.type] += e.data.length;
-    // Keep the newest output of each stream within the cap (base64 bytes).
-    while (this.ringBytes[e.type] > this.maxRingBytes) {
-      const i = this.ring.findIndex((x) => x.type === e.type);
-      const [old] = this.ring.splice(i, 1);
-      this.ringBytes[e.type] -= old!.data.length;
-    }
+    keepNewest(this.ring, this.ringBytes, e, this.maxRingBytes);
     for (const f of this.followers) {
       if (f.weight > FOLLOWER_MAX_QUEUED) {
         f.end(

@@ -134,6 +134,28 @@ describe.skipIf(!canRunNamespaces)(`native REST API: processes (${SKIP_REASON})`
     await srv.api.killProcess(id, p.pid, CALLER);
   });
 
+  it('keeps the tail of one write bigger than the cap (the newest output is never dropped whole)', async () => {
+    // One write of ~60 KB raw is ~80 KB of base64, over the 64 KiB cap: the ring keeps its end.
+    const p = await srv.api.startProcess(
+      id,
+      {
+        cmd:
+          "head -c 60000 /dev/zero | tr '\\0' b > /tmp/one; echo END >> /tmp/one; " +
+          'dd if=/tmp/one bs=70000 count=1 status=none; exec sleep 1001.75',
+      },
+      CALLER,
+    );
+    await until(() => hostPids(['sleep', '1001.75']).length === 1, 'the write');
+    let replay = '';
+    for await (const e of srv.api.connectProcess(id, p.pid, CALLER)) {
+      if (e.type === 'stdout') replay += text([e], 'stdout');
+      if (replay.includes('END')) break;
+    }
+    expect(replay.endsWith('bbbbEND\n')).toBe(true);
+    expect(replay.length).toBeLessThanOrEqual(48 * 1024);
+    await srv.api.killProcess(id, p.pid, CALLER);
+  });
+
   it('answers PROCESS_NOT_FOUND for an unknown pid on every process route', async () => {
     for (const p of [
       collectExec(srv.api.connectProcess(id, '999', CALLER)),
