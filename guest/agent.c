@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -26,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "guest.h"
@@ -300,6 +303,52 @@ static void do_write(uint32_t id, unsigned char *p, uint32_t len) {
   send_frame(FR_OK, id, NULL, 0);
 }
 
+// ---- identity ----------------------------------------------------------------------------------
+
+static int put_value(const char *path, const char *value) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = write(fd, value, strlen(value));
+  close(fd);
+  return n == (ssize_t)strlen(value);
+}
+
+// Makes this VM a given sandbox: a create may restore a VM saved once for many sandboxes (the baked
+// boot snapshot, src/backends/microvm/bake.ts), or a fork restores its parent. Each then needs its own
+// wall clock (a restored guest's clock stopped when it was saved), its own RNG state (restored guests
+// would otherwise share the saved CRNG and draw the same "random" bytes), its hostname and its limits.
+static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
+  if (len < AGENT_IDENTITY_FIXED + 2 || len > AGENT_IDENTITY_FIXED + AGENT_MAX_HOSTNAME + 1 || p[len - 1])
+    return send_error(id, "malformed identity");
+  const char *host = (const char *)p + AGENT_IDENTITY_FIXED;
+  if (strlen(host) != len - AGENT_IDENTITY_FIXED - 1) return send_error(id, "malformed identity");
+  struct timespec ts = {(time_t)((uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32), get32(p + 8)};
+  if (ts.tv_nsec >= 1000000000 || clock_settime(CLOCK_REALTIME, &ts) != 0)
+    return send_error(id, "cannot set the clock");
+  // Credit the host's bytes as entropy and reseed the CRNG now: every read after this answer draws
+  // from a state the saved VM never had (RNDRESEEDCRNG: Linux >= 4.17).
+  struct {
+    int entropy_count;
+    int buf_size;
+    unsigned char buf[AGENT_SEED_BYTES];
+  } seed = {AGENT_SEED_BYTES * 8, AGENT_SEED_BYTES, {0}};
+  memcpy(seed.buf, p + 24, AGENT_SEED_BYTES);
+  int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  int ok = fd >= 0 && ioctl(fd, RNDADDENTROPY, &seed) == 0 && ioctl(fd, RNDRESEEDCRNG) == 0;
+  if (fd >= 0) close(fd);
+  memset(&seed, 0, sizeof seed);
+  if (!ok) return send_error(id, "cannot seed the RNG");
+  if (sethostname(host, strlen(host)) != 0) return send_error(id, "cannot set the hostname");
+  if (have_cgroups) {
+    char v[32];
+    snprintf(v, sizeof v, "%u", get32(p + 12));
+    if (!put_value(SANDBOX_CG "/pids.max", v)) return send_error(id, "cannot set pids.max");
+    snprintf(v, sizeof v, "%llu", (unsigned long long)get32(p + 16) | (unsigned long long)get32(p + 20) << 32);
+    if (!put_value(SANDBOX_CG "/memory.max", v)) return send_error(id, "cannot set memory.max");
+  }
+  send_frame(FR_OK, id, NULL, 0);
+}
+
 // ---- loop ---------------------------------------------------------------------------------------
 
 static unsigned char *inbuf;
@@ -333,6 +382,7 @@ static void handle(uint8_t type, uint32_t id, unsigned char *p, uint32_t len) {
   case FR_FILE_READ: return do_read(id, p, len);
   case FR_FILE_WRITE: return do_write(id, p, len);
   case FR_SHUTDOWN: return shutdown_vm();
+  case FR_IDENTITY: return do_identity(id, p, len);
   default: {
     errno = EPROTO;
     die("unknown frame type");

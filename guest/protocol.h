@@ -31,6 +31,13 @@ enum frame_type {
   FR_FILE_WRITE = 13, // host: u32 mode, path NUL, bytes
   FR_OK = 14,         // guest: empty (a FILE_WRITE succeeded)
   FR_SHUTDOWN = 15,   // host: empty; the guest kills everything, syncs and powers off
+  FR_IDENTITY = 16,   // host: this sandbox's identity (see do_identity); guest answers OK or ERROR
 };
+
+/** IDENTITY payload: u64 wall-clock seconds, u32 nanoseconds, u32 pids.max, u64 memory.max, 32
+ *  seed bytes, then the hostname (1-64 bytes) NUL-terminated, nothing after. */
+#define AGENT_IDENTITY_FIXED 56
+#define AGENT_SEED_BYTES 32
+#define AGENT_MAX_HOSTNAME 64
 
 #endif

@@ -177,6 +177,11 @@ export interface AirlockOptions {
    * docs/threat-model.md.
    */
   readonly launchNamespaces?: boolean;
+  /**
+   * microVM creates restore a baked boot snapshot of their machine shape instead of booting a guest
+   * (default true); false boots every one (docs/microvm.md).
+   */
+  readonly microvmBootSnapshots?: boolean;
   /** Host-wide directory of uid leases, shared by every runtime on the host (default /run/airlock/uid-leases). */
   readonly uidLeaseDir?: string;
   /** All spill files of one sandbox together are cut at this size (default 2 GiB). */
@@ -299,7 +304,10 @@ export class Airlock {
     };
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
     this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
-    this.backends.microvm = new MicrovmBackend(ctx, hostOpts);
+    this.backends.microvm = new MicrovmBackend(ctx, {
+      ...hostOpts,
+      ...(opts.microvmBootSnapshots !== undefined ? { bootSnapshots: opts.microvmBootSnapshots } : {}),
+    });
     this.backends.wasm = new WasmBackend(ctx, opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {});
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),

@@ -13,7 +13,9 @@ import {
   encodeExec,
   encodeFileWrite,
   encodeFrame,
+  encodeIdentity,
   type ExecRequest,
+  type Identity,
   type GuestFrame,
 } from './protocol.js';
 
@@ -276,6 +278,16 @@ export class AgentConnection {
       throw new AirlockError('FILE_TOO_LARGE', `the agent writes at most ${MAX_FILE_BYTES} bytes at once`);
     }
     await this.request((id) => encodeFileWrite(id, path, mode, data));
+  }
+
+  /** Make the VM this sandbox (clock, RNG seed, hostname, limits: guest/agent.c do_identity). */
+  async identify(x: Identity): Promise<void> {
+    await this.request((id) => encodeIdentity(id, x)).catch((e) => {
+      throw new AirlockError(
+        'INTERNAL',
+        `the guest agent refused the sandbox's identity: ${(e as Error).message}`,
+      );
+    });
   }
 
   /** Ask the guest to power off (it kills everything and syncs first). */

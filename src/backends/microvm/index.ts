@@ -3,6 +3,7 @@
 // where a probe boots a guest, TCG emulation otherwise). See docs/microvm.md for the decisions and
 // what it does not do yet (host workspaces and mounts). Snapshots are whole VMs (sandbox.ts, snapshot.ts).
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type {
@@ -17,6 +18,8 @@ import type {
 import { AirlockError } from '../../core/errors.js';
 import type { BackendName, Limits, SandboxSpec } from '../../core/spec.js';
 import { SandboxHost, type HostOptions, type HostSandboxParts } from '../host/index.js';
+import { selfOwner } from '../host/state.js';
+import { BootSnapshots, bootKey } from './bake.js';
 import { detectAccel, type AccelReport } from './accel.js';
 import {
   DEFAULT_CACHE_DIR,
@@ -47,6 +50,11 @@ export interface MicrovmOptions extends HostOptions {
   readonly qemuPath?: string;
   /** Force an accelerator instead of probing. */
   readonly accel?: Accel;
+  /**
+   * Creates restore a baked boot snapshot of their machine shape instead of booting (bake.ts;
+   * default true). False: every create boots its guest kernel (tests and benchmarks of cold boot).
+   */
+  readonly bootSnapshots?: boolean;
 }
 
 /** The cgroup holding a sandbox holds its QEMU: the guest's RAM plus QEMU's own footprint. */
@@ -75,6 +83,9 @@ export class MicrovmBackend implements BackendV1 {
   private kernel: Kernel | undefined;
   private accel: AccelReport | undefined;
   private bootAssets: Promise<Omit<VmAssets, 'rootfs'>> | undefined;
+  private qemuVer = 'unknown';
+  /** The baked boot snapshots, or undefined when creates always boot. */
+  private readonly boots: BootSnapshots | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -90,6 +101,14 @@ export class MicrovmBackend implements BackendV1 {
     this.cacheDir = opts.cacheDir ?? DEFAULT_CACHE_DIR;
     this.qemuPath = opts.qemuPath ?? findQemu();
     this.forcedAccel = opts.accel;
+    if (opts.bootSnapshots !== false) {
+      const store = this.host.layerStore;
+      this.boots = new BootSnapshots(join(ctx.stateDir, 'microvm-boot'), () => {
+        // Named like a layer capture in progress: the layer store's reaper removes it if we die.
+        const o = selfOwner();
+        return join(store.root, `.tmp-${o.pid}-${o.startTicks}-${randomBytes(6).toString('hex')}`);
+      });
+    }
   }
 
   probe(): Promise<BackendProbe> {
@@ -108,11 +127,8 @@ export class MicrovmBackend implements BackendV1 {
       });
     } else {
       try {
-        checks.push({
-          name: 'qemu',
-          ok: true,
-          detail: `QEMU ${await qemuVersion(this.qemuPath)} at ${this.qemuPath}`,
-        });
+        this.qemuVer = await qemuVersion(this.qemuPath);
+        checks.push({ name: 'qemu', ok: true, detail: `QEMU ${this.qemuVer} at ${this.qemuPath}` });
       } catch (e) {
         checks.push({ name: 'qemu', ok: false, detail: `qemu --version failed: ${(e as Error).message}` });
       }
@@ -211,7 +227,42 @@ export class MicrovmBackend implements BackendV1 {
       { dir: parts.layout.etcDir, at: '/etc' },
     ]);
     const sbx = new MicrovmSandbox(parts);
-    await sbx.boot({ ...a, accel: this.accel!.accel, rootfs }, signal, this.restoreOf(spec));
+    const assets: VmAssets = { ...a, accel: this.accel!.accel, rootfs };
+    const fork = this.restoreOf(spec);
+    if (fork || !this.boots) {
+      await sbx.boot(assets, signal, fork);
+      return sbx;
+    }
+    const l = spec.limits;
+    const key = bootKey({
+      kernel: assets.kernel,
+      initramfs: assets.initramfs,
+      rootfs,
+      memoryBytes: l.memoryBytes,
+      vcpus: l.cpus,
+      diskBytes: l.diskBytes,
+      net: spec.network !== undefined,
+      qemu: assets.qemu,
+      qemuVersion: this.qemuVer,
+      accel: assets.accel,
+    });
+    const baked = this.boots.find(key);
+    if (baked) {
+      try {
+        await sbx.boot(assets, signal, baked);
+        return sbx;
+      } catch (e) {
+        // Killed or aborted meanwhile: that is the create's answer. Anything else is the snapshot's
+        // fault (QEMU refused the stream, the guest never answered): drop it, boot and bake again.
+        if (AirlockError.isInstance(e) && (e.code === 'ABORTED' || e.code === 'SANDBOX_GONE')) throw e;
+        this.ctx.logger.warn(
+          { key, err: (e as Error).message },
+          'microvm: the baked boot snapshot did not restore; booting and baking it again',
+        );
+        this.boots.discard(key);
+      }
+    }
+    await sbx.boot(assets, signal, undefined, this.boots.claim(key));
     return sbx;
   }
 

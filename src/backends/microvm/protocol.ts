@@ -32,7 +32,22 @@ export const Frame = {
   FILE_WRITE: 13,
   OK: 14,
   SHUTDOWN: 15,
+  IDENTITY: 16,
 } as const;
+
+/** Bytes of host entropy an IDENTITY frame carries (guest/protocol.h AGENT_SEED_BYTES). */
+export const SEED_BYTES = 32;
+
+/** What makes a started (booted or restored) VM one sandbox: see guest/agent.c do_identity. */
+export interface Identity {
+  /** The host's wall clock, ms since the epoch. */
+  readonly nowMs: number;
+  readonly pids: number;
+  readonly memoryBytes: number;
+  /** SEED_BYTES fresh random bytes from the host. */
+  readonly seed: Buffer;
+  readonly hostname: string;
+}
 
 /** A frame the guest may send, decoded and checked. */
 export type GuestFrame =
@@ -109,6 +124,23 @@ export function encodeFileWrite(id: number, path: string, mode: number, data: Bu
   const head = Buffer.alloc(4);
   head.writeUInt32LE(mode & 0o7777, 0);
   return encodeFrame(Frame.FILE_WRITE, id, Buffer.concat([head, Buffer.from(`${path}\0`), data]));
+}
+
+/**
+ * IDENTITY payload: u64 seconds, u32 nanoseconds, u32 pids.max, u64 memory.max, the seed, then the
+ * hostname NUL-terminated (guest/protocol.h).
+ */
+export function encodeIdentity(id: number, x: Identity): Buffer {
+  // At most 64 bytes: guest/protocol.h AGENT_MAX_HOSTNAME.
+  if (x.seed.length !== SEED_BYTES || !/^[a-z0-9.-]{1,64}$/.test(x.hostname))
+    throw new AirlockError('INTERNAL', 'a VM identity needs a 32-byte seed and a plain hostname');
+  const head = Buffer.alloc(24);
+  const ms = Math.floor(x.nowMs);
+  head.writeBigUInt64LE(BigInt(Math.floor(ms / 1000)), 0);
+  head.writeUInt32LE((ms % 1000) * 1_000_000, 8);
+  head.writeUInt32LE(Math.min(0xffff_ffff, Math.floor(x.pids)), 12);
+  head.writeBigUInt64LE(BigInt(Math.floor(x.memoryBytes)), 16);
+  return encodeFrame(Frame.IDENTITY, id, Buffer.concat([head, x.seed, Buffer.from(`${x.hostname}\0`)]));
 }
 
 /** Splits the guest's byte stream into checked frames. Throws (and stays failed) on the first violation. */

@@ -29,8 +29,10 @@ import type { SnapshotRecord } from '../../core/snapshot.js';
 import { HostSandbox, type HostSandboxParts, type PrepareCapture } from '../host/index.js';
 import { selfOwner } from '../host/state.js';
 import { withNetns } from '../host/netns.privileged.js';
-import { SANDBOX_UID } from '../host/rootfs.js';
+import { SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
 import { AgentConnection } from './agent.js';
+import type { BakeClaim } from './bake.js';
+import { SEED_BYTES } from './protocol.js';
 import { GUEST_KERNEL_BYTES, INCOMING_FD, JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
 import { Qmp } from './qmp.js';
 import { vmmSeccompFilter } from './seccomp.js';
@@ -86,6 +88,8 @@ export class MicrovmSandbox implements BackendSandbox {
    * which inside the guest is the guest's own loopback; interception hooks prerouting.
    */
   readonly egress?: EgressPlumbing;
+  /** How the VM started: a cold boot, or a restore (of a baked boot snapshot or a fork's snapshot). */
+  started: 'booted' | 'restored' | undefined;
 
   constructor(parts: HostSandboxParts) {
     this.host = new HostSandbox(parts, (signal) => this.prepareCapture(signal));
@@ -130,14 +134,19 @@ export class MicrovmSandbox implements BackendSandbox {
     a: VmAssets,
     signal?: AbortSignal,
     restore?: { memoryDir: string; vm: VmRecord },
+    bake?: BakeClaim,
   ): Promise<void> {
     const p = this.host.p;
     const vmDir = join(p.res.dir, 'vm');
+    // A second start of this sandbox (a baked snapshot QEMU refused, then a cold boot) starts clean.
+    rmSync(vmDir, { recursive: true, force: true });
+    if (this.spillDir) rmSync(this.spillDir, { recursive: true, force: true });
     mkdirSync(vmDir, { mode: 0o700 });
     chownSync(vmDir, this.hostUid, this.hostUid); // QEMU (as the sandbox uid) makes its socket here
     const sock = join(vmDir, 'agent.sock');
     const consoleLog = join(vmDir, 'console.log');
-    mkdirSync(join(p.res.dir, 'jail'), { mode: 0o755 }); // QEMU's root, mounted in its namespace only
+    // QEMU's root, mounted in its namespace only (so it is an empty dir here).
+    mkdirSync(join(p.res.dir, 'jail'), { recursive: true, mode: 0o755 });
     const owner = selfOwner();
     this.spillDir = join(
       p.store.root,
@@ -190,7 +199,8 @@ export class MicrovmSandbox implements BackendSandbox {
       if (incoming !== undefined) closeSync(incoming);
       closeSync(filterFd);
     }
-    await this.awaitAgent(qemu, sock, consoleLog, signal, restore?.vm);
+    await this.awaitAgent(qemu, sock, consoleLog, signal, restore?.vm, bake);
+    this.started = restore ? 'restored' : 'booted';
   }
 
   private startVm(
@@ -240,6 +250,7 @@ export class MicrovmSandbox implements BackendSandbox {
     consoleLog: string,
     signal?: AbortSignal,
     restored?: VmRecord,
+    bake?: BakeClaim,
   ): Promise<void> {
     this.qemu = qemu;
     // The whole VM is one process of the sandbox: destroy() kills it and waits for it.
@@ -290,8 +301,12 @@ export class MicrovmSandbox implements BackendSandbox {
         }
       }, 100);
       try {
-        if (restored) await this.restored(restored, signal);
-        else await agent.ready();
+        if (restored) await this.restored(signal);
+        else {
+          await agent.ready();
+          if (bake) await this.bake(bake, signal);
+        }
+        await this.identify(restored);
       } finally {
         clearInterval(timer);
       }
@@ -394,19 +409,10 @@ export class MicrovmSandbox implements BackendSandbox {
     try {
       await qmp.execute('stop');
       mkdirSync(dir, { recursive: true, mode: 0o700 });
-      await qmp.execute('migrate', { uri: `file:${JAILED.snapshotFile}` });
-      await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
-      if (this.host.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
-      const hash = createHash('sha256');
-      const ramBytes = this.vm.memoryBytes + GUEST_KERNEL_BYTES;
-      const bytes = takeStream(this.spillDir!, 'snapshot', this.hostUid, ramBytes, dir, hash);
-      const vm: VmRecord = { version: 1, ...this.vm, nextId: agent.nextRequestId, processes: agent.running };
-      const vmJson = JSON.stringify(vm);
-      hash.update(`\0${vmJson}`);
-      writeFileSync(join(dir, VM_FILE), vmJson, { mode: 0o600 });
+      const { bytes, hash, vm } = await this.saveStream(qmp, dir, signal);
       return {
         capture: {
-          memory: { dir, hash: hash.digest('hex'), record: { processes: vm.processes, bytes } },
+          memory: { dir, hash, record: { processes: vm.processes, bytes } },
           release: async () => {
             rmSync(dir, { recursive: true, force: true }); // moved into the layer unless it failed
             await cont();
@@ -422,11 +428,10 @@ export class MicrovmSandbox implements BackendSandbox {
   }
 
   /**
-   * A VM just loaded from a snapshot: wait for QEMU to have read the whole stream, run it, and make
-   * it this sandbox's: the agent answers (a round trip), and the fork's own limits replace the
-   * saved ones in the guest's sandbox cgroup.
+   * A VM just loaded from a snapshot: wait for QEMU to have read the whole stream and run it (then
+   * identify() makes it this sandbox's).
    */
-  private async restored(vm: VmRecord, signal?: AbortSignal): Promise<void> {
+  private async restored(signal?: AbortSignal): Promise<void> {
     const vmDir = join(this.host.p.res.dir, 'vm');
     const qmp = await Qmp.open(join(vmDir, 'qmp.sock'), BOOT_TIMEOUT_MS, signal);
     try {
@@ -435,13 +440,70 @@ export class MicrovmSandbox implements BackendSandbox {
     } finally {
       qmp.close();
     }
-    const agent = this.agent!;
-    await agent.readFile('/proc/sys/kernel/hostname');
+  }
+
+  /**
+   * Give the VM this sandbox's identity (guest/agent.c do_identity): the host's wall clock (a
+   * restored guest's stopped when it was saved), a fresh RNG seed (restored guests must not share the
+   * saved CRNG), the hostname and the limits. A restored VM keeps the RAM it was saved with, so its
+   * memory limit is at most that.
+   */
+  private async identify(restored?: VmRecord): Promise<void> {
     const l = this.host.p.spec.limits;
-    // Within the RAM the saved VM has: a fork cannot grow its VM's memory.
-    const mem = Math.min(l.memoryBytes, vm.memoryBytes);
-    await agent.writeFile('/sys/fs/cgroup/sbx/memory.max', Buffer.from(`${Math.floor(mem)}\n`));
-    await agent.writeFile('/sys/fs/cgroup/sbx/pids.max', Buffer.from(`${Math.floor(l.pids)}\n`));
+    await this.agent!.identify({
+      nowMs: Date.now(),
+      seed: randomBytes(SEED_BYTES),
+      hostname: SANDBOX_HOSTNAME,
+      pids: l.pids,
+      memoryBytes: restored ? Math.min(l.memoryBytes, restored.memoryBytes) : l.memoryBytes,
+    });
+  }
+
+  /**
+   * Save this just-booted VM (agent ready, no identity yet) as the baked boot snapshot of its shape
+   * (bake.ts), then run on. A failed bake never fails the create: the next create boots and tries again.
+   */
+  private async bake(claim: BakeClaim, signal?: AbortSignal): Promise<void> {
+    const vmDir = join(this.host.p.res.dir, 'vm');
+    let qmp: Qmp | undefined;
+    try {
+      qmp = await Qmp.open(join(vmDir, 'qmp.sock'), 10_000, signal);
+      await qmp.execute('stop');
+      await this.saveStream(qmp, claim.dir, signal);
+      claim.commit();
+    } catch {
+      claim.abort();
+    } finally {
+      rmSync(join(this.spillDir!, 'snapshot'), { force: true });
+      try {
+        await qmp?.execute('cont');
+      } finally {
+        qmp?.close();
+      }
+    }
+  }
+
+  /**
+   * Migrate the stopped VM to its spill dir and copy the stream out as root into `dir` (RAM_FILE,
+   * hashed), with the VM's record beside it (VM_FILE). The VM stays stopped.
+   */
+  private async saveStream(
+    qmp: Qmp,
+    dir: string,
+    signal?: AbortSignal,
+  ): Promise<{ bytes: number; hash: string; vm: VmRecord }> {
+    const agent = this.agent!;
+    await qmp.execute('migrate', { uri: `file:${JAILED.snapshotFile}` });
+    await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
+    if (this.host.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
+    const hash = createHash('sha256');
+    const ramBytes = this.vm!.memoryBytes + GUEST_KERNEL_BYTES;
+    const bytes = takeStream(this.spillDir!, 'snapshot', this.hostUid, ramBytes, dir, hash);
+    const vm: VmRecord = { version: 1, ...this.vm!, nextId: agent.nextRequestId, processes: agent.running };
+    const vmJson = JSON.stringify(vm);
+    hash.update(`\0${vmJson}`);
+    writeFileSync(join(dir, VM_FILE), vmJson, { mode: 0o600 });
+    return { bytes, hash: hash.digest('hex'), vm };
   }
 
   /**

@@ -1,0 +1,124 @@
+// Baked boot snapshots: a create of the microVM tier restores a VM saved once, right after its agent
+// said hello and before any sandbox identity was given to it, instead of booting a guest kernel (as
+// Firecracker-based services do). One per machine shape: the kernel, the initramfs (agent), the rootfs,
+// the RAM, vCPUs, the disk (the guest's tmpfs size is fixed at boot), whether it has a NIC, the QEMU
+// version and the accelerator — a QEMU stream only restores into the same machine.
+//
+// Lazy: the first create of a shape boots cold and saves its VM before it becomes that sandbox (it
+// costs that one create a migration; a separate bake VM would cost a whole extra boot, which TCG
+// makes the dearer of the two). Stored root-only (dir 0700, files 0600) in <stateDir>/microvm-boot/
+// <key>/{ram,vm.json}, written in a temp dir and renamed into place: two creates racing make one
+// snapshot (in one process only one claims the bake; across processes the second rename loses and
+// its copy is dropped). A snapshot QEMU refuses is discarded by the caller, which boots cold and
+// bakes again (index.ts). The writable disk is the guest's tmpfs, so it lives in the saved RAM:
+// every restore gets its own copy of it.
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { AirlockError } from '../../core/errors.js';
+import { RAM_FILE, VM_FILE, readVmRecord, type VmRecord } from './snapshot.js';
+
+/** Bumped when what a baked VM holds changes (the agent's boot steps, the record's shape). */
+const BAKE_FORMAT = 'microvm-boot-v1';
+
+/** Everything a restore must match: a change to any of these makes another snapshot. */
+export interface BootShape {
+  readonly kernel: string;
+  readonly initramfs: string;
+  readonly rootfs: string;
+  readonly memoryBytes: number;
+  readonly vcpus: number;
+  readonly diskBytes: number;
+  readonly net: boolean;
+  readonly qemu: string;
+  readonly qemuVersion: string;
+  readonly accel: string;
+}
+
+/** The snapshot's key: a digest of the shape (the kernel also by size and mtime: setup may replace it). */
+export function bootKey(s: BootShape): string {
+  const k = statSync(s.kernel);
+  const parts = [
+    BAKE_FORMAT,
+    s.kernel,
+    String(k.size),
+    String(k.mtimeMs),
+    s.initramfs,
+    s.rootfs,
+    String(Math.floor(s.memoryBytes)),
+    String(Math.max(1, Math.ceil(s.vcpus))),
+    String(Math.floor(s.diskBytes)),
+    String(s.net),
+    s.qemu,
+    s.qemuVersion,
+    s.accel,
+  ];
+  return createHash('sha256').update(parts.join('\0')).digest('hex').slice(0, 32);
+}
+
+/** A bake in progress: fill `dir` (ram, vm.json), then commit or abort. */
+export interface BakeClaim {
+  readonly dir: string;
+  commit(): void;
+  abort(): void;
+}
+
+export class BootSnapshots {
+  private readonly claimed = new Set<string>();
+
+  /**
+   * `root`: <stateDir>/microvm-boot. `tmpDir` names a temp dir for a bake: the layer store's root
+   * and its capture naming, so its reaper removes a bake Airlock died in (same filesystem: rename).
+   */
+  constructor(
+    readonly root: string,
+    private readonly tmpDir: () => string,
+  ) {}
+
+  /** The baked VM of `key`, or undefined (a damaged record is discarded here). */
+  find(key: string): { memoryDir: string; vm: VmRecord } | undefined {
+    const memoryDir = join(this.root, key);
+    if (!existsSync(join(memoryDir, RAM_FILE))) return undefined;
+    try {
+      return { memoryDir, vm: readVmRecord(memoryDir) };
+    } catch {
+      this.discard(key);
+      return undefined;
+    }
+  }
+
+  /** Drop a snapshot QEMU refused (or whose record is damaged): the next cold boot bakes it again. */
+  discard(key: string): void {
+    rmSync(join(this.root, key), { recursive: true, force: true });
+  }
+
+  /** Claim the bake of `key`, unless it exists or this process is baking it already. */
+  claim(key: string): BakeClaim | undefined {
+    if (this.claimed.has(key) || existsSync(join(this.root, key))) return undefined;
+    this.claimed.add(key);
+    const dir = this.tmpDir();
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const done = (): void => {
+      this.claimed.delete(key);
+      rmSync(dir, { recursive: true, force: true });
+    };
+    return {
+      dir,
+      commit: () => {
+        try {
+          if (!existsSync(join(dir, RAM_FILE)) || !existsSync(join(dir, VM_FILE)))
+            throw new AirlockError('INTERNAL', 'a baked boot snapshot was committed half-written');
+          mkdirSync(this.root, { recursive: true, mode: 0o700 });
+          // Fails (ENOTEMPTY/EEXIST) when another process renamed its copy first: keep theirs.
+          renameSync(dir, join(this.root, key));
+        } catch (e) {
+          const code = (e as NodeJS.ErrnoException).code;
+          if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw e;
+        } finally {
+          done();
+        }
+      },
+      abort: done,
+    };
+  }
+}
