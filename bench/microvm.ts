@@ -1,9 +1,13 @@
 // The microVM tier beside raw QEMU, same run, same kernel, initramfs and rootfs image:
-//  - boot-to-first-exec: Airlock create → exec `true` finished (then kill, not timed);
-//  - restore-to-first-exec: Airlock fork of a snapshot of a booted VM (QEMU -incoming from the saved
-//    stream, in a fresh jail, netns and uid) → exec `true` finished, interleaved with the boots;
+//  - boot-to-first-exec: Airlock create with boot snapshots off (a cold boot) → exec `true` finished
+//    (then kill, not timed);
+//  - restore-to-first-exec: Airlock create that restores the baked boot snapshot of its shape (QEMU
+//    -incoming from the saved stream, in a fresh jail, netns and uid, then the identity frame) → exec
+//    `true` finished; and a fork of a user snapshot the same way; all interleaved with the boots;
 //  - raw: QEMU started directly (as root, no cgroup, no netns) with the same command line → its agent's
 //    hello → EXEC `true` → EXIT, no Airlock in between;
+//  - raw restore: QEMU started directly with the same command line plus `-incoming` of a migration
+//    file saved once from a raw boot (QMP stop + migrate) → migration done → `cont` → EXEC → EXIT;
 //  - raw in a cgroup: the same, started inside a CPU cgroup beside the sandboxes' (under `airlock/`).
 //    On a loaded host the scheduler weighs the whole `airlock/` group as one task against every
 //    root-level one, so a sandbox's QEMU gets less CPU than a raw QEMU in the root group: this row
@@ -12,7 +16,7 @@
 // Run: `npx tsx bench/microvm.ts [rounds]` (as root, after scripts/setup.sh). VMs run one at a time.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, rmdirSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { AgentConnection } from '../src/backends/microvm/agent.js';
 import {
@@ -23,7 +27,8 @@ import {
   ensureRootfs,
   findKernel,
 } from '../src/backends/microvm/assets.js';
-import { qemuArgs, findQemu } from '../src/backends/microvm/qemu.js';
+import { qemuArgs, findQemu, type Accel } from '../src/backends/microvm/qemu.js';
+import { Qmp } from '../src/backends/microvm/qmp.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { Airlock, Sandbox } from '../src/index.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
@@ -42,45 +47,78 @@ function benchCgroup(): string | undefined {
   return undefined;
 }
 
-async function rawBoot(
-  qemu: string,
-  kernel: string,
-  initramfs: string,
-  rootfs: string,
-  cgroup?: string,
-): Promise<number> {
-  const dir = mkdtempSync('/var/tmp/airlock-bench-microvm-');
-  const sock = join(dir, 'agent.sock');
-  const t0 = performance.now();
+interface RawVm {
+  readonly qemu: string;
+  readonly accel: Accel;
+  readonly kernel: string;
+  readonly initramfs: string;
+  readonly rootfs: string;
+}
+
+/** A raw QEMU (no Airlock), booted or restored (`incoming`: a migration file), up to its agent. */
+async function rawStart(
+  vm: RawVm,
+  o: { cgroup?: string; incoming?: string; dir: string },
+): Promise<{ agent: AgentConnection; qmp: string; stop: () => Promise<void> }> {
+  const sock = join(o.dir, 'agent.sock');
+  const qmp = join(o.dir, 'qmp.sock');
   // In a cgroup: a shell enters it, then execs QEMU (so all of QEMU runs inside).
-  const [cmd, pre] = cgroup
-    ? ['/bin/sh', ['-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, qemu]]
-    : [qemu, []];
-  const q = spawn(
-    cmd,
-    [
-      ...pre,
-      ...qemuArgs({
-        accel: 'tcg',
-        kernel,
-        initramfs,
-        rootfs,
-        memoryBytes: 512 * MiB,
-        pids: 256,
-        vcpus: 1,
-        diskBytes: 512 * MiB,
-        agentSocket: sock,
-      }),
-    ],
-    { stdio: 'ignore' },
-  );
+  const [cmd, pre] = o.cgroup
+    ? ['/bin/sh', ['-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', o.cgroup, vm.qemu]]
+    : [vm.qemu, []];
+  const args = qemuArgs({
+    accel: vm.accel,
+    kernel: vm.kernel,
+    initramfs: vm.initramfs,
+    rootfs: vm.rootfs,
+    memoryBytes: 512 * MiB,
+    pids: 256,
+    vcpus: 1,
+    diskBytes: 512 * MiB,
+    agentSocket: sock,
+    qmpSocket: qmp,
+  });
+  const q = spawn(cmd, [...pre, ...args, ...(o.incoming ? ['-incoming', `file:${o.incoming}`] : [])], {
+    stdio: 'ignore',
+  });
   const gone = new Promise((r) => q.on('exit', r));
+  const stop = async (): Promise<void> => {
+    q.kill('SIGKILL');
+    await gone;
+  };
   try {
     while (!existsSync(sock)) await new Promise((r) => setTimeout(r, 5));
     const s = connect(sock);
     await new Promise((r, j) => s.once('connect', r).once('error', j));
-    const agent = new AgentConnection(s);
-    const p = await agent.exec({
+    if (!o.incoming) {
+      const agent = new AgentConnection(s);
+      await agent.ready();
+      return { agent, qmp, stop };
+    }
+    const agent = new AgentConnection(s as Socket, { nextId: 1 });
+    const m = await Qmp.open(qmp, 60_000);
+    try {
+      await m.migrated(300_000);
+      await m.execute('cont');
+    } finally {
+      m.close();
+    }
+    return { agent, qmp, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
+/** Start (boot or restore) → EXEC `true` → EXIT, in ms. */
+async function rawToFirstExec(vm: RawVm, cgroup?: string, incoming?: string): Promise<number> {
+  const dir = mkdtempSync('/var/tmp/airlock-bench-microvm-');
+  const t0 = performance.now();
+  let stop: (() => Promise<void>) | undefined;
+  try {
+    const r = await rawStart(vm, { dir, ...(cgroup ? { cgroup } : {}), ...(incoming ? { incoming } : {}) });
+    stop = r.stop;
+    const p = await r.agent.exec({
       uid: 1000,
       argv: ['true'],
       env: { PATH: '/usr/bin:/bin' },
@@ -91,25 +129,52 @@ async function rawBoot(
     p.stderr.resume();
     await p.exited;
     const ms = performance.now() - t0;
-    agent.close(new Error('done'));
+    r.agent.close(new Error('done'));
     return ms;
   } finally {
-    q.kill('SIGKILL');
-    await gone;
+    await stop?.();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
+/** Boot a raw QEMU to its agent's hello and save it (stop, migrate) to `<dir>/vm.mig`. */
+async function rawSave(vm: RawVm, dir: string): Promise<string> {
+  const file = join(dir, 'vm.mig');
+  const r = await rawStart(vm, { dir });
+  try {
+    const m = await Qmp.open(r.qmp, 60_000);
+    try {
+      await m.execute('stop');
+      await m.execute('migrate', { uri: `file:${file}` });
+      await m.migrated(300_000);
+    } finally {
+      m.close();
+    }
+  } finally {
+    r.agent.close(new Error('saved'));
+    await r.stop();
+  }
+  return file;
+}
+
 export interface MicrovmReport {
-  readonly accel: 'tcg';
+  /** The accelerator every row ran on, and why (the backend's probe). */
+  readonly accel: Accel;
+  readonly accelDetail: string;
+  /** Airlock create (boot snapshots off: a cold boot) → first exec finished. */
   readonly airlock: Summary;
   readonly raw: Summary;
   readonly ratio: number;
   /** Raw QEMU in a cgroup beside the sandboxes' (undefined without a cgroup hierarchy). */
   readonly rawInCgroup?: Summary;
   readonly ratioInCgroup?: number;
-  /** Fork of a snapshot → first exec finished (the same VM restored from its migration stream). */
+  /** Airlock create restoring the baked boot snapshot → first exec finished. */
   readonly restore: Summary;
+  /** Raw QEMU `-incoming` of a migration file of the same VM → first exec finished. */
+  readonly rawRestore: Summary;
+  readonly restoreRatio: number;
+  /** Fork of a user snapshot → first exec finished (the same VM restored from its stream). */
+  readonly fork: Summary;
 }
 
 export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
@@ -123,57 +188,84 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
     { dir: packages },
     { dir: ensureEtc(BENCH_STATE_DIR), at: '/etc' },
   ]);
-  const airlock = new Airlock({ stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 });
+  const opts = { stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 };
+  const cold = new Airlock({ ...opts, microvmBootSnapshots: false });
+  const airlock = new Airlock(opts);
+  const probe = await airlock.probe('microvm');
+  const accelDetail = probe.checks?.find((c) => c.name === 'accelerator')?.detail ?? 'unknown';
+  const accel: Accel = accelDetail.startsWith('KVM') ? 'kvm' : 'tcg';
+  const vm: RawVm = { qemu, accel, kernel: kernel.vmlinuz, initramfs, rootfs };
   const a: number[] = [];
   const r: number[] = [];
   const rc: number[] = [];
+  const b: number[] = [];
+  const rr: number[] = [];
   const cg = benchCgroup();
   const f: number[] = [];
+  const saved = mkdtempSync('/var/tmp/airlock-bench-microvm-');
+  // Bakes the boot snapshot of this shape (the first create of it boots and saves its VM).
   const parent = await Sandbox.create({ backend: 'microvm' }, { airlock });
   const snap = await parent.snapshot();
   await parent.kill();
   try {
-    // Interleaved, so a change in host load hits both rows alike.
+    const mig = await rawSave(vm, saved);
+    // Interleaved, so a change in host load hits every row alike.
     for (let i = 0; i < rounds; i++) {
-      const t0 = performance.now();
-      const sbx = await Sandbox.create({ backend: 'microvm' }, { airlock });
-      await sbx.exec(['true']);
-      a.push(performance.now() - t0);
-      await sbx.kill();
+      for (const [rt, out] of [
+        [cold, a],
+        [airlock, b],
+      ] as const) {
+        const t0 = performance.now();
+        const sbx = await Sandbox.create({ backend: 'microvm' }, { airlock: rt });
+        await sbx.exec(['true']);
+        out.push(performance.now() - t0);
+        await sbx.kill();
+      }
       const t1 = performance.now();
       const fork = await snap.fork();
       await fork.exec(['true']);
       f.push(performance.now() - t1);
       await fork.kill();
-      r.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs));
-      if (cg) rc.push(await rawBoot(qemu, kernel.vmlinuz, initramfs, rootfs, cg));
+      r.push(await rawToFirstExec(vm));
+      rr.push(await rawToFirstExec(vm, undefined, mig));
+      if (cg) rc.push(await rawToFirstExec(vm, cg));
     }
   } finally {
     await airlock.killAll();
+    await cold.killAll();
     await snap.remove();
+    rmSync(saved, { recursive: true, force: true });
     if (cg) rmdirSync(cg);
   }
   const airlockS = summarize(a);
   const rawS = summarize(r);
   const rawCg = rc.length ? summarize(rc) : undefined;
+  const restoreS = summarize(b);
+  const rawRestoreS = summarize(rr);
   return {
-    accel: 'tcg',
+    accel,
+    accelDetail,
     airlock: airlockS,
     raw: rawS,
     ratio: airlockS.p50 / rawS.p50,
     ...(rawCg ? { rawInCgroup: rawCg, ratioInCgroup: airlockS.p50 / rawCg.p50 } : {}),
-    restore: summarize(f),
+    restore: restoreS,
+    rawRestore: rawRestoreS,
+    restoreRatio: restoreS.p50 / rawRestoreS.p50,
+    fork: summarize(f),
   };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const rep = await microvmBench(Number(process.argv[2] ?? 5));
+  const row = (x: Summary): string => `p50 ${fmt(x.p50)} p99 ${fmt(x.p99)}`;
   process.stdout.write(
-    `microvm (${rep.accel}) boot-to-first-exec p50 ${fmt(rep.airlock.p50)} p99 ${fmt(rep.airlock.p99)}; ` +
-      `raw QEMU p50 ${fmt(rep.raw.p50)} p99 ${fmt(rep.raw.p99)}; ratio ${rep.ratio.toFixed(2)}` +
+    `microvm accelerator: ${rep.accelDetail}\n` +
+      `boot-to-first-exec: airlock ${row(rep.airlock)}; raw QEMU ${row(rep.raw)}; ratio ${rep.ratio.toFixed(2)}\n` +
       (rep.rawInCgroup
-        ? `; raw QEMU in a cgroup beside the sandboxes' p50 ${fmt(rep.rawInCgroup.p50)} p99 ${fmt(rep.rawInCgroup.p99)}; ratio ${rep.ratioInCgroup!.toFixed(2)}`
+        ? `  raw QEMU in a cgroup beside the sandboxes' ${row(rep.rawInCgroup)}; ratio ${rep.ratioInCgroup!.toFixed(2)}\n`
         : '') +
-      `; restore-to-first-exec p50 ${fmt(rep.restore.p50)} p99 ${fmt(rep.restore.p99)}\n`,
+      `restore-to-first-exec: airlock (baked boot snapshot) ${row(rep.restore)}; raw QEMU -incoming ${row(rep.rawRestore)}; ratio ${rep.restoreRatio.toFixed(2)}\n` +
+      `fork-to-first-exec: ${row(rep.fork)}\n`,
   );
 }

@@ -88,6 +88,8 @@ if (canRunMicrovm) {
     let airlock: Airlock;
     let parent: Sandbox;
     let snap: Snapshot;
+    /** When the snapshot was taken: its guest's clock stopped then. */
+    let snappedAt = 0;
     const owned: Sandbox[] = [];
     beforeAll(async () => {
       airlock = testAirlock();
@@ -97,6 +99,7 @@ if (canRunMicrovm) {
       await parent.exec(COUNTER, { background: true, timeoutMs: 600_000 });
       await until(async () => (await state(parent)).n > 2, 'the counter to run');
       snap = await parent.snapshot();
+      snappedAt = Date.now();
     });
     afterAll(async () => {
       await Promise.allSettled(owned.map((s) => s.kill()));
@@ -118,9 +121,17 @@ if (canRunMicrovm) {
 
     it('a fork has every file and the running counter of its parent, and diverges from it', async () => {
       const atSnap = await state(parent);
+      // The saved guests' clocks stopped at the snapshot: restore them at least CLOCK_GAP later, so
+      // a fork that kept the saved clock would be that far behind the host.
+      const CLOCK_GAP_MS = 8_000;
+      await sleep(Math.max(0, snappedAt + CLOCK_GAP_MS - Date.now()));
       // Fork options on top: the fork's own limits are set inside the restored guest.
       const [a, b] = await snap.fork({ count: 2, limits: { pids: 77 } });
       owned.push(a!, b!);
+      for (const f of [a!, b!]) {
+        const guest = Number((await f.exec('date +%s')).stdout.trim());
+        expect(Math.abs(guest - Date.now() / 1000)).toBeLessThan(3);
+      }
       expect(new Set([parent.id, a!.id, b!.id]).size).toBe(3);
       for (const f of [a!, b!]) {
         expect((await f.exec('cat /workspace/a.txt ~/h /tmp/t')).stdout).toBe('parent\nhome\nt\n');

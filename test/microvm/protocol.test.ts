@@ -9,6 +9,7 @@ import {
   MAX_PAYLOAD,
   encodeExec,
   encodeFrame,
+  encodeIdentity,
 } from '../../src/backends/microvm/protocol.js';
 import { newcArchive } from '../../src/backends/microvm/cpio.js';
 import { kernelCmdline, qemuArgs } from '../../src/backends/microvm/qemu.js';
@@ -129,6 +130,27 @@ describe('microvm protocol: frames to the guest', () => {
     expect(violation(() => encodeExec(1, { ...base, argv: Array(5000).fill('a') })).code).toBe(
       'REQUEST_TOO_LARGE',
     );
+  });
+
+  it('IDENTITY carries the clock, limits, the seed and the hostname in the layout of guest/protocol.h', () => {
+    const seed = Buffer.alloc(32, 7);
+    const nowMs = 1_800_000_123_456;
+    const f = encodeIdentity(9, { nowMs, pids: 77, memoryBytes: 5 * 2 ** 32 + 1, seed, hostname: 'airlock' });
+    expect([f[4], f.readUInt32LE(8), f.readUInt32LE(0)]).toEqual([Frame.IDENTITY, 9, f.length - 12]);
+    const p = f.subarray(12);
+    expect(p.readBigUInt64LE(0)).toBe(1_800_000_123n);
+    expect(p.readUInt32LE(8)).toBe(456_000_000);
+    expect(p.readUInt32LE(12)).toBe(77);
+    expect(p.readBigUInt64LE(16)).toBe(5n * 2n ** 32n + 1n);
+    expect(p.subarray(24, 56)).toEqual(seed);
+    expect(p.subarray(56).toString('latin1')).toBe('airlock\0');
+  });
+
+  it('IDENTITY refuses a short seed and a hostname that is not plain', () => {
+    const base = { nowMs: 0, pids: 1, memoryBytes: 1, seed: Buffer.alloc(32), hostname: 'a' };
+    expect(violation(() => encodeIdentity(1, { ...base, seed: Buffer.alloc(31) })).code).toBe('INTERNAL');
+    for (const hostname of ['', 'a\0b', 'x'.repeat(65), 'a b', 'A/'])
+      expect(violation(() => encodeIdentity(1, { ...base, hostname })).code).toBe('INTERNAL');
   });
 });
 
