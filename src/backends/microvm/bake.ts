@@ -16,6 +16,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
+import { Qmp } from './qmp.js';
 import { RAM_FILE, VM_FILE, readVmRecord, type VmRecord } from './snapshot.js';
 
 /** Bumped when what a baked VM holds changes (the agent's boot steps, the record's shape). */
@@ -120,5 +121,35 @@ export class BootSnapshots {
       },
       abort: done,
     };
+  }
+}
+
+/**
+ * Save a just-booted VM (agent ready, no identity yet) into `claim`: QMP `stop`, `save` (the stream
+ * and record into the claim's dir), commit, and `cont` whatever happened. A failure only aborts the
+ * claim: the create goes on, and the next create of the shape boots and tries again.
+ */
+export async function bakeVm(
+  claim: BakeClaim,
+  qmpSocket: string,
+  streamFile: string,
+  save: (qmp: Qmp, dir: string) => Promise<unknown>,
+  signal?: AbortSignal,
+): Promise<void> {
+  let qmp: Qmp | undefined;
+  try {
+    qmp = await Qmp.open(qmpSocket, 10_000, signal);
+    await qmp.execute('stop');
+    await save(qmp, claim.dir);
+    claim.commit();
+  } catch {
+    claim.abort();
+  } finally {
+    rmSync(streamFile, { force: true });
+    try {
+      await qmp?.execute('cont');
+    } finally {
+      qmp?.close();
+    }
   }
 }

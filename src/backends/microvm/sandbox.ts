@@ -2,7 +2,7 @@
 // lease, cgroup, routeless netns, size-capped dir); what this tier adds is a VM: one QEMU per sandbox,
 // running as the leased uid in the sandbox's cgroup, whose guest kernel runs every process. Execs go
 // through the guest agent (agent.ts) over the VM's virtio-serial port; kill is QEMU's SIGKILL.
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import {
   chownSync,
   closeSync,
@@ -31,12 +31,12 @@ import { selfOwner } from '../host/state.js';
 import { withNetns } from '../host/netns.privileged.js';
 import { SANDBOX_HOSTNAME, SANDBOX_UID } from '../host/rootfs.js';
 import { AgentConnection } from './agent.js';
-import type { BakeClaim } from './bake.js';
+import { bakeVm, type BakeClaim } from './bake.js';
 import { SEED_BYTES } from './protocol.js';
-import { GUEST_KERNEL_BYTES, INCOMING_FD, JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
+import { INCOMING_FD, JAILED, TAP_FD, qemuArgs, type Accel } from './qemu.js';
 import { Qmp } from './qmp.js';
 import { vmmSeccompFilter } from './seccomp.js';
-import { RAM_FILE, VM_FILE, takeStream, type VmRecord } from './snapshot.js';
+import { MIGRATE_TIMEOUT_MS, RAM_FILE, saveStream, type VmRecord } from './snapshot.js';
 import { startQemu, type QemuProcess } from './qemu.privileged.js';
 import { GUEST_ADDRESS, TAP_HOST_ADDRESS, interceptGuestTcp, makeTap } from './tap.privileged.js';
 
@@ -46,8 +46,6 @@ const GUEST_PROXY_AT = `//${TAP_HOST_ADDRESS}:${PROXY_PORT}`;
 
 /** How long a guest may take from QEMU's start to its agent's hello (TCG on a loaded host is slow). */
 export const BOOT_TIMEOUT_MS = 180_000;
-/** How long saving a stopped VM's state to its stream may take (TCG, a loaded host, GiBs of RAM). */
-const MIGRATE_TIMEOUT_MS = 300_000;
 
 /** Why a paused microVM is not snapshotted (its frozen QEMU cannot answer its monitor). */
 const PAUSED_REASON =
@@ -304,7 +302,15 @@ export class MicrovmSandbox implements BackendSandbox {
         if (restored) await this.restored(signal);
         else {
           await agent.ready();
-          if (bake) await this.bake(bake, signal);
+          // Saved before it is this sandbox's (bake.ts); a failed bake never fails the create.
+          if (bake)
+            await bakeVm(
+              bake,
+              join(this.host.p.res.dir, 'vm', 'qmp.sock'),
+              join(this.spillDir!, 'snapshot'),
+              (qmp, dir) => this.saveStream(qmp, dir, signal),
+              signal,
+            );
         }
         await this.identify(restored);
       } finally {
@@ -459,51 +465,21 @@ export class MicrovmSandbox implements BackendSandbox {
     });
   }
 
-  /**
-   * Save this just-booted VM (agent ready, no identity yet) as the baked boot snapshot of its shape
-   * (bake.ts), then run on. A failed bake never fails the create: the next create boots and tries again.
-   */
-  private async bake(claim: BakeClaim, signal?: AbortSignal): Promise<void> {
-    const vmDir = join(this.host.p.res.dir, 'vm');
-    let qmp: Qmp | undefined;
-    try {
-      qmp = await Qmp.open(join(vmDir, 'qmp.sock'), 10_000, signal);
-      await qmp.execute('stop');
-      await this.saveStream(qmp, claim.dir, signal);
-      claim.commit();
-    } catch {
-      claim.abort();
-    } finally {
-      rmSync(join(this.spillDir!, 'snapshot'), { force: true });
-      try {
-        await qmp?.execute('cont');
-      } finally {
-        qmp?.close();
-      }
-    }
-  }
-
-  /**
-   * Migrate the stopped VM to its spill dir and copy the stream out as root into `dir` (RAM_FILE,
-   * hashed), with the VM's record beside it (VM_FILE). The VM stays stopped.
-   */
-  private async saveStream(
+  /** The stopped VM's stream and record into `dir` (snapshot.ts saveStream). */
+  private saveStream(
     qmp: Qmp,
     dir: string,
     signal?: AbortSignal,
   ): Promise<{ bytes: number; hash: string; vm: VmRecord }> {
     const agent = this.agent!;
-    await qmp.execute('migrate', { uri: `file:${JAILED.snapshotFile}` });
-    await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
-    if (this.host.destroyed) throw new AirlockError('SANDBOX_GONE', `sandbox ${this.id} was killed`);
-    const hash = createHash('sha256');
-    const ramBytes = this.vm!.memoryBytes + GUEST_KERNEL_BYTES;
-    const bytes = takeStream(this.spillDir!, 'snapshot', this.hostUid, ramBytes, dir, hash);
-    const vm: VmRecord = { version: 1, ...this.vm!, nextId: agent.nextRequestId, processes: agent.running };
-    const vmJson = JSON.stringify(vm);
-    hash.update(`\0${vmJson}`);
-    writeFileSync(join(dir, VM_FILE), vmJson, { mode: 0o600 });
-    return { bytes, hash: hash.digest('hex'), vm };
+    return saveStream(qmp, {
+      spillDir: this.spillDir!,
+      uid: this.hostUid,
+      vm: { version: 1, ...this.vm!, nextId: agent.nextRequestId, processes: agent.running },
+      dir,
+      gone: () => (this.host.destroyed ? `sandbox ${this.id} was killed` : undefined),
+      ...(signal ? { signal } : {}),
+    });
   }
 
   /**

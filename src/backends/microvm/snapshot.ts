@@ -16,11 +16,14 @@ import {
   readFileSync,
   readSync,
   rmSync,
+  writeFileSync,
   writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { AirlockError } from '../../core/errors.js';
+import { GUEST_KERNEL_BYTES, JAILED } from './qemu.js';
+import type { Qmp } from './qmp.js';
 
 /** The migration stream's file name in a snapshot's memory dir. */
 export const RAM_FILE = 'ram';
@@ -29,6 +32,8 @@ export const VM_FILE = 'vm.json';
 /** Migration stream bytes beyond the guest's RAM (device state, headers) a snapshot may hold. */
 const STREAM_SLACK_BYTES = 64 * 1024 * 1024;
 const CHUNK = 4 * 1024 * 1024;
+/** How long saving a stopped VM's state to its stream may take (TCG, a loaded host, GiBs of RAM). */
+export const MIGRATE_TIMEOUT_MS = 300_000;
 
 /** What a restore must reproduce exactly: QEMU refuses a stream whose machine differs. */
 export const VmRecordSchema = z
@@ -108,4 +113,33 @@ export function readVmRecord(memoryDir: string): VmRecord {
       { field: 'layers.0' },
     );
   }
+}
+
+/**
+ * Migrate a stopped VM to its spill dir (QEMU writes JAILED.snapshotFile, which is `spillDir`/snapshot
+ * outside the jail) and copy the stream out as root into `dir` (RAM_FILE, hashed), with the VM's
+ * record beside it (VM_FILE). The VM stays stopped. `gone` says why to stop if the sandbox was killed.
+ */
+export async function saveStream(
+  qmp: Qmp,
+  o: {
+    readonly spillDir: string;
+    readonly uid: number;
+    readonly vm: VmRecord;
+    readonly dir: string;
+    readonly gone: () => string | undefined;
+    readonly signal?: AbortSignal;
+  },
+): Promise<{ bytes: number; hash: string; vm: VmRecord }> {
+  await qmp.execute('migrate', { uri: `file:${JAILED.snapshotFile}` });
+  await qmp.migrated(MIGRATE_TIMEOUT_MS, o.signal);
+  const gone = o.gone();
+  if (gone) throw new AirlockError('SANDBOX_GONE', gone);
+  const hash = createHash('sha256');
+  const ramBytes = o.vm.memoryBytes + GUEST_KERNEL_BYTES;
+  const bytes = takeStream(o.spillDir, 'snapshot', o.uid, ramBytes, o.dir, hash);
+  const vmJson = JSON.stringify(o.vm);
+  hash.update(`\0${vmJson}`);
+  writeFileSync(join(o.dir, VM_FILE), vmJson, { mode: 0o600 });
+  return { bytes, hash: hash.digest('hex'), vm: o.vm };
 }
