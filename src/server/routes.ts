@@ -178,6 +178,22 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       return ok(c, await api.startProcess(c.req.param('id')!, req, caller), 201);
     }),
   );
+  app.post(
+    '/v1/sandboxes/:id/processes/stream',
+    h(async (c, caller, signal) => {
+      const req = await body<Parameters<SandboxApi['exec']>[1]>(c, ExecRequestSchema, 'INVALID_ARGUMENT');
+      const id = c.req.param('id')!;
+      const ctl = linked(signal);
+      // Closing the connection stops following only (ctl reaches connectProcess, not the process).
+      const events = api.startAndFollow
+        ? api.startAndFollow(id, req, caller, ctl.signal)
+        : (async function* () {
+            const view = await api.startProcess(id, req, caller);
+            yield* api.connectProcess(id, view.pid, caller, ctl.signal);
+          })();
+      return ndjsonResponse(events, ctl, 'exec', { firstBeforeHeaders: true });
+    }),
+  );
   app.get(
     '/v1/sandboxes/:id/processes',
     h(async (c, caller) => ok(c, await api.listProcesses(c.req.param('id')!, caller))),
