@@ -43,11 +43,19 @@ export interface NativeRoutesOptions {
   readonly logger?: Logger;
   /** Cap of a template definition (POST /v1/templates; default 4 MiB: files travel inside it). */
   readonly maxTemplateBytes?: number;
+  /** How long a foreground exec's start line waits for the next event (default EXEC_START_HOLD_MS). */
+  readonly execStartHoldMs?: number;
   /** Serve GET /openapi.json (default true; a server that documents more routes serves its own). */
   readonly openapi?: boolean;
 }
 
 const MiB = 1024 * 1024;
+/**
+ * How long a foreground exec's `start` line waits for the next event (streams.ts holdFirstMs): a short
+ * command then answers in one write per hop (start and exit together). Output is never held, and
+ * nothing waits on the start line of a foreground exec (the caller waits for its exit).
+ */
+export const EXEC_START_HOLD_MS = 200;
 
 /** What the operator allows beyond the request schema. */
 function checkCreatePolicy(req: CreateRequest, allowPrivate: boolean): void {
@@ -168,6 +176,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       const ctl = linked(signal);
       return ndjsonResponse(api.exec(c.req.param('id')!, req, caller, ctl.signal), ctl, 'exec', {
         firstBeforeHeaders: true,
+        holdFirstMs: opts.execStartHoldMs ?? EXEC_START_HOLD_MS,
       });
     }),
   );

@@ -6,7 +6,7 @@ import { AirlockError } from '../../src/index.js';
 import type { ExecEvent } from '../../src/server/contract.js';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { MAX_RUNNING_PROCESSES } from '../../src/server/local-processes.js';
-import { CALLER, collectExec, startServer, type TestServer } from './native-support.js';
+import { CALLER, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
 const airlock = testAirlock();
 
@@ -291,5 +291,42 @@ describe.skipIf(!canRunNamespaces)(`native REST API: processes (${SKIP_REASON})`
       code: 'INVALID_ARGUMENT',
       field: expect.stringMatching(/^cmd/),
     });
+  });
+
+  it("a short exec's start and exit travel together: one response with a length; a slow one streams", async () => {
+    // A hold long enough for any short command on a loaded host (the default is EXEC_START_HOLD_MS).
+    const held = await startServer(airlock, { routes: { execStartHoldMs: 60_000 } });
+    const post = (url: string, cmd: string): Promise<Response> =>
+      fetch(`${url}/v1/sandboxes/${id}/exec`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ cmd }),
+      });
+    try {
+      // No output: start and exit (output is never held: it goes as soon as it comes).
+      const short = await post(held.url!, 'exit 5');
+      expect(short.headers.get('content-length')).not.toBeNull();
+      expect(short.headers.get('transfer-encoding')).toBeNull();
+      const lines = (await short.text())
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as ExecEvent);
+      expect(lines.map((e) => e.type)).toEqual(['start', 'exit']);
+      expect(lines[1]).toMatchObject({ exitCode: 5 });
+    } finally {
+      await held.close();
+    }
+    // A command that cannot end before the test lets it: the headers and start come once the hold
+    // (default) is over, then the rest streams (chunked) when it ends.
+    const gate = `/tmp/gate-${Date.now()}`;
+    const slow = await post(srv.url!, `while [ ! -e ${gate} ]; do sleep 0.05; done; echo late`);
+    expect(slow.headers.get('transfer-encoding')).toBe('chunked');
+    await srv.api.writeFile(id, gate, streamOf(Buffer.from('go')), CALLER);
+    const events = (await slow.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as ExecEvent);
+    expect(events.map((e) => e.type)).toEqual(['start', 'stdout', 'exit']);
+    expect(text(events, 'stdout')).toBe('late\n');
   });
 });
