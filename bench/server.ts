@@ -536,6 +536,9 @@ export function formatServer(r: ServerReport): string {
             ['supervisor GET /v1/supervisor (unix socket)', 'supervisorInfo'],
           ] as const
         ).map(([name, h]) => `| ${name} | ${f(r.hops![h])} | ${r.hopsWarm ? f(r.hopsWarm[h]) : ''} |`),
+        // What create → exec → kill through the front costs in transport alone: 3 calls, each a TCP
+        // hop (client → front) and a unix-socket hop (front → supervisor), before any work.
+        `| floor of create → exec → kill through the front: 3 × (TCP + unix) | ${f(3 * (r.hops.bareTcp + r.hops.bareUnix))} | ${r.hopsWarm ? f(3 * (r.hopsWarm.bareTcp + r.hopsWarm.bareUnix)) : ''} |`,
       ]
     : [];
   const cpuRows = r.cpu

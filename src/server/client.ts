@@ -445,6 +445,22 @@ export class RemoteSandboxApi implements SandboxApi {
     return this.json(ProcessViewSchema, 'POST', this.sbx(id, '/processes'), { json: req });
   }
 
+  startAndFollow(
+    id: string,
+    req: ExecRequest,
+    _caller?: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<ExecEvent> {
+    return this.lines(
+      ExecEventSchema,
+      'POST',
+      this.sbx(id, '/processes/stream'),
+      { json: req },
+      signal,
+      isExit,
+    );
+  }
+
   listProcesses(id: string, _caller?: Caller): Promise<ProcessView[]> {
     return this.json(z.array(ProcessViewSchema), 'GET', this.sbx(id, '/processes'));
   }

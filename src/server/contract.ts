@@ -289,6 +289,17 @@ export interface SandboxApi {
   /** A background process; its output is kept (bounded) for connect(). */
   startProcess(id: string, req: ExecRequest, caller: Caller): Promise<ProcessView>;
   listProcesses(id: string, caller: Caller): Promise<ProcessView[]>;
+  /**
+   * startProcess and connectProcess in one call (one round trip to a remote server): `start` (with the
+   * pid), then the process's events until exit. Aborting `signal` only stops following, as with
+   * connectProcess: the process runs on. Optional: without it, callers make the two calls.
+   */
+  startAndFollow?(
+    id: string,
+    req: ExecRequest,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<ExecEvent>;
   /** Output so far, then live, until exit. */
   connectProcess(id: string, pid: string, caller: Caller, signal?: AbortSignal): AsyncIterable<ExecEvent>;
   sendStdin(id: string, pid: string, data: Uint8Array, caller: Caller): Promise<void>;

@@ -124,6 +124,15 @@ export const NATIVE_ROUTES: readonly RouteDoc[] = [
     response: json(ProcessViewSchema, 201),
   },
   {
+    method: 'post',
+    path: `${S}/processes/stream`,
+    summary:
+      'Start a background process and follow it in one call: NDJSON start (with its pid), output, exit. ' +
+      'Closing the connection only stops following; the process runs on.',
+    body: { kind: 'json', schema: ExecRequestSchema },
+    response: ndjson(ExecEventSchema),
+  },
+  {
     method: 'get',
     path: `${S}/processes`,
     summary: "List the sandbox's background processes",

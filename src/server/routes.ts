@@ -43,11 +43,19 @@ export interface NativeRoutesOptions {
   readonly logger?: Logger;
   /** Cap of a template definition (POST /v1/templates; default 4 MiB: files travel inside it). */
   readonly maxTemplateBytes?: number;
+  /** How long a foreground exec's start line waits for the next event (default EXEC_START_HOLD_MS). */
+  readonly execStartHoldMs?: number;
   /** Serve GET /openapi.json (default true; a server that documents more routes serves its own). */
   readonly openapi?: boolean;
 }
 
 const MiB = 1024 * 1024;
+/**
+ * How long a foreground exec's `start` line waits for the next event (streams.ts holdFirstMs): a short
+ * command then answers in one write per hop (start and exit together). Output is never held, and
+ * nothing waits on the start line of a foreground exec (the caller waits for its exit).
+ */
+export const EXEC_START_HOLD_MS = 200;
 
 /** What the operator allows beyond the request schema. */
 function checkCreatePolicy(req: CreateRequest, allowPrivate: boolean): void {
@@ -168,6 +176,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       const ctl = linked(signal);
       return ndjsonResponse(api.exec(c.req.param('id')!, req, caller, ctl.signal), ctl, 'exec', {
         firstBeforeHeaders: true,
+        holdFirstMs: opts.execStartHoldMs ?? EXEC_START_HOLD_MS,
       });
     }),
   );
@@ -176,6 +185,22 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
     h(async (c, caller) => {
       const req = await body<Parameters<SandboxApi['exec']>[1]>(c, ExecRequestSchema, 'INVALID_ARGUMENT');
       return ok(c, await api.startProcess(c.req.param('id')!, req, caller), 201);
+    }),
+  );
+  app.post(
+    '/v1/sandboxes/:id/processes/stream',
+    h(async (c, caller, signal) => {
+      const req = await body<Parameters<SandboxApi['exec']>[1]>(c, ExecRequestSchema, 'INVALID_ARGUMENT');
+      const id = c.req.param('id')!;
+      const ctl = linked(signal);
+      // Closing the connection stops following only (ctl reaches connectProcess, not the process).
+      const events = api.startAndFollow
+        ? api.startAndFollow(id, req, caller, ctl.signal)
+        : (async function* () {
+            const view = await api.startProcess(id, req, caller);
+            yield* api.connectProcess(id, view.pid, caller, ctl.signal);
+          })();
+      return ndjsonResponse(events, ctl, 'exec', { firstBeforeHeaders: true });
     }),
   );
   app.get(

@@ -74,6 +74,8 @@ export function cappedStream(
 
 const enc = new TextEncoder();
 const line = (v: unknown): Uint8Array => enc.encode(`${JSON.stringify(v)}\n`);
+const isExit = (kind: 'exec' | 'plain', v: unknown): boolean =>
+  kind === 'exec' && (v as { type?: unknown } | null)?.type === 'exit';
 
 /**
  * An NDJSON response from an async iterable. `exec` streams end an error with an ExecEvent line
@@ -86,18 +88,58 @@ export async function ndjsonResponse<T>(
   source: AsyncIterable<T>,
   ctl: AbortController,
   kind: 'exec' | 'plain',
-  o: { firstBeforeHeaders?: boolean } = {},
+  o: { firstBeforeHeaders?: boolean; holdFirstMs?: number } = {},
 ): Promise<Response> {
   const it = source[Symbol.asyncIterator]();
-  let first: IteratorResult<T> | undefined;
+  /** Items already at hand: the next pull sends them all as one chunk. */
+  const ready: Array<IteratorResult<T>> = [];
+  /** A next() begun by the hold and not yet used (it may reject: the pull that takes it reports it). */
+  let pending: Promise<IteratorResult<T>> | undefined;
   if (o.firstBeforeHeaders) {
+    let first: IteratorResult<T>;
     try {
       first = await it.next();
     } catch (e) {
       ctl.abort();
       throw e;
     }
+    ready.push(first);
+    if (o.holdFirstMs !== undefined && !first.done && !isExit(kind, first.value)) {
+      // The first item waits (at most holdFirstMs) for the next one: a short command's start and exit
+      // then leave as one chunk, so the whole response is one write with a Content-Length instead of a
+      // chunked stream of three. Only that first item waits: whatever comes next goes at once with it.
+      const next = it.next();
+      pending = next;
+      next.catch(() => {});
+      let timer: NodeJS.Timeout | undefined;
+      const arrived = await Promise.race([
+        next.then(
+          () => true,
+          () => false,
+        ),
+        new Promise<false>((r) => (timer = setTimeout(() => r(false), o.holdFirstMs))),
+      ]);
+      clearTimeout(timer);
+      if (arrived) {
+        ready.push(await next);
+        pending = undefined;
+      }
+    }
   }
+  const headers = { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' };
+  // Everything at hand already ends the stream (a short command's start and exit): one plain body,
+  // which the server writes at once with its Content-Length (a stream body is chunked).
+  const last = ready.at(-1);
+  if (last && (last.done || isExit(kind, last.value))) {
+    void it.return?.()?.catch(() => {});
+    const body = Buffer.concat(ready.flatMap((r) => (r.done ? [] : [line(r.value)])));
+    return new Response(body, { headers });
+  }
+  const take = (): Promise<IteratorResult<T>> => {
+    const p = pending ?? it.next();
+    pending = undefined;
+    return p;
+  };
   const errorLine = (e: unknown): Uint8Array => {
     const body = errorBody(e).error;
     return line(
@@ -114,18 +156,25 @@ export async function ndjsonResponse<T>(
   const stream = new ReadableStream<Uint8Array>({
     async pull(controller) {
       try {
-        const r = first ?? (await it.next());
-        first = undefined;
-        if (r.done) controller.close();
-        else {
-          controller.enqueue(line(r.value));
+        const batch = ready.length > 0 ? ready.splice(0) : [await take()];
+        const lines: Uint8Array[] = [];
+        let end = false;
+        for (const r of batch) {
+          if (r.done) {
+            end = true;
+            break;
+          }
+          lines.push(line(r.value));
           // An exec's `exit` is its last event: end the response with it (one write, not two), and
           // let the source finish on its own time (e.g. a proxied stream's own end).
-          if (kind === 'exec' && (r.value as { type?: unknown }).type === 'exit') {
-            controller.close();
+          if (isExit(kind, r.value)) {
+            end = true;
             void it.return?.()?.catch(() => {});
+            break;
           }
         }
+        if (lines.length > 0) controller.enqueue(lines.length === 1 ? lines[0]! : Buffer.concat(lines));
+        if (end) controller.close();
       } catch (e) {
         // The client's own abort ends the stream quietly (there is no one to tell).
         if (!ctl.signal.aborted) controller.enqueue(errorLine(e));
@@ -138,7 +187,5 @@ export async function ndjsonResponse<T>(
       await it.return?.();
     },
   });
-  return new Response(stream, {
-    headers: { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' },
-  });
+  return new Response(stream, { headers });
 }

@@ -377,6 +377,42 @@ export class TenantScopedApi implements SandboxApi {
     return this.goneFromSupervisor(id, () => this.inner.startProcess(id, req, caller));
   }
 
+  startAndFollow(
+    id: string,
+    req: ExecRequest,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<ExecEvent> {
+    this.owned(id, caller); // before the stream starts: a refusal is a plain error status
+    const inner = this.inner.startAndFollow?.bind(this.inner);
+    return inner
+      ? this.followed(id, inner(id, req, caller, signal))
+      : this.startThenFollow(id, req, caller, signal);
+  }
+
+  /** The inner stream, with a failure before its first event read as startProcess's would be. */
+  private async *followed(id: string, events: AsyncIterable<ExecEvent>): AsyncIterable<ExecEvent> {
+    const it = events[Symbol.asyncIterator]();
+    try {
+      const first = await this.goneFromSupervisor(id, () => it.next());
+      if (first.done) return;
+      yield first.value;
+      for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
+    } finally {
+      await it.return?.();
+    }
+  }
+
+  private async *startThenFollow(
+    id: string,
+    req: ExecRequest,
+    caller: Caller,
+    signal?: AbortSignal,
+  ): AsyncIterable<ExecEvent> {
+    const view = await this.goneFromSupervisor(id, () => this.inner.startProcess(id, req, caller));
+    yield* this.inner.connectProcess(id, view.pid, caller, signal);
+  }
+
   listProcesses(id: string, caller: Caller): Promise<ProcessView[]> {
     this.owned(id, caller);
     return this.goneFromSupervisor(id, () => this.inner.listProcesses(id, caller));

@@ -56,7 +56,10 @@ export async function startE2bHarness(): Promise<E2bHarness> {
             }
           }
           const sig = args.at(-1);
-          if ((p === 'watch' || p === 'connectProcess') && sig instanceof AbortSignal)
+          if (
+            (p === 'watch' || p === 'connectProcess' || p === 'startAndFollow') &&
+            sig instanceof AbortSignal
+          )
             streamSignals.push(sig);
           return (v as (...a: unknown[]) => unknown).apply(t, args);
         };

@@ -6,7 +6,7 @@ import { AirlockError } from '../../src/index.js';
 import type { ExecEvent } from '../../src/server/contract.js';
 import { NO_RESIDUE, SKIP_REASON, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
 import { MAX_RUNNING_PROCESSES } from '../../src/server/local-processes.js';
-import { CALLER, collectExec, startServer, type TestServer } from './native-support.js';
+import { CALLER, collectExec, startServer, streamOf, type TestServer } from './native-support.js';
 
 const airlock = testAirlock();
 
@@ -244,5 +244,89 @@ describe.skipIf(!canRunNamespaces)(`native REST API: processes (${SKIP_REASON})`
     );
     expect(big.stdout.length).toBe(1000);
     expect(big.exit?.exitCode).toBe(0);
+  });
+
+  it('startAndFollow: one request starts a process and follows it; leaving early stops only the following', async () => {
+    const r = await collectExec(
+      srv.api.startAndFollow(id, { cmd: 'echo one; echo two >&2; exit 4' }, CALLER),
+    );
+    expect(r.events[0]).toEqual({ type: 'start', pid: expect.any(String) });
+    expect([r.stdout.toString(), r.stderr.toString(), r.exit?.exitCode]).toEqual(['one\n', 'two\n', 4]);
+    const pid = (r.events[0] as { pid: string }).pid;
+    // It is a background process like any other: listed, and its output replayed on connect.
+    expect((await srv.api.listProcesses(id, CALLER)).find((x) => x.pid === pid)).toMatchObject({
+      exitCode: 4,
+    });
+    expect((await collectExec(srv.api.connectProcess(id, pid, CALLER))).stdout.toString()).toBe('one\n');
+
+    // A client that leaves after the start (its connection closes) leaves the process running: it
+    // still reads its stdin and exits on its own.
+    const ctl = new AbortController();
+    let started: string | undefined;
+    for await (const e of srv.api.startAndFollow(id, { cmd: 'read l; echo got:$l' }, CALLER, ctl.signal)) {
+      if (e.type === 'start') started = e.pid;
+      break;
+    }
+    expect(started).toBeDefined();
+    expect((await srv.api.listProcesses(id, CALLER)).find((x) => x.pid === started)).toMatchObject({
+      running: true,
+    });
+    await srv.api.sendStdin(id, started!, Buffer.from('late\n'), CALLER);
+    const rest = await collectExec(srv.api.connectProcess(id, started!, CALLER));
+    expect([rest.stdout.toString(), rest.exit?.exitCode]).toEqual(['got:late\n', 0]);
+  });
+
+  it('startAndFollow: an unknown sandbox and a bad body are plain typed errors, before any line', async () => {
+    const unknown = await collectExec(srv.api.startAndFollow('sbx-nope', { cmd: 'true' }, CALLER)).catch(
+      (e: unknown) => e,
+    );
+    expect(AirlockError.is(unknown, 'SANDBOX_NOT_FOUND')).toBe(true);
+    const res = await fetch(`${srv.url}/v1/sandboxes/${id}/processes/stream`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ cmd: 42 }),
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { code: string; field?: string } }).error).toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      field: expect.stringMatching(/^cmd/),
+    });
+  });
+
+  it("a short exec's start and exit travel together: one response with a length; a slow one streams", async () => {
+    // A hold long enough for any short command on a loaded host (the default is EXEC_START_HOLD_MS).
+    const held = await startServer(airlock, { routes: { execStartHoldMs: 60_000 } });
+    const post = (url: string, cmd: string): Promise<Response> =>
+      fetch(`${url}/v1/sandboxes/${id}/exec`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ cmd }),
+      });
+    try {
+      // No output: start and exit (output is never held: it goes as soon as it comes).
+      const short = await post(held.url!, 'exit 5');
+      expect(short.headers.get('content-length')).not.toBeNull();
+      expect(short.headers.get('transfer-encoding')).toBeNull();
+      const lines = (await short.text())
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as ExecEvent);
+      expect(lines.map((e) => e.type)).toEqual(['start', 'exit']);
+      expect(lines[1]).toMatchObject({ exitCode: 5 });
+    } finally {
+      await held.close();
+    }
+    // A command that cannot end before the test lets it: the headers and start come once the hold
+    // (default) is over, then the rest streams (chunked) when it ends.
+    const gate = `/tmp/gate-${Date.now()}`;
+    const slow = await post(srv.url!, `while [ ! -e ${gate} ]; do sleep 0.05; done; echo late`);
+    expect(slow.headers.get('transfer-encoding')).toBe('chunked');
+    await srv.api.writeFile(id, gate, streamOf(Buffer.from('go')), CALLER);
+    const events = (await slow.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as ExecEvent);
+    expect(events.map((e) => e.type)).toEqual(['start', 'stdout', 'exit']);
+    expect(text(events, 'stdout')).toBe('late\n');
   });
 });

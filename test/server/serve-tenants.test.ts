@@ -105,6 +105,7 @@ describe.skipIf(!canRunNamespaces)(`airlock serve: keys, tenants, limits (${SKIP
       ['POST', '/resume'],
       ['POST', '/exec', { cmd: 'echo pwned > /tmp/x' }],
       ['POST', '/processes', { cmd: ['sleep', '100'] }],
+      ['POST', '/processes/stream', { cmd: ['sleep', '100'] }],
       ['GET', '/processes'],
       ['GET', '/files?path=/etc/hostname'],
       ['GET', '/files/list?path=/'],

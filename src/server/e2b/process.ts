@@ -103,18 +103,26 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
           throw new EnvdError('unimplemented', 'PTY is not supported by Airlock: run commands without a pty');
         if (req.tag !== undefined)
           throw new EnvdError('unimplemented', 'process tags are not supported by Airlock');
-        const view = await deps.api.startProcess(
-          t.id,
-          {
-            cmd: [req.process.cmd, ...(req.process.args ?? [])],
-            cwd: req.process.cwd === undefined ? SANDBOX_HOME : e2bPath(req.process.cwd),
-            ...(req.process.envs ? { env: req.process.envs } : {}),
-            ...(timeoutMs !== undefined ? { timeoutMs } : {}),
-            // E2B: without `stdin: true` the command reads an empty stdin (it must not wait for input).
-            ...(req.stdin ? {} : { stdin: '' }),
-          },
-          t.caller,
-        );
+        const exec = {
+          cmd: [req.process.cmd, ...(req.process.args ?? [])],
+          cwd: req.process.cwd === undefined ? SANDBOX_HOME : e2bPath(req.process.cwd),
+          ...(req.process.envs ? { env: req.process.envs } : {}),
+          ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+          // E2B: without `stdin: true` the command reads an empty stdin (it must not wait for input).
+          ...(req.stdin ? {} : { stdin: '' }),
+        };
+        // One request to the supervisor (start, then follow), where the api offers it.
+        if (deps.api.startAndFollow) {
+          const events = deps.api.startAndFollow(t.id, exec, t.caller, signal)[Symbol.asyncIterator]();
+          const first = await events.next();
+          if (first.done || first.value.type !== 'start')
+            throw new EnvdError('internal', 'the process stream did not begin with its start');
+          yield { event: { start: { pid: toWirePid(first.value.pid) } } };
+          const rest = { [Symbol.asyncIterator]: () => events };
+          yield* processEvents(whileKeyActive(deps, t, rest), t.id);
+          return;
+        }
+        const view = await deps.api.startProcess(t.id, exec, t.caller);
         yield { event: { start: { pid: toWirePid(view.pid) } } };
         yield* processEvents(
           whileKeyActive(deps, t, deps.api.connectProcess(t.id, view.pid, t.caller, signal)),
