@@ -373,8 +373,8 @@ export class SandboxHost {
    * that removes them either sees that record (and keeps them) or has renamed them away (the check
    * fails, and the slot is dropped).
    */
-  private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
-    const slot = this.pool.takeImage(key);
+  private async takeImageSlot(key: string, rootfs: Rootfs): Promise<Slot | undefined> {
+    const slot = await this.pool.takeImage(key);
     if (!slot) return undefined;
     writeOwnerFile(slot.dir, { id: slot.id, uid: slot.uid, owner: selfOwner(), imageLayers: rootfs.layers });
     if (layersUnchanged(slot.image!.layerIds)) return slot;
@@ -408,7 +408,7 @@ export class SandboxHost {
     const imageKey =
       spec.rootfs && !layers.length && !spec.mounts.length ? rootfsKey(spec.rootfs) : undefined;
     let slot =
-      (imageKey !== undefined ? this.takeImageSlot(imageKey, spec.rootfs!) : undefined) ??
+      (imageKey !== undefined ? await this.takeImageSlot(imageKey, spec.rootfs!) : undefined) ??
       this.pool.take() ??
       (await this.prepareSlot(want));
     // A slot whose workspace is being mounted ahead: that is nearly done; wait for it.

@@ -148,6 +148,8 @@ export class SlotPool {
   private refilling: Promise<void> | undefined;
   /** Images created from, most recent last (at most MAX_IMAGE_SLOTS): a slot each is mounted ahead. */
   private images: Array<{ key: string; rootfs: Rootfs }> = [];
+  /** Image roots being mounted in a slot by the refill, by image key. */
+  private readonly mounting = new Map<string, Promise<Slot>>();
   /** Watches on the dirs holding those images' layer dirs: a removal there drops stale slots. */
   private readonly watchers = new Map<string, FSWatcher>();
 
@@ -183,8 +185,14 @@ export class SlotPool {
     return i < 0 ? undefined : this.slots.splice(i, 1)[0];
   }
 
-  /** The slot with the root of image `key` mounted ahead, if one is ready (never another image's). */
-  takeImage(key: string): Slot | undefined {
+  /**
+   * The slot with the root of image `key` mounted ahead (never another image's), if one is ready or
+   * being mounted (that is part done: waiting for it costs less than mounting anew, and leaves the
+   * host-root slot to a create on the host root).
+   */
+  async takeImage(key: string): Promise<Slot | undefined> {
+    const mounting = this.mounting.get(key);
+    if (mounting) await mounting.catch(() => undefined);
     const i = this.slots.findIndex((s) => s.image?.key === key);
     return i < 0 ? undefined : this.slots.splice(i, 1)[0];
   }
@@ -268,17 +276,34 @@ export class SlotPool {
     if (this.refilling) return; // its loop sees the slot just taken
     const run = async (): Promise<void> => {
       try {
-        while (this.slots.filter((s) => !s.image).length < this.deps.size)
-          this.slots.push(await this.deps.prepareSlot());
-        for (const img of [...this.images]) {
-          if (this.slots.some((s) => s.image?.key === img.key)) continue;
-          const slot = await this.deps.prepareSlot();
+        // Generic slots first (a create on the host root must not wait for an image's), then one
+        // for each image planned; checked again after each slot, as creates take them meanwhile.
+        for (;;) {
+          if (this.slots.filter((s) => !s.image).length < this.deps.size) {
+            this.slots.push(await this.deps.prepareSlot());
+            continue;
+          }
+          const img = this.images.find((i) => !this.slots.some((s) => s.image?.key === i.key));
+          if (!img) break;
+          const making = (async (): Promise<Slot> => {
+            const slot = await this.deps.prepareSlot();
+            try {
+              await this.deps.prepareImage(slot, img.key, img.rootfs);
+            } catch (e) {
+              this.deps.discard(slot);
+              throw e;
+            }
+            return slot;
+          })();
+          this.mounting.set(img.key, making);
+          let slot: Slot;
           try {
-            await this.deps.prepareImage(slot, img.key, img.rootfs);
+            slot = await making;
           } catch (e) {
-            this.deps.discard(slot);
             this.images = this.images.filter((i) => i.key !== img.key); // not retried until a create
             throw e;
+          } finally {
+            this.mounting.delete(img.key);
           }
           // Dropped meanwhile (evicted, or its layers removed): never handed out.
           if (!this.images.includes(img) || !layersUnchanged(slot.image!.layerIds)) this.deps.discard(slot);
