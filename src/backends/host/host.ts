@@ -373,8 +373,8 @@ export class SandboxHost {
    * that removes them either sees that record (and keeps them) or has renamed them away (the check
    * fails, and the slot is dropped).
    */
-  private async takeImageSlot(key: string, rootfs: Rootfs): Promise<Slot | undefined> {
-    const slot = await this.pool.takeImage(key);
+  private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
+    const slot = this.pool.takeImage(key);
     if (!slot) return undefined;
     writeOwnerFile(slot.dir, { id: slot.id, uid: slot.uid, owner: selfOwner(), imageLayers: rootfs.layers });
     if (layersUnchanged(slot.image!.layerIds)) return slot;
@@ -407,9 +407,10 @@ export class SandboxHost {
     // slot with that very image's root mounted ahead; the pool prepares one for the next such create.
     const imageKey =
       spec.rootfs && !layers.length && !spec.mounts.length ? rootfsKey(spec.rootfs) : undefined;
+    // Without a ready slot of its image, it makes its own rather than take the host-root slot (a
+    // create on the host root would then wait for a new one).
     let slot =
-      (imageKey !== undefined ? await this.takeImageSlot(imageKey, spec.rootfs!) : undefined) ??
-      this.pool.take() ??
+      (imageKey !== undefined ? this.takeImageSlot(imageKey, spec.rootfs!) : this.pool.take()) ??
       (await this.prepareSlot(want));
     // A slot whose workspace is being mounted ahead: that is nearly done; wait for it.
     if (

@@ -148,8 +148,6 @@ export class SlotPool {
   private refilling: Promise<void> | undefined;
   /** Images created from, most recent last (at most MAX_IMAGE_SLOTS): a slot each is mounted ahead. */
   private images: Array<{ key: string; rootfs: Rootfs }> = [];
-  /** Image roots being mounted in a slot by the refill, by image key. */
-  private readonly mounting = new Map<string, Promise<Slot>>();
   /** Watches on the dirs holding those images' layer dirs: a removal there drops stale slots. */
   private readonly watchers = new Map<string, FSWatcher>();
 
@@ -185,14 +183,8 @@ export class SlotPool {
     return i < 0 ? undefined : this.slots.splice(i, 1)[0];
   }
 
-  /**
-   * The slot with the root of image `key` mounted ahead (never another image's), if one is ready or
-   * being mounted (that is part done: waiting for it costs less than mounting anew, and leaves the
-   * host-root slot to a create on the host root).
-   */
-  async takeImage(key: string): Promise<Slot | undefined> {
-    const mounting = this.mounting.get(key);
-    if (mounting) await mounting.catch(() => undefined);
+  /** The slot with the root of image `key` mounted ahead, if one is ready (never another image's). */
+  takeImage(key: string): Slot | undefined {
     const i = this.slots.findIndex((s) => s.image?.key === key);
     return i < 0 ? undefined : this.slots.splice(i, 1)[0];
   }
@@ -295,15 +287,12 @@ export class SlotPool {
             }
             return slot;
           })();
-          this.mounting.set(img.key, making);
           let slot: Slot;
           try {
             slot = await making;
           } catch (e) {
             this.images = this.images.filter((i) => i.key !== img.key); // not retried until a create
             throw e;
-          } finally {
-            this.mounting.delete(img.key);
           }
           // Dropped meanwhile (evicted, or its layers removed): never handed out.
           if (!this.images.includes(img) || !layersUnchanged(slot.image!.layerIds)) this.deps.discard(slot);
