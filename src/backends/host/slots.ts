@@ -9,7 +9,6 @@ import type { Logger, PreparePlan } from '../../core/backend.js';
 import type { Limits, Rootfs } from '../../core/spec.js';
 import { EGRESS_SOCKETS, TRANSPARENT_SOCKET } from '../../core/sandbox-sockets.js';
 import { mappingUserns } from './idmap.privileged.js';
-import type { ImageRoot } from './image-root.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
 import { prepareEgressInNetns, recreateNetns, type NetnsHandle } from './netns.privileged.js';
 import type { HostResources } from './resources.js';
@@ -54,7 +53,8 @@ export interface Slot {
 /** An image root mounted ahead in a warm slot, for exactly one image (layers and config). */
 export interface ImageAhead {
   readonly key: string;
-  readonly root: ImageRoot;
+  /** What mountImageRoot made (its ImageRoot; named here by shape, not imported: no cycle). */
+  readonly root: { readonly dir: string; readonly upper: string; readonly generated: readonly string[] };
   /** The read-only bind of the image helper in the sandbox dir. */
   readonly helper: string;
   /** Whether the root and the helper were added to the slot's launch namespace already. */
