@@ -40,6 +40,7 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 async function main(): Promise<void> {
   const runs = arg('--runs', 3);
   const mib = arg('--mib', 48);
+  const gapMs = arg('--gap-ms', 50);
   const work = mkdtempSync(join(tmpdir(), 'airlock-bench-images-'));
   const reg = await startRegistry();
   try {
@@ -83,7 +84,9 @@ async function main(): Promise<void> {
       tarx.push(Number(process.hrtime.bigint() - t1) / 1e9);
       rmSync(dir, { recursive: true, force: true });
     }
-    const creates = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30));
+    // Spaced by --gap-ms (both kinds alike) so that the warm pool has refilled: what a create finds
+    // under load that leaves it time to (back to back, --gap-ms 0, image slots refill slower).
+    const creates = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30), undefined, gapMs);
     // Without the warm pool: what each create itself sets up (slot, mounts), nothing made ahead.
     const cold = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30), 0);
     const mb = (b: number, s: number): number => b / 1e6 / s;
@@ -144,6 +147,7 @@ async function main(): Promise<void> {
         coldCreateHostMs: cold.host,
         coldCreateImageMs: cold.image,
         coldCreateRatio: cold.image.p50 / cold.host.p50,
+        createGapMs: gapMs,
       }) + '\n',
     );
   } finally {
@@ -160,6 +164,7 @@ async function createFromImage(
   ref: string,
   n: number,
   warmPool?: number,
+  gapMs = 0,
 ): Promise<{ host: ReturnType<typeof summarize>; image: ReturnType<typeof summarize> }> {
   const airlock = new Airlock({
     stateDir: BENCH_STATE_DIR,
@@ -174,6 +179,7 @@ async function createFromImage(
       const sbx = await airlock.create(spec);
       const ms = Number(process.hrtime.bigint() - t0) / 1e6;
       await sbx.kill();
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
       return ms;
     };
     const image: SandboxSpecInput = { image: ref, pull: 'never' };

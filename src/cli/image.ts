@@ -3,7 +3,7 @@
 // one JSON document at the end. Registry settings come from the environment (src/images/options.ts).
 import type { ResolvedImage } from '../core/image.js';
 import { formatBytes } from '../core/units.js';
-import { imageLayerUsers } from '../backends/host/index.js';
+import { imageLayerUsers, preparedSlotMount } from '../backends/host/index.js';
 import { mountedLayerPredicate } from '../images/in-use.js';
 import { loadImages } from '../images/load.js';
 import { imageOptionsFromEnv } from '../images/options.js';
@@ -25,7 +25,7 @@ export function cliImageStore(env: NodeJS.ProcessEnv = process.env): ImageStore 
     ...imageOptionsFromEnv(env),
     inUse: (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir),
   });
-  const mounted = mountedLayerPredicate(store.root);
+  const mounted = mountedLayerPredicate(store.root, preparedSlotMount(stateDir));
   return store;
 }
 
@@ -182,7 +182,7 @@ export async function imagePruneCommand(opts: { json?: boolean }, io: Io = proce
   const r = await cliImageStore(env).prune();
   // Allowlist roots (`executables`) no live sandbox and no snapshot uses go too.
   const { closuresDir, pruneClosures } = await import('../images/closure-cache.js');
-  const mounted = mountedLayerPredicate(closuresDir(stateDir));
+  const mounted = mountedLayerPredicate(closuresDir(stateDir), preparedSlotMount(stateDir));
   const c = pruneClosures(stateDir, (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir));
   if (opts.json) io.out(JSON.stringify({ ...r, ...c }, null, 2) + '\n');
   else

@@ -4,8 +4,11 @@
 // namespace. Sandbox runtimes that record their layers pass a predicate of their own as well.
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
-/** Every mountinfo line on the host (one namespace once) that mentions `root`. */
-export function mountLinesUnder(root: string): string[] {
+/**
+ * Every mountinfo line on the host (one namespace once) that mentions `root`, but those whose mount
+ * point `skip` says to leave out.
+ */
+export function mountLinesUnder(root: string, skip?: (mountPoint: string) => boolean): string[] {
   const seen = new Set<string>();
   const out: string[] = [];
   for (const pid of readdirSync('/proc')) {
@@ -15,7 +18,7 @@ export function mountLinesUnder(root: string): string[] {
       if (seen.has(ns)) continue;
       seen.add(ns);
       for (const line of readFileSync(`/proc/${pid}/mountinfo`, 'utf8').split('\n')) {
-        if (line.includes(root)) out.push(line);
+        if (line.includes(root) && !skip?.(line.split(' ')[4] ?? '')) out.push(line);
       }
     } catch {
       /* exited, or not ours to read */
@@ -24,11 +27,18 @@ export function mountLinesUnder(root: string): string[] {
   return out;
 }
 
-/** A predicate for ImageStoreOptions.inUse: true when a mount anywhere names `layerDir`. */
-export function mountedLayerPredicate(root: string): (layerDir: string) => boolean {
+/**
+ * A predicate for ImageStoreOptions.inUse: true when a mount anywhere names `layerDir`, but one at a
+ * mount point `skip` leaves out (a warm slot's image root mounted ahead: not a use, see
+ * backends/host preparedSlotMount).
+ */
+export function mountedLayerPredicate(
+  root: string,
+  skip?: (mountPoint: string) => boolean,
+): (layerDir: string) => boolean {
   let lines: string[] | undefined;
   return (layerDir) => {
-    lines ??= mountLinesUnder(root);
+    lines ??= mountLinesUnder(root, skip);
     // mountinfo escapes spaces etc. as octal; layer dirs are sha256 names under a plain root.
     return lines.some(
       (l) =>

@@ -15,7 +15,16 @@
 // into place only after both its digests checked out, so a layer dir that exists is complete; two
 // pulls of the same layer race only on that rename, and the loser discards its copy.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
@@ -94,6 +103,12 @@ export class ImageStore implements ImageResolver {
   private readonly client: RegistryClient;
   private readonly maxBytes: number;
   private readonly inflight = new Map<string, Promise<void>>();
+  /**
+   * Blobs already read and verified, by digest, with the identity of the file they were read from
+   * (device, inode, size, mtime): a resolve of a cached image then reads none again while the file
+   * is unchanged. Bounded: cleared when it grows past MAX_VERIFIED_BLOBS.
+   */
+  private readonly verified = new Map<string, { id: string; bytes: Buffer }>();
 
   constructor(private readonly opts: ImageStoreOptions) {
     this.root = join(opts.stateDir, 'images');
@@ -319,9 +334,18 @@ export class ImageStore implements ImageResolver {
 
   private readBlob(digest: string): Buffer | undefined {
     if (!SHA256_DIGEST.test(digest)) return undefined;
+    const file = join(this.root, 'blobs', digest);
     try {
-      const b = readFileSync(join(this.root, 'blobs', digest));
-      return sha256(b) === digest ? b : undefined;
+      const st = statSync(file, { bigint: true });
+      const id = `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+      const known = this.verified.get(digest);
+      if (known?.id === id) return known.bytes;
+      const b = readFileSync(file);
+      if (sha256(b) !== digest) return undefined;
+      if (this.verified.size >= MAX_VERIFIED_BLOBS) this.verified.clear();
+      // (Only small blobs are read here: manifests, indexes and configs.)
+      if (b.length <= 1024 * 1024) this.verified.set(digest, { id, bytes: b });
+      return b;
     } catch {
       return undefined;
     }
@@ -470,6 +494,9 @@ export class ImageStore implements ImageResolver {
     return { removedLayers, keptInUse };
   }
 }
+
+/** Verified blobs a store keeps in memory (see ImageStore.verified). */
+const MAX_VERIFIED_BLOBS = 256;
 
 function readdirOr(dir: string): string[] {
   try {

@@ -17,7 +17,13 @@ import type {
 import { AirlockError } from '../../core/errors.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../core/sandbox-sockets.js';
 import type { SnapshotRecord } from '../../core/snapshot.js';
-import { LimitsSchema, type BackendName, type Limits, type SandboxSpec } from '../../core/spec.js';
+import {
+  LimitsSchema,
+  type BackendName,
+  type Limits,
+  type Rootfs,
+  type SandboxSpec,
+} from '../../core/spec.js';
 import { createCgroup, detectCgroups, type CgroupLayout } from './cgroups.privileged.js';
 import { bindReadOnly } from './idmap.privileged.js';
 import { ensureImageHelper, mountImageRoot } from './image-root.privileged.js';
@@ -38,6 +44,8 @@ import {
   discardLayerUserns,
   discardSlotUserns,
   discardUserns,
+  layerIds,
+  layersUnchanged,
   SlotPool,
   takeWsUserns,
   type Slot,
@@ -143,6 +151,7 @@ export class SandboxHost {
       size: opts.warmPool ?? 1,
       prepareSlot: () => this.prepareSlot(tier.hostLimits(DEFAULT_LIMITS)),
       prepareWorkspace: (slot, plan) => prepareWorkspace(slot, plan, this.launcher, ctx.logger),
+      prepareImage: (slot, key, rootfs) => this.prepareImage(slot, key, rootfs),
       discard: (slot) => this.discardSlot(slot),
       logger: ctx.logger,
     });
@@ -307,6 +316,72 @@ export class SandboxHost {
     }
   }
 
+  /** The static helper bound into sandboxes on an image root (BACKEND_UNAVAILABLE without one). */
+  private helperPath(): string {
+    const helper = (this.imageHelper ??= ensureImageHelper(this.ctx.stateDir));
+    if (helper.path === undefined) {
+      throw new AirlockError('BACKEND_UNAVAILABLE', `sandboxes on an image need ${helper.reason}`, {
+        field: 'image',
+      });
+    }
+    return helper.path;
+  }
+
+  /**
+   * Mount the root of image `rootfs` in a warm slot ahead of a create from it: the layer views, the
+   * upper with Airlock's /etc files and mount points, the overlay, the helper bind, all added to the
+   * slot's launch namespace. The slot's record names the layers as prepared only, not as in use: an
+   * image store may remove them, and the pool then drops the slot (SlotPool.sweep; create checks too).
+   */
+  private async prepareImage(slot: Slot, key: string, rootfs: Rootfs): Promise<void> {
+    const ids = layerIds(rootfs.layers);
+    if (!ids)
+      throw new AirlockError('IMAGE_NOT_FOUND', `a layer of image ${key} is gone`, { field: 'image' });
+    writeOwnerFile(slot.dir, {
+      id: slot.id,
+      uid: slot.uid,
+      owner: selfOwner(),
+      preparedImageLayers: rootfs.layers,
+    });
+    const helperPath = this.helperPath();
+    const root = await mountImageRoot({
+      rootfs,
+      dir: slot.dir,
+      disk: slot.disk,
+      hostUid: slot.uid,
+      mountTargets: [],
+    });
+    const at = join(slot.dir, 'helper');
+    writeFileSync(at, '', { mode: 0o444 });
+    bindReadOnly(helperPath, at);
+    let inLaunchNs = false;
+    if (slot.res.launchNs !== undefined) {
+      try {
+        for (const p of [root.dir, at]) this.launcher!.addMount(slot.res.launchNs, p);
+        inLaunchNs = true;
+      } catch {
+        void closeLaunchNamespace(slot.res.launchNs);
+        slot.res.launchNs = undefined;
+      }
+    }
+    slot.image = { key, root, helper: at, inLaunchNs, layerIds: ids };
+  }
+
+  /**
+   * The warm slot holding the root of image `key`, if one is ready and its layers are still the ones
+   * it mounted. The sandbox's record names them in use first, then they are checked: an image store
+   * that removes them either sees that record (and keeps them) or has renamed them away (the check
+   * fails, and the slot is dropped).
+   */
+  private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
+    const slot = this.pool.takeImage(key);
+    if (!slot) return undefined;
+    writeOwnerFile(slot.dir, { id: slot.id, uid: slot.uid, owner: selfOwner(), imageLayers: rootfs.layers });
+    if (layersUnchanged(slot.image!.layerIds)) return slot;
+    this.discardSlot(slot);
+    return undefined;
+  }
+
   /** Release a slot that will never be handed out. */
   private discardSlot(slot: Slot): void {
     discardSlotUserns(slot);
@@ -328,7 +403,15 @@ export class SandboxHost {
     if (layers.length) this.layerStore.resolveChain(layers, ws, this.tier.name);
 
     const want = this.tier.hostLimits(spec.limits);
-    let slot = this.pool.take() ?? (await this.prepareSlot(want));
+    // A create from an image (no snapshot layers, no read-only mounts to add to its root) may take a
+    // slot with that very image's root mounted ahead; the pool prepares one for the next such create.
+    const imageKey =
+      spec.rootfs && !layers.length && !spec.mounts.length ? rootfsKey(spec.rootfs) : undefined;
+    // Without a ready slot of its image, it makes its own rather than take the host-root slot (a
+    // create on the host root would then wait for a new one).
+    let slot =
+      (imageKey !== undefined ? this.takeImageSlot(imageKey, spec.rootfs!) : this.pool.take()) ??
+      (await this.prepareSlot(want));
     // A slot whose workspace is being mounted ahead: that is nearly done; wait for it.
     if (
       slot.preparing &&
@@ -355,6 +438,7 @@ export class SandboxHost {
     });
     // Egress listeners made ahead are for a sandbox with egress, no other (they would hold its ports).
     if (!egress) slot.netns.dropSockets();
+    if (imageKey !== undefined) this.pool.noteImage(imageKey, spec.rootfs!);
     // A netns prepared for transparent egress is for a sandbox whose policy asks for it, no other.
     if (slot.intercepting && !intercept) {
       try {
@@ -443,7 +527,13 @@ export class SandboxHost {
       // On an image: its layers and the sandbox's upper dir become "/" (host/image-root.privileged.ts).
       let imageRoot: SandboxLayout['imageRoot'];
       let rootSource: CaptureSource | undefined;
-      if (spec.rootfs) {
+      const imageAhead = slot.image;
+      slot.image = undefined;
+      if (spec.rootfs && imageAhead) {
+        const root = imageAhead.root;
+        rootSource = { area: 'root', kind: 'diff', dir: root.upper, exclude: root.generated };
+        imageRoot = { dir: root.dir, helper: imageAhead.helper };
+      } else if (spec.rootfs) {
         writeOwnerFile(dir, {
           id,
           uid,
@@ -451,12 +541,7 @@ export class SandboxHost {
           ...(layers.length ? { layers } : {}),
           imageLayers: spec.rootfs.layers,
         });
-        const helper = (this.imageHelper ??= ensureImageHelper(this.ctx.stateDir));
-        if (helper.path === undefined) {
-          throw new AirlockError('BACKEND_UNAVAILABLE', `sandboxes on an image need ${helper.reason}`, {
-            field: 'image',
-          });
-        }
+        const helperPath = this.helperPath();
         const aheadUserns = layers.length ? undefined : slot.layerUserns;
         slot.layerUserns = undefined;
         const rootUserns = await aheadUserns;
@@ -477,7 +562,7 @@ export class SandboxHost {
         // other mount of the sandbox (addMount below).
         const at = join(dir, 'helper');
         writeFileSync(at, '', { mode: 0o444 });
-        bindReadOnly(helper.path, at);
+        bindReadOnly(helperPath, at);
         imageRoot = { dir: root.dir, helper: at };
       }
       // What bwrap binds that was mounted under the sandbox dir since the slot was prepared goes
@@ -487,7 +572,7 @@ export class SandboxHost {
         ...(workspaceDir === join(dir, 'ws') && !ahead ? [workspaceDir] : []),
         ...(homeDir !== slot.homeDir ? [homeDir] : []),
         ...roMounts.map(([host]) => host),
-        ...(imageRoot ? [imageRoot.dir, imageRoot.helper] : []),
+        ...(imageRoot && !imageAhead?.inLaunchNs ? [imageRoot.dir, imageRoot.helper] : []),
       ];
       if (res.launchNs !== undefined && added.length) {
         try {
@@ -557,4 +642,11 @@ export class SandboxHost {
       logger: this.ctx.logger,
     });
   }
+}
+
+/** Which image root a rootfs is: its layer dirs and its config (a template's config differs). */
+function rootfsKey(rootfs: Rootfs): string {
+  return createHash('sha256')
+    .update(JSON.stringify([rootfs.layers, rootfs.config]))
+    .digest('hex');
 }

@@ -77,6 +77,11 @@ export interface OwnerFile {
    * image store never deletes a layer a live sandbox is about to mount or runs on.
    */
   readonly imageLayers?: readonly string[];
+  /**
+   * Image layer dirs a warm slot holds mounted ahead for a sandbox not created yet. Not a use: an
+   * image store may remove them, and the slot is then dropped (slots.ts SlotPool.sweep).
+   */
+  readonly preparedImageLayers?: readonly string[];
 }
 
 export function writeOwnerFile(dir: string, meta: OwnerFile): void {
@@ -108,6 +113,21 @@ export function imageLayerUsers(root: string, layerDir: string): string[] {
       return meta?.imageLayers?.includes(layerDir) === true && ownerAlive(meta.owner);
     })
     .sort();
+}
+
+/**
+ * Whether `mountPoint` lies in a warm slot of the state dir `root` that holds an image root mounted
+ * ahead for no sandbox yet (its record names the layers as prepared, not in use): an image store
+ * does not count such a mount as a use, and the slot's owner drops it once the layers are gone.
+ */
+export function preparedSlotMount(root: string): (mountPoint: string) => boolean {
+  const prefix = join(root, 'sandboxes') + '/';
+  return (mountPoint) => {
+    if (!mountPoint.startsWith(prefix)) return false;
+    const id = mountPoint.slice(prefix.length).split('/')[0]!;
+    const meta = readOwnerFile(join(prefix, id));
+    return meta?.preparedImageLayers !== undefined && meta.imageLayers === undefined;
+  };
 }
 
 function readdirOr(dir: string): string[] {

@@ -3,9 +3,10 @@
 // (egress listeners and interception, user namespaces that idmap, a workspace mounted) follows an
 // explicit prepare plan (core/backend.ts PreparePlan): given by the caller (backend.prepare), or
 // else learned from each create (the next create most likely looks like the last one).
-import { closeSync, statSync } from 'node:fs';
+import { closeSync, lstatSync, statSync, watch, type FSWatcher } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Logger, PreparePlan } from '../../core/backend.js';
-import type { Limits } from '../../core/spec.js';
+import type { Limits, Rootfs } from '../../core/spec.js';
 import { EGRESS_SOCKETS, TRANSPARENT_SOCKET } from '../../core/sandbox-sockets.js';
 import { mappingUserns } from './idmap.privileged.js';
 import { LAYER_SELF_ID, type CaptureSource } from './layer-capture.privileged.js';
@@ -45,7 +46,53 @@ export interface Slot {
   ws?: WsAhead;
   /** prepareWorkspace in progress (rejects if it left the slot half mounted). */
   preparing?: Promise<void>;
+  /** The image root mounted ahead (prepareImage): only a create of this very image key takes it. */
+  image?: ImageAhead;
 }
+
+/** An image root mounted ahead in a warm slot, for exactly one image (layers and config). */
+export interface ImageAhead {
+  readonly key: string;
+  /** What mountImageRoot made (its ImageRoot; named here by shape, not imported: no cycle). */
+  readonly root: { readonly dir: string; readonly upper: string; readonly generated: readonly string[] };
+  /** The read-only bind of the image helper in the sandbox dir. */
+  readonly helper: string;
+  /** Whether the root and the helper were added to the slot's launch namespace already. */
+  readonly inLaunchNs: boolean;
+  /** Each layer dir as it was when mounted: a slot is stale once any is gone or replaced. */
+  readonly layerIds: ReadonlyArray<LayerId>;
+}
+
+export interface LayerId {
+  readonly path: string;
+  readonly dev: number;
+  readonly ino: number;
+}
+
+/** The identity of each layer dir now (undefined: one is missing or not a dir). */
+export function layerIds(layers: readonly string[]): LayerId[] | undefined {
+  const out: LayerId[] = [];
+  for (const path of layers) {
+    const st = lstatSync(path, { throwIfNoEntry: false });
+    if (!st?.isDirectory()) return undefined;
+    out.push({ path, dev: st.dev, ino: st.ino });
+  }
+  return out;
+}
+
+/** Whether every layer dir an image root was mounted from is still the same dir at the same path. */
+export function layersUnchanged(ids: ReadonlyArray<LayerId>): boolean {
+  const now = layerIds(ids.map((l) => l.path));
+  return now !== undefined && now.every((l, i) => l.dev === ids[i]!.dev && l.ino === ids[i]!.ino);
+}
+
+/** A layer dir is `<store>/layers/<digest>/fs`: a rename or removal of `<digest>` shows in `layers`. */
+function watchDirOf(layer: string): string {
+  return dirname(dirname(layer));
+}
+
+/** Images whose roots warm slots hold mounted ahead (the most recently created from), at most. */
+export const MAX_IMAGE_SLOTS = 2;
 
 /** A workspace over a host dir, as a create asks for it. */
 export interface WsPlan {
@@ -75,6 +122,8 @@ export interface SlotPoolDeps {
   prepareSlot(): Promise<Slot>;
   /** Mount `plan`'s workspace in `slot` ahead (best effort; rejects if it left it half mounted). */
   prepareWorkspace(slot: Slot, plan: WsPlan): Promise<void>;
+  /** Mount the image root of `rootfs` in `slot` ahead (rejects if it could not: the slot is discarded). */
+  prepareImage(slot: Slot, key: string, rootfs: Rootfs): Promise<void>;
   /** Release a slot that will never be handed out. */
   discard(slot: Slot): void;
   readonly logger: Logger;
@@ -97,6 +146,10 @@ export class SlotPool {
   private refillTimer: NodeJS.Timeout | undefined;
   /** The refill in progress (close() waits for it: it may be about to add a slot). */
   private refilling: Promise<void> | undefined;
+  /** Images created from, most recent last (at most MAX_IMAGE_SLOTS): a slot each is mounted ahead. */
+  private images: Array<{ key: string; rootfs: Rootfs }> = [];
+  /** Watches on the dirs holding those images' layer dirs: a removal there drops stale slots. */
+  private readonly watchers = new Map<string, FSWatcher>();
 
   constructor(private readonly deps: SlotPoolDeps) {}
 
@@ -126,7 +179,70 @@ export class SlotPool {
 
   /** A slot to use, if one is ready (a refill follows: see scheduleRefill). */
   take(): Slot | undefined {
-    return this.slots.pop();
+    const i = this.slots.findLastIndex((s) => !s.image);
+    return i < 0 ? undefined : this.slots.splice(i, 1)[0];
+  }
+
+  /** The slot with the root of image `key` mounted ahead, if one is ready (never another image's). */
+  takeImage(key: string): Slot | undefined {
+    const i = this.slots.findIndex((s) => s.image?.key === key);
+    return i < 0 ? undefined : this.slots.splice(i, 1)[0];
+  }
+
+  /**
+   * A create from image `key` (no snapshot layers, no read-only mounts): refills mount its root ahead
+   * from now on. The least recently created image beyond MAX_IMAGE_SLOTS loses its slot.
+   */
+  noteImage(key: string, rootfs: Rootfs): void {
+    if (this.deps.size <= 0) return;
+    this.images = [...this.images.filter((i) => i.key !== key), { key, rootfs }];
+    while (this.images.length > MAX_IMAGE_SLOTS) this.dropImage(this.images.shift()!.key);
+    for (const l of rootfs.layers) this.watchLayers(watchDirOf(l));
+  }
+
+  /**
+   * Drop every slot (and the plan) of images whose layer dirs are gone or replaced: an image removed
+   * from its store (`airlock image rm`, prune) leaves no mount of it in a warm slot.
+   */
+  sweep(): void {
+    for (const img of [...this.images]) {
+      if (layerIds(img.rootfs.layers) === undefined) {
+        this.images = this.images.filter((i) => i !== img);
+        this.dropImage(img.key);
+      }
+    }
+    for (const s of this.slots.filter((s) => s.image && !layersUnchanged(s.image.layerIds))) {
+      this.slots.splice(this.slots.indexOf(s), 1);
+      this.deps.discard(s);
+    }
+    const dirs = new Set(this.images.flatMap((i) => i.rootfs.layers.map(watchDirOf)));
+    for (const [d, w] of this.watchers) {
+      if (!dirs.has(d)) {
+        w.close();
+        this.watchers.delete(d);
+      }
+    }
+  }
+
+  private dropImage(key: string): void {
+    for (const s of this.slots.filter((s) => s.image?.key === key)) {
+      this.slots.splice(this.slots.indexOf(s), 1);
+      this.deps.discard(s);
+    }
+  }
+
+  private watchLayers(d: string): void {
+    if (this.watchers.has(d)) return;
+    try {
+      const w = watch(d, { persistent: false }, () => this.sweep());
+      w.on('error', () => {
+        w.close();
+        this.watchers.delete(d);
+      });
+      this.watchers.set(d, w);
+    } catch {
+      // Not watchable: stale slots are still refused at take (HostState.create checks the layers).
+    }
   }
 
   /** Refill shortly (or when a process of the new sandbox has started: processStarted). */
@@ -152,17 +268,47 @@ export class SlotPool {
     if (this.refilling) return; // its loop sees the slot just taken
     const run = async (): Promise<void> => {
       try {
-        while (this.slots.length < this.deps.size) this.slots.push(await this.deps.prepareSlot());
+        // Generic slots first (a create on the host root must not wait for an image's), then one
+        // for each image planned; checked again after each slot, as creates take them meanwhile.
+        for (;;) {
+          if (this.slots.filter((s) => !s.image).length < this.deps.size) {
+            this.slots.push(await this.deps.prepareSlot());
+            continue;
+          }
+          const img = this.images.find((i) => !this.slots.some((s) => s.image?.key === i.key));
+          if (!img) break;
+          const making = (async (): Promise<Slot> => {
+            const slot = await this.deps.prepareSlot();
+            try {
+              await this.deps.prepareImage(slot, img.key, img.rootfs);
+            } catch (e) {
+              this.deps.discard(slot);
+              throw e;
+            }
+            return slot;
+          })();
+          let slot: Slot;
+          try {
+            slot = await making;
+          } catch (e) {
+            this.images = this.images.filter((i) => i.key !== img.key); // not retried until a create
+            throw e;
+          }
+          // Dropped meanwhile (evicted, or its layers removed): never handed out.
+          if (!this.images.includes(img) || !layersUnchanged(slot.image!.layerIds)) this.deps.discard(slot);
+          else this.slots.push(slot);
+        }
         const plan = this.planned;
-        if (plan.snapshotForks) for (const slot of this.slots) prepareLayerUserns(slot);
+        if (plan.snapshotForks) for (const slot of this.slots) if (!slot.image) prepareLayerUserns(slot);
         const owner = plannedOwner(plan) ?? this.wsOwner;
         // (A slot whose workspace is mounted ahead has used its user namespace already.)
         if (owner) for (const slot of this.slots) if (!slot.ws) prepareWsUserns(slot, owner);
+        // (A slot holding an image root has used its layer user namespace: see prepareImage.)
         if (plan.network !== 'none')
           for (const slot of this.slots) prepareEgress(slot, plan.network === 'transparent');
         const ws = plan.workspace && !plan.workspace.onSnapshot ? plan.workspace : undefined;
         // A create that takes a slot being mounted into waits for that first (see HostState.create).
-        for (const slot of ws ? this.slots.filter((s) => !s.ws) : []) {
+        for (const slot of ws ? this.slots.filter((s) => !s.ws && !s.image) : []) {
           if (!this.slots.includes(slot)) continue; // taken meanwhile
           const preparing = this.deps.prepareWorkspace(slot, { hostDir: ws!.hostDir, mode: ws!.mode });
           slot.preparing = preparing;
@@ -196,6 +342,9 @@ export class SlotPool {
     clearTimeout(this.refillTimer);
     this.refillTimer = undefined;
     while (this.refilling) await this.refilling;
+    for (const w of this.watchers.values()) w.close();
+    this.watchers.clear();
+    this.images = [];
     return this.slots.splice(0);
   }
 }
