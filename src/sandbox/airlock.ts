@@ -40,7 +40,7 @@ import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privil
 import type { UidRange } from '../backends/host/state.js';
 import { SandboxBase, type SandboxHooks } from './sandbox.js';
 import { SnapshotBase, type SnapshotRuntime } from './snapshot.js';
-import { Templates } from './templates.js';
+import type { Templates } from './templates.js';
 import {
   REMOTE_RUNTIME_OPTIONS,
   remoteRuntime,
@@ -231,6 +231,26 @@ const loadEgressStack = async (): Promise<EgressStack> => {
   return { EgressGateway: gateway.EgressGateway, MitmCa: mitm.MitmCa, SecretLease: sentinels.SecretLease };
 };
 
+/** `airlock.templates`: what Templates offers (every method async). */
+export type TemplateStore = Pick<Templates, 'build' | 'list' | 'inspect' | 'remove' | 'resolve'>;
+
+/** A TemplateStore whose Templates is made (its module imported) by the first method call. */
+function lazyTemplates(make: () => Promise<Templates>): TemplateStore {
+  let made: Promise<Templates> | undefined;
+  const store = (): Promise<Templates> => {
+    made ??= make();
+    made.catch(() => (made = undefined)); // a failed import may be retried
+    return made;
+  };
+  return {
+    build: async (...a) => (await store()).build(...a),
+    list: async () => (await store()).list(),
+    inspect: async (...a) => (await store()).inspect(...a),
+    remove: async (...a) => (await store()).remove(...a),
+    resolve: async (...a) => (await store()).resolve(...a),
+  };
+}
+
 /** A runtime: owns a state dir, its sandboxes, snapshots and templates; `close()` releases all of it. */
 export class Airlock {
   // The fields marked `!` are set by the constructor, except in the one branch where it returns a
@@ -259,7 +279,7 @@ export class Airlock {
   private caPublic: { bundle: string; cert: string } | undefined;
   readonly snapshots!: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
-  readonly templates!: Templates;
+  readonly templates!: TemplateStore;
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
   private readonly imageResolver: ImageResolver | undefined;
@@ -330,12 +350,17 @@ export class Airlock {
       }
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${id} in ${this.stateDir}`, { field: 'id' });
     };
-    this.templates = new Templates(this.stateDir, {
-      create: (spec) => this.create(spec),
-      // Layers of any tier (a template build runs on its base's tier; see Templates.build).
-      layer: (d) => this.layerRecord(d),
-      removeLayer: async (d) =>
-        (await this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces')).remove(d),
+    // Templates' module (and its schemas) is imported by the first call that needs it: a one-shot
+    // without --template never does.
+    this.templates = lazyTemplates(async () => {
+      const { Templates } = await import('./templates.js');
+      return new Templates(this.stateDir, {
+        create: (spec) => this.create(spec),
+        // Layers of any tier (a template build runs on its base's tier; see Templates.build).
+        layer: (d) => this.layerRecord(d),
+        removeLayer: async (d) =>
+          (await this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces')).remove(d),
+      });
     });
     this.snapshots = {
       list: async () => {

@@ -77,8 +77,13 @@ describe('lazy imports', () => {
       run.warmUpForCache();
       const airlock = (await import(src + 'cli/lifecycle.ts')).cliAirlock({ oneSandbox: true });
       const before = tiers();
+      // Nor koffi (the libc binding): the fd limit is read from /proc/self/limits, as prlimit says it.
+      const { createRequire } = await import('node:module');
+      const koffi = Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/node_modules/koffi/'));
+      const nofile = await import(src + 'backends/host/nofile.privileged.ts');
+      const limits = [nofile.raiseOpenFileLimit(), nofile.openFileLimit()];
       await airlock.snapshots.list(); // every tier's snapshot store
-      process.stdout.write(JSON.stringify({ before, after: tiers() }));
+      process.stdout.write(JSON.stringify({ before, koffi, limits, after: tiers() }));
     `;
     try {
       const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
@@ -86,8 +91,15 @@ describe('lazy imports', () => {
         encoding: 'utf8',
         env: { ...process.env, AIRLOCK_STATE_DIR: state },
       });
-      const { before, after } = JSON.parse(out) as { before: string[]; after: string[] };
+      const { before, koffi, limits, after } = JSON.parse(out) as {
+        before: string[];
+        koffi: boolean;
+        limits: [unknown, unknown];
+        after: string[];
+      };
       expect(before).toEqual([]);
+      expect(koffi).toBe(false);
+      expect(limits[0]).toEqual(limits[1]);
       expect(after).toEqual(
         expect.arrayContaining([
           'backends/gvisor/index.ts',
