@@ -30,6 +30,7 @@ export {
   type AirlockOptions,
   type SandboxRuntime,
   type Snapshots,
+  type TemplateStore,
 } from './sandbox/airlock.js';
 export type {
   PortableFiles,

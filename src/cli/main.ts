@@ -171,9 +171,15 @@ export function registerDiffCommand(program: Command, io: Io, setStatus: (code: 
 /**
  * The airlock program with every command, argument and option, not yet parsed. Commands report their
  * exit status through `setStatus`. Building it loads no command module (scripts/cli-reference.ts
- * documents it from this).
+ * documents it from this). `oneShot`: only `run` and `diff`, exactly as in the whole program (main
+ * builds that for a command line starting with either: the other ~30 commands are start-up work
+ * such a line never uses).
  */
-export function buildProgram(io: Io = processIo, setStatus: (code: number) => void = () => {}): Command {
+export function buildProgram(
+  io: Io = processIo,
+  setStatus: (code: number) => void = () => {},
+  oneShot = false,
+): Command {
   const program = new Command('airlock')
     .description('Disposable sandboxes for AI-agent tool calls')
     .version(version(), '-V, --version')
@@ -259,6 +265,7 @@ export function buildProgram(io: Io = processIo, setStatus: (code: number) => vo
       setStatus(await (await runCli()).runCommand(cmd, flags, io)),
     );
   registerDiffCommand(program, io, setStatus);
+  if (oneShot) return program;
   program
     .command('run-code')
     .description('run code once in a fresh sandbox (static analysis first); print output and results')
@@ -561,7 +568,7 @@ function commanderExitCode(e: CommanderError): number {
 /** Runs the command line `argv` (without node and the script); resolves to the exit status. */
 export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
-  const program = buildProgram(io, (code) => (status = code));
+  const program = buildProgram(io, (code) => (status = code), argv[0] === 'run' || argv[0] === 'diff');
   phase('program');
   try {
     await program.parseAsync([...argv], { from: 'user' });

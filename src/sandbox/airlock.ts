@@ -34,15 +34,14 @@ import type { EgressGateway } from '../egress/gateway.js';
 import type { MitmCa } from '../egress/mitm.js';
 import type { Dialer, Resolver } from '../egress/vet.js';
 import type { SecretLease } from '../secrets/sentinels.js';
-import { GvisorBackend } from '../backends/gvisor/index.js';
-import { MicrovmBackend } from '../backends/microvm/index.js';
+import { BACKEND_NAMES } from '../core/backend-names.js';
 import { NamespacesBackend } from '../backends/namespaces/index.js';
-import { WasmBackend } from '../backends/wasm/index.js';
+import { checkPreparePlan } from '../backends/host/host.js';
 import { countOpenFds, raiseOpenFileLimit } from '../backends/host/nofile.privileged.js';
 import type { UidRange } from '../backends/host/state.js';
 import { SandboxBase, type SandboxHooks } from './sandbox.js';
 import { SnapshotBase, type SnapshotRuntime } from './snapshot.js';
-import { Templates } from './templates.js';
+import type { Templates } from './templates.js';
 import {
   REMOTE_RUNTIME_OPTIONS,
   remoteRuntime,
@@ -214,6 +213,15 @@ export interface AirlockOptions {
 
 /** Where Airlock keeps host state unless `AIRLOCK_STATE_DIR` or `stateDir` says otherwise. */
 export const DEFAULT_STATE_DIR = '/var/lib/airlock';
+/**
+ * Tiers whose backend has prepare() (warm slots), and of those the ones whose slots are the host's
+ * (backends/host: SandboxHost.prepare checks the plan). Airlock.prepare refuses a plan for a tier not
+ * loaded yet from these, as the tier itself would; test/unit/lazy-imports.test.ts holds them equal
+ * to the backends.
+ */
+export const TIERS_WITH_WARM_SLOTS: readonly BackendName[] = ['namespaces', 'gvisor', 'wasm'];
+export const HOST_SLOT_TIERS: readonly BackendName[] = ['namespaces', 'gvisor'];
+
 const HOST_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 /** Where a sandbox with secrets finds the trust bundle (system CAs + Airlock's egress CA). */
 const SANDBOX_CA_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
@@ -238,13 +246,38 @@ const loadEgressStack = async (): Promise<EgressStack> => {
   return { EgressGateway: gateway.EgressGateway, MitmCa: mitm.MitmCa, SecretLease: sentinels.SecretLease };
 };
 
+/** `airlock.templates`: what Templates offers (every method async). */
+export type TemplateStore = Pick<Templates, 'build' | 'list' | 'inspect' | 'remove' | 'resolve'>;
+
+/** A TemplateStore whose Templates is made (its module imported) by the first method call. */
+function lazyTemplates(make: () => Promise<Templates>): TemplateStore {
+  let made: Promise<Templates> | undefined;
+  const store = (): Promise<Templates> => {
+    made ??= make();
+    made.catch(() => (made = undefined)); // a failed import may be retried
+    return made;
+  };
+  return {
+    build: async (...a) => (await store()).build(...a),
+    list: async () => (await store()).list(),
+    inspect: async (...a) => (await store()).inspect(...a),
+    remove: async (...a) => (await store()).remove(...a),
+    resolve: async (...a) => (await store()).resolve(...a),
+  };
+}
+
 /** A runtime: owns a state dir, its sandboxes, snapshots and templates; `close()` releases all of it. */
 export class Airlock {
   // The fields marked `!` are set by the constructor, except in the one branch where it returns a
   // remote runtime instead of this object (see the constructor).
   readonly stateDir!: string;
   readonly logger!: Logger;
+  /** The tiers loaded so far (namespaces from the start; the others on first use: see tierLoaders). */
   private readonly backends: Partial<Record<BackendName, BackendV1>> = {};
+  private readonly loading = new Map<BackendName, Promise<BackendV1>>();
+  private readonly tierLoaders!: Readonly<
+    Record<Exclude<BackendName, 'namespaces'>, () => Promise<BackendV1>>
+  >;
   private readonly live = new Map<string, Sandbox>();
   private readonly redactions = new Map<string, ReturnType<SecretLease['redactionSet']>>();
   /** Each tier's reap of orphans, started at most once (see reapOrphans). */
@@ -261,7 +294,7 @@ export class Airlock {
   private caPublic: { bundle: string; cert: string } | undefined;
   readonly snapshots!: Snapshots;
   /** `airlock.templates`: build, list, inspect and remove templates (namespaces tier). */
-  readonly templates!: Templates;
+  readonly templates!: TemplateStore;
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
   private readonly imageResolver: ImageResolver | undefined;
@@ -303,17 +336,26 @@ export class Airlock {
       ...(opts.launchNamespaces !== undefined ? { launchNamespaces: opts.launchNamespaces } : {}),
     };
     this.backends.namespaces = new NamespacesBackend(ctx, hostOpts);
-    this.backends.gvisor = new GvisorBackend(ctx, hostOpts);
-    this.backends.microvm = new MicrovmBackend(ctx, {
-      ...hostOpts,
-      ...(opts.microvmBootSnapshots !== undefined ? { bootSnapshots: opts.microvmBootSnapshots } : {}),
-    });
-    this.backends.wasm = new WasmBackend(ctx, opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {});
+    // The other tiers' modules are imported (and their backends made) when a call first needs that
+    // tier: a one-shot on the namespaces tier (airlock run) initialises none of their code.
+    this.tierLoaders = {
+      gvisor: async () => new (await import('../backends/gvisor/index.js')).GvisorBackend(ctx, hostOpts),
+      microvm: async () =>
+        new (await import('../backends/microvm/index.js')).MicrovmBackend(ctx, {
+          ...hostOpts,
+          ...(opts.microvmBootSnapshots !== undefined ? { bootSnapshots: opts.microvmBootSnapshots } : {}),
+        }),
+      wasm: async () =>
+        new (await import('../backends/wasm/index.js')).WasmBackend(
+          ctx,
+          opts.warmPool !== undefined ? { warmPool: opts.warmPool } : {},
+        ),
+    };
     this.snapshotRuntime = {
       create: (spec) => this.create(spec),
-      exists: async (b, d) => (await this.snapshotStore(b).get(d)) !== undefined,
-      users: (b, d) => this.snapshotStore(b).users(d),
-      remove: (b, d) => this.snapshotStore(b).remove(d),
+      exists: async (b, d) => (await (await this.snapshotStore(b)).get(d)) !== undefined,
+      users: async (b, d) => (await this.snapshotStore(b)).users(d),
+      remove: async (b, d) => (await this.snapshotStore(b)).remove(d),
     };
     const find = async (id: string): Promise<{ backend: BackendName; record: SnapshotRecord }> => {
       if (typeof id !== 'string' || !DIGEST_RE.test(id)) {
@@ -321,43 +363,48 @@ export class Airlock {
           field: 'id',
         });
       }
-      for (const [name, b] of Object.entries(this.backends)) {
+      for (const b of await this.allBackends()) {
         const record = await b.snapshots?.get(id);
-        if (record) return { backend: name as BackendName, record };
+        if (record) return { backend: b.name, record };
       }
       throw new AirlockError('SNAPSHOT_NOT_FOUND', `no snapshot ${id} in ${this.stateDir}`, { field: 'id' });
     };
-    this.templates = new Templates(this.stateDir, {
-      create: (spec) => this.create(spec),
-      // Layers of any tier (a template build runs on its base's tier; see Templates.build).
-      layer: (d) => this.layerRecord(d),
-      removeLayer: async (d) =>
-        this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces').remove(d),
+    // Templates' module (and its schemas) is imported by the first call that needs it: a one-shot
+    // without --template never does.
+    this.templates = lazyTemplates(async () => {
+      const { Templates } = await import('./templates.js');
+      return new Templates(this.stateDir, {
+        create: (spec) => this.create(spec),
+        // Layers of any tier (a template build runs on its base's tier; see Templates.build).
+        layer: (d) => this.layerRecord(d),
+        removeLayer: async (d) =>
+          (await this.snapshotStore((await this.layerRecord(d))?.backend ?? 'namespaces')).remove(d),
+      });
     });
     this.snapshots = {
       list: async () => {
         const all: SnapshotRecord[] = [];
-        for (const b of Object.values(this.backends)) all.push(...((await b.snapshots?.list()) ?? []));
+        for (const b of await this.allBackends()) all.push(...((await b.snapshots?.list()) ?? []));
         all.sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.digest.localeCompare(b.digest));
         return all.map((r) => this.snapshotOf(r));
       },
       inspect: async (id) => this.snapshotOf((await find(id)).record),
       remove: async (id) => {
         const { backend } = await find(id);
-        await this.snapshotStore(backend).remove(id);
+        await (await this.snapshotStore(backend)).remove(id);
       },
     };
   }
 
-  private snapshotStore(name: BackendName): NonNullable<BackendV1['snapshots']> {
-    const store = this.backend(name).snapshots;
+  private async snapshotStore(name: BackendName): Promise<NonNullable<BackendV1['snapshots']>> {
+    const store = (await this.backend(name)).snapshots;
     if (!store) throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${name}" cannot take snapshots`);
     return store;
   }
 
   /** The record of a layer digest on whichever tier took it, or undefined. */
   private async layerRecord(digest: string): Promise<SnapshotRecord | undefined> {
-    for (const b of Object.values(this.backends)) {
+    for (const b of await this.allBackends()) {
       const r = await b.snapshots?.get(digest);
       if (r) return r;
     }
@@ -368,16 +415,33 @@ export class Airlock {
     return new Snapshot(this.snapshotRuntime, record);
   }
 
-  private backend(name: BackendName): BackendV1 {
-    const b = this.backends[name];
-    if (!b) {
-      throw new AirlockError(
-        'BACKEND_UNAVAILABLE',
-        `backend "${name}" is not available in this version of Airlock; use backend: "namespaces"`,
-        { field: 'backend' },
+  /** Tier `name`, its module imported and its backend made on first use. */
+  private backend(name: BackendName): Promise<BackendV1> {
+    const loaded = this.backends[name];
+    if (loaded) return Promise.resolve(loaded);
+    const load = name === 'namespaces' ? undefined : this.tierLoaders[name];
+    if (!load) {
+      return Promise.reject(
+        new AirlockError(
+          'BACKEND_UNAVAILABLE',
+          `backend "${String(name)}" is not available in this version of Airlock; use backend: "namespaces"`,
+          { field: 'backend' },
+        ),
       );
     }
-    return b;
+    let loading = this.loading.get(name);
+    if (loading === undefined) {
+      loading = load().then((b) => (this.backends[name] = b));
+      // A failed import may be retried by a later call (it left nothing behind).
+      loading.catch(() => this.loading.delete(name));
+      this.loading.set(name, loading);
+    }
+    return loading;
+  }
+
+  /** Every tier (loading those not loaded yet): for what looks across tiers (snapshots, layers). */
+  private allBackends(): Promise<BackendV1[]> {
+    return Promise.all(BACKEND_NAMES.map((n) => this.backend(n)));
   }
 
   /**
@@ -387,17 +451,27 @@ export class Airlock {
    */
   prepare(plan: PreparePlan & { readonly backend?: BackendName }): void {
     const { backend = 'namespaces', ...rest } = plan;
-    const b = this.backend(backend);
-    if (!b.prepare)
+    const apply = (b: BackendV1): void => {
+      if (!b.prepare)
+        throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${backend}" has no warm slots to prepare`);
+      b.prepare(rest);
+    };
+    const loaded = this.backends[backend];
+    if (loaded) return apply(loaded);
+    // A tier not loaded yet (never namespaces): what would refuse the plan is checked now, so the
+    // caller hears of it as before; the plan applies once the tier's module is in.
+    if (!TIERS_WITH_WARM_SLOTS.includes(backend))
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${backend}" has no warm slots to prepare`);
-    b.prepare(rest);
+    if (HOST_SLOT_TIERS.includes(backend)) checkPreparePlan(rest, this.stateDir);
+    this.backend(backend)
+      .then(apply)
+      .catch((e: unknown) => this.logger.warn({ err: e, backend }, 'prepare plan not applied'));
   }
 
   async probe(name: BackendName): Promise<BackendProbe> {
-    const b = this.backends[name];
-    return b
-      ? b.probe()
-      : { available: false, reason: `backend "${name}" is not implemented yet`, checks: [] };
+    if (!(BACKEND_NAMES as readonly string[]).includes(name))
+      return { available: false, reason: `backend "${name}" is not implemented yet`, checks: [] };
+    return (await this.backend(name)).probe();
   }
 
   /**
@@ -407,7 +481,7 @@ export class Airlock {
    */
   async reapOrphans(backend?: BackendName): Promise<void> {
     this.spillsPruned ??= Promise.resolve().then(() => this.pruneSpills());
-    const names = backend === undefined ? (Object.keys(this.backends) as BackendName[]) : [backend];
+    const names = backend === undefined ? BACKEND_NAMES : [backend];
     for (const name of names) await this.reapTier(name);
     await this.spillsPruned;
   }
@@ -415,8 +489,8 @@ export class Airlock {
   private reapTier(name: BackendName): Promise<void> {
     let reaped = this.reaped.get(name);
     if (reaped === undefined) {
-      const b = this.backend(name);
       reaped = (async () => {
+        const b = await this.backend(name);
         const r = await b.reapOrphans();
         if (r.sandboxes)
           this.logger.info({ reaped: r.sandboxes, backend: b.name }, 'reaped orphaned sandboxes');
@@ -442,7 +516,7 @@ export class Airlock {
       const rootfs = top ? await rootOfLayer(top, this.imageResolver) : undefined;
       if (rootfs) spec = { ...spec, rootfs };
     }
-    const backend = this.backend(spec.backend);
+    const backend = await this.backend(spec.backend);
     if (spec.layers && !backend.snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `backend "${spec.backend}" cannot start from snapshots`, {
         field: 'layers',
@@ -523,7 +597,7 @@ export class Airlock {
     const ref = typeof t === 'string' ? t : t.digest;
     // Template layers are filesystem layers (built on the namespaces tier): any tier that starts
     // from host layers runs them.
-    if (!this.backend(spec.backend).snapshots) {
+    if (!(await this.backend(spec.backend)).snapshots) {
       throw new AirlockError('BACKEND_UNAVAILABLE', `the ${spec.backend} tier cannot start from templates`, {
         field: 'template',
       });
@@ -691,6 +765,7 @@ export class Airlock {
   /** Kill every live sandbox of this runtime and release prepared (warm) ones, e.g. on shutdown. */
   async killAll(): Promise<void> {
     await Promise.allSettled([...this.live.values()].map((s) => s.kill()));
+    await Promise.allSettled(this.loading.values()); // a tier being loaded is closed too
     await Promise.allSettled(Object.values(this.backends).map((b) => b.close()));
     // The egress gateway's fd relay worker (it carries nothing once every sandbox is gone).
     const gw = this.gatewayInstance;

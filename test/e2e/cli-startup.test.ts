@@ -17,6 +17,8 @@ import {
   runCli,
   settledResidue,
 } from '../helpers.js';
+import { buildProgram } from '../../src/cli/main.js';
+import type { Command } from 'commander';
 
 /**
  * A process that made a sandbox (plus its warm one) with running processes on `backend`, then was
@@ -107,3 +109,22 @@ function cliWithEnv(
     child.on('close', (code) => resolve({ code, stderr }));
   });
 }
+
+describe('the one-shot program (main builds it for a command line starting with run or diff)', () => {
+  /** Every option and the help text of `name`, as a user of that command sees them. */
+  const view = (p: Command, name: string) => {
+    const c = p.commands.find((x) => x.name() === name)!;
+    let help = '';
+    c.configureOutput({ writeOut: (s) => (help += s) });
+    c.outputHelp();
+    return { help, options: c.options.map((o) => [o.flags, o.description, o.defaultValue, o.argChoices]) };
+  };
+
+  it('holds run and diff exactly as the whole program has them, and nothing else', () => {
+    const whole = buildProgram();
+    const oneShot = buildProgram(undefined, undefined, true);
+    expect(oneShot.commands.map((c) => c.name())).toEqual(['run', 'diff']);
+    for (const name of ['run', 'diff']) expect(view(oneShot, name)).toEqual(view(whole, name));
+    expect(oneShot.version()).toBe(whole.version());
+  });
+});

@@ -2,6 +2,9 @@
 // or the CLI's `run` path must not load them, and the feature that needs one must still get it. Each
 // case runs in a fresh Node process (this one has loaded everything already).
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
@@ -54,6 +57,60 @@ describe('lazy imports', () => {
   it('importing the library loads none of them but ajv (the MCP SDK uses it)', () => {
     expect(loadedAfter(`await import(src + 'index.ts');`)).toEqual(['ajv']);
   }, 30_000);
+
+  it("airlock run's path initialises no other tier's modules; a call that needs every tier loads them", () => {
+    // What the run path runs before its create (flags, plan, spec), then the CLI's runtime; the
+    // source files V8 has parsed so far, as the inspector lists them (tsx runs each as a script).
+    const state = mkdtempSync(join(tmpdir(), 'airlock-lazy-'));
+    const script = `
+      import { Session } from 'node:inspector/promises';
+      const session = new Session();
+      session.connect();
+      const urls = new Set();
+      session.on('Debugger.scriptParsed', (m) => urls.add(m.params.url));
+      await session.post('Debugger.enable');
+      const src = ${JSON.stringify(new URL('../../src/', import.meta.url).href)};
+      const tiers = () =>
+        [...urls].filter((u) => ['gvisor', 'microvm', 'wasm'].some((t) => u.includes('/src/backends/' + t + '/')))
+          .map((u) => u.split('/src/')[1]);
+      const run = await import(src + 'cli/run.ts');
+      run.warmUpForCache();
+      const airlock = (await import(src + 'cli/lifecycle.ts')).cliAirlock({ oneSandbox: true });
+      const before = tiers();
+      // Nor koffi (the libc binding): the fd limit is read from /proc/self/limits, as prlimit says it.
+      const { createRequire } = await import('node:module');
+      const koffi = Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/node_modules/koffi/'));
+      const nofile = await import(src + 'backends/host/nofile.privileged.ts');
+      const limits = [nofile.raiseOpenFileLimit(), nofile.openFileLimit()];
+      await airlock.snapshots.list(); // every tier's snapshot store
+      process.stdout.write(JSON.stringify({ before, koffi, limits, after: tiers() }));
+    `;
+    try {
+      const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, AIRLOCK_STATE_DIR: state },
+      });
+      const { before, koffi, limits, after } = JSON.parse(out) as {
+        before: string[];
+        koffi: boolean;
+        limits: [unknown, unknown];
+        after: string[];
+      };
+      expect(before).toEqual([]);
+      expect(koffi).toBe(false);
+      expect(limits[0]).toEqual(limits[1]);
+      expect(after).toEqual(
+        expect.arrayContaining([
+          'backends/gvisor/index.ts',
+          'backends/microvm/index.ts',
+          'backends/wasm/index.ts',
+        ]),
+      );
+    } finally {
+      rmSync(state, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('a feature loads its package when used', () => {
     const loaded = loadedAfter(`

@@ -49,6 +49,48 @@ describe.skipIf(!canRunNamespaces)(`prepare plan (${SKIP_REASON})`, () => {
     ).toThrow(/does not exist/);
   });
 
+  it('refuses a bad plan at once for a tier whose module is not loaded yet', async () => {
+    // A fresh runtime has loaded only the namespaces tier: the others load on first use.
+    const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE });
+    try {
+      expect(() =>
+        airlock.prepare({ backend: 'gvisor', network: 'wifi' as 'none', snapshotForks: false }),
+      ).toThrow(/network must be "none", "proxy" or "transparent"/);
+      expect(() =>
+        airlock.prepare({
+          backend: 'gvisor',
+          network: 'none',
+          snapshotForks: false,
+          workspace: { hostDir: TEST_STATE_DIR, mode: 'ro' },
+        }),
+      ).toThrow(expect.objectContaining({ code: 'INVALID_SPEC' }));
+      expect(() => airlock.prepare({ backend: 'microvm', network: 'none', snapshotForks: false })).toThrow(
+        expect.objectContaining({ code: 'BACKEND_UNAVAILABLE' }),
+      );
+    } finally {
+      await airlock.close();
+    }
+  });
+
+  it('the tiers Airlock.prepare knows to have warm slots are exactly those whose backend has prepare()', async () => {
+    const { TIERS_WITH_WARM_SLOTS, HOST_SLOT_TIERS } = await import('../../src/sandbox/airlock.js');
+    const { BACKEND_NAMES } = await import('../../src/core/backend-names.js');
+    const { GvisorBackend } = await import('../../src/backends/gvisor/index.js');
+    const { MicrovmBackend } = await import('../../src/backends/microvm/index.js');
+    const { WasmBackend } = await import('../../src/backends/wasm/index.js');
+    const { NamespacesBackend } = await import('../../src/backends/namespaces/index.js');
+    const classes = {
+      namespaces: NamespacesBackend,
+      gvisor: GvisorBackend,
+      microvm: MicrovmBackend,
+      wasm: WasmBackend,
+    };
+    expect(Object.keys(classes).sort()).toEqual([...BACKEND_NAMES].sort());
+    const withPrepare = BACKEND_NAMES.filter((n) => typeof classes[n].prototype.prepare === 'function');
+    expect([...TIERS_WITH_WARM_SLOTS].sort()).toEqual(withPrepare.sort());
+    for (const n of HOST_SLOT_TIERS) expect(TIERS_WITH_WARM_SLOTS).toContain(n);
+  });
+
   it('mounts the planned workspace ahead whatever the last create asked for', async () => {
     const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE, warmPool: 1 });
     try {

@@ -96,6 +96,32 @@ export interface HostOptions {
   readonly launchNamespaces?: boolean;
 }
 
+/**
+ * A prepare plan checked as a create's would be (INVALID_ARGUMENT; INVALID_SPEC for a workspace that
+ * may not be one), its workspace's host dir resolved. Airlock.prepare also calls it for a tier whose
+ * module is not loaded yet, so a bad plan is refused at once on every tier.
+ */
+export function checkPreparePlan(plan: PreparePlan, stateDir: string): PreparePlan {
+  if (!['none', 'proxy', 'transparent'].includes(plan.network)) {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      `prepare plan: network must be "none", "proxy" or "transparent", not ${JSON.stringify(plan.network)}`,
+    );
+  }
+  const workspace = plan.workspace;
+  if (!workspace) return plan;
+  if (workspace.mode !== 'ro' && workspace.mode !== 'cow') {
+    throw new AirlockError(
+      'INVALID_ARGUMENT',
+      `prepare plan: workspace.mode must be "ro" or "cow", not ${JSON.stringify(workspace.mode)}`,
+    );
+  }
+  return {
+    ...plan,
+    workspace: { ...workspace, hostDir: checkHostDir(workspace.hostDir, realpathOr(stateDir)) },
+  };
+}
+
 /** What a tier tells the host state about itself. */
 export interface HostTier {
   readonly name: BackendName;
@@ -177,22 +203,7 @@ export class SandboxHost {
    * planned workspace is checked as a create's would be (INVALID_SPEC if it may not be one).
    */
   prepare(plan: PreparePlan): void {
-    if (!['none', 'proxy', 'transparent'].includes(plan.network)) {
-      throw new AirlockError(
-        'INVALID_ARGUMENT',
-        `prepare plan: network must be "none", "proxy" or "transparent", not ${JSON.stringify(plan.network)}`,
-      );
-    }
-    let workspace = plan.workspace;
-    if (workspace) {
-      if (workspace.mode !== 'ro' && workspace.mode !== 'cow') {
-        throw new AirlockError(
-          'INVALID_ARGUMENT',
-          `prepare plan: workspace.mode must be "ro" or "cow", not ${JSON.stringify(workspace.mode)}`,
-        );
-      }
-      workspace = { ...workspace, hostDir: checkHostDir(workspace.hostDir, realpathOr(this.ctx.stateDir)) };
-    }
+    const { workspace } = checkPreparePlan(plan, this.ctx.stateDir);
     this.pool.prepare({
       ...plan,
       ...(this.tier.egressAhead === false ? { network: 'none' as const } : {}),

@@ -2,7 +2,7 @@
 // At start the soft limit is raised to the hard one (Node may have done it already), so the fd
 // budget (core/fd-budget.ts) works with all the process may hold. Sandboxed processes never inherit
 // it: spawnDirect's children are capped (process.ts NOFILE) before they run.
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { libc } from '../../core/libc.privileged.js';
 
 const RLIMIT_NOFILE = 7;
@@ -20,8 +20,28 @@ function capped(n: bigint): number {
   return n > BigInt(NR_OPEN_FALLBACK) ? NR_OPEN_FALLBACK : Number(n);
 }
 
+/**
+ * RLIMIT_NOFILE as /proc/self/limits states it (undefined if unreadable): a read that needs no libc
+ * binding, whose loading (koffi) is a good part of a one-shot CLI's start when nothing else needs it.
+ */
+function limitsFromProc(): { soft: bigint; hard: bigint } | undefined {
+  try {
+    const m = /^Max open files +(\d+|unlimited) +(\d+|unlimited) /m.exec(
+      readFileSync('/proc/self/limits', 'latin1'),
+    );
+    if (!m) return undefined;
+    const n = (t: string): bigint => (t === 'unlimited' ? BigInt(NR_OPEN_FALLBACK) : BigInt(t));
+    return { soft: n(m[1]!), hard: n(m[2]!) };
+  } catch {
+    return undefined;
+  }
+}
+
 /** Raise this process's soft RLIMIT_NOFILE to its hard limit; returns the limits now in force. */
 export function raiseOpenFileLimit(): { soft: number; hard: number } {
+  // Node raises the soft limit to the hard one at its own start: usually there is nothing to do.
+  const now = limitsFromProc();
+  if (now && now.soft >= now.hard) return { soft: capped(now.soft), hard: capped(now.hard) };
   let c;
   try {
     c = libc();
