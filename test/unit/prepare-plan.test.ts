@@ -86,7 +86,9 @@ describe.skipIf(!canRunNamespaces)(`prepare plan (${SKIP_REASON})`, () => {
       wasm: WasmBackend,
     };
     expect(Object.keys(classes).sort()).toEqual([...BACKEND_NAMES].sort());
-    const withPrepare = BACKEND_NAMES.filter((n) => typeof classes[n].prototype.prepare === 'function');
+    const withPrepare = BACKEND_NAMES.filter(
+      (n) => typeof (classes[n].prototype as { prepare?: unknown }).prepare === 'function',
+    );
     expect([...TIERS_WITH_WARM_SLOTS].sort()).toEqual(withPrepare.sort());
     for (const n of HOST_SLOT_TIERS) expect(TIERS_WITH_WARM_SLOTS).toContain(n);
   });
