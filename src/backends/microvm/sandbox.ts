@@ -475,7 +475,7 @@ export class MicrovmSandbox implements BackendSandbox {
     return saveStream(qmp, {
       spillDir: this.spillDir!,
       uid: this.hostUid,
-      vm: { version: 1, ...this.vm!, nextId: agent.nextRequestId, processes: agent.running },
+      vm: { version: 2, ...this.vm!, nextId: agent.nextRequestId, processes: agent.running },
       dir,
       gone: () => (this.host.destroyed ? `sandbox ${this.id} was killed` : undefined),
       ...(signal ? { signal } : {}),

@@ -38,7 +38,8 @@ export const MIGRATE_TIMEOUT_MS = 300_000;
 /** What a restore must reproduce exactly: QEMU refuses a stream whose machine differs. */
 export const VmRecordSchema = z
   .object({
-    version: z.literal(1),
+    /** 2: the guest agent takes an IDENTITY frame after a restore (1: older agents, which cannot). */
+    version: z.literal(2),
     /** The sandbox memory limit the VM was booted with (its RAM is this plus GUEST_KERNEL_BYTES). */
     memoryBytes: z.number().int().positive(),
     vcpus: z.number().positive(),
@@ -104,8 +105,22 @@ export function takeStream(
 
 /** The VM record of a snapshot's memory dir, checked. */
 export function readVmRecord(memoryDir: string): VmRecord {
+  let raw: unknown;
   try {
-    return VmRecordSchema.parse(JSON.parse(readFileSync(join(memoryDir, VM_FILE), 'utf8')));
+    raw = JSON.parse(readFileSync(join(memoryDir, VM_FILE), 'utf8'));
+  } catch {
+    raw = undefined;
+  }
+  // A snapshot of an older Airlock holds a guest agent that does not know the IDENTITY frame every
+  // restored VM is given (it would power off): refused here, before any QEMU starts.
+  if ((raw as { version?: unknown } | undefined)?.version === 1)
+    throw new AirlockError(
+      'INVALID_SPEC',
+      `layers.0: the microVM snapshot in ${memoryDir} was taken by an older Airlock whose guest agent cannot be restored by this one; take the snapshot again`,
+      { field: 'layers.0' },
+    );
+  try {
+    return VmRecordSchema.parse(raw);
   } catch (e) {
     throw new AirlockError(
       'INVALID_SPEC',
