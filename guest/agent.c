@@ -305,14 +305,6 @@ static void do_write(uint32_t id, unsigned char *p, uint32_t len) {
 
 // ---- identity ----------------------------------------------------------------------------------
 
-static int put_value(const char *path, const char *value) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = write(fd, value, strlen(value));
-  close(fd);
-  return n == (ssize_t)strlen(value);
-}
-
 // Makes this VM a given sandbox: a create may restore a VM saved once for many sandboxes (the baked
 // boot snapshot, src/backends/microvm/bake.ts), or a fork restores its parent. Each then needs its own
 // wall clock (a restored guest's clock stopped when it was saved), its own RNG state (restored guests
@@ -342,9 +334,9 @@ static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
   if (have_cgroups) {
     char v[32];
     snprintf(v, sizeof v, "%u", get32(p + 12));
-    if (!put_value(SANDBOX_CG "/pids.max", v)) return send_error(id, "cannot set pids.max");
+    if (!put_file(SANDBOX_CG "/pids.max", v)) return send_error(id, "cannot set pids.max");
     snprintf(v, sizeof v, "%llu", (unsigned long long)get32(p + 16) | (unsigned long long)get32(p + 20) << 32);
-    if (!put_value(SANDBOX_CG "/memory.max", v)) return send_error(id, "cannot set memory.max");
+    if (!put_file(SANDBOX_CG "/memory.max", v)) return send_error(id, "cannot set memory.max");
   }
   send_frame(FR_OK, id, NULL, 0);
 }

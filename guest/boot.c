@@ -116,7 +116,7 @@ static void wait_for(const char *path) {
   if (access(path, F_OK) != 0) die(path);
 }
 
-static int put_file(const char *path, const char *value) {
+int put_file(const char *path, const char *value) {
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = write(fd, value, strlen(value));

@@ -11,6 +11,8 @@ void die(const char *what);
 const char *cmdline(const char *key, const char *def);
 /** Mount the guest's root and cgroups (PID 1 only); returns whether per-exec cgroups work. */
 int boot(void);
+/** Write value to the file at path (a cgroup or /proc knob); returns whether all of it was written. */
+int put_file(const char *path, const char *value);
 /** Open the virtio-serial port named AGENT_PORT_NAME. */
 int open_port(void);
 

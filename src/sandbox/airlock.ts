@@ -216,7 +216,7 @@ export const DEFAULT_STATE_DIR = '/var/lib/airlock';
 /**
  * Tiers whose backend has prepare() (warm slots), and of those the ones whose slots are the host's
  * (backends/host: SandboxHost.prepare checks the plan). Airlock.prepare refuses a plan for a tier not
- * loaded yet from these, as the tier itself would; test/unit/lazy-imports.test.ts holds them equal
+ * loaded yet from these, as the tier itself would; test/unit/prepare-plan.test.ts holds them equal
  * to the backends.
  */
 export const TIERS_WITH_WARM_SLOTS: readonly BackendName[] = ['namespaces', 'gvisor', 'wasm'];

@@ -270,6 +270,27 @@ export const ErrorBodySchema = z.object({
 
 // ---- the interface --------------------------------------------------------------------------------
 
+/**
+ * Start a background process and follow it (`start` with its pid, its events, exit): through
+ * `api.startAndFollow` (one round trip to a remote server) where the api has it, else startProcess
+ * then connectProcess. Aborting `signal` only stops following; the process runs on.
+ */
+export async function* startAndFollow(
+  api: SandboxApi,
+  id: string,
+  req: ExecRequest,
+  caller: Caller,
+  signal?: AbortSignal,
+): AsyncGenerator<ExecEvent> {
+  if (api.startAndFollow) {
+    yield* api.startAndFollow(id, req, caller, signal);
+    return;
+  }
+  const view = await api.startProcess(id, req, caller);
+  // connectProcess begins with the process's own `start` event.
+  yield* api.connectProcess(id, view.pid, caller, signal);
+}
+
 /** Who is asking (the front server sets it; the supervisor trusts its only client). */
 export interface Caller {
   readonly tenant: string;

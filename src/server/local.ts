@@ -277,17 +277,6 @@ export class LocalSandboxApi implements SandboxApi {
     });
   }
 
-  async *startAndFollow(
-    id: string,
-    req: ExecRequest,
-    caller: Caller,
-    signal?: AbortSignal,
-  ): AsyncIterable<ExecEvent> {
-    const view = await this.startProcess(id, req, caller);
-    // follow() begins with the process's own `start` event.
-    yield* this.connectProcess(id, view.pid, caller, signal);
-  }
-
   async listProcesses(id: string, _caller: Caller): Promise<ProcessView[]> {
     this.sbx(id);
     return this.table(id).list();

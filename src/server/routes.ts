@@ -11,6 +11,7 @@ import { parseOrThrow } from '../core/validate.js';
 import {
   CreateRequestSchema,
   ExecRequestSchema,
+  startAndFollow,
   type Caller,
   type CreateRequest,
   type SandboxApi,
@@ -194,12 +195,7 @@ export function nativeRoutes(api: SandboxApi, opts: NativeRoutesOptions = {}): H
       const id = c.req.param('id')!;
       const ctl = linked(signal);
       // Closing the connection stops following only (ctl reaches connectProcess, not the process).
-      const events = api.startAndFollow
-        ? api.startAndFollow(id, req, caller, ctl.signal)
-        : (async function* () {
-            const view = await api.startProcess(id, req, caller);
-            yield* api.connectProcess(id, view.pid, caller, ctl.signal);
-          })();
+      const events = startAndFollow(api, id, req, caller, ctl.signal);
       return ndjsonResponse(events, ctl, 'exec', { firstBeforeHeaders: true });
     }),
   );

@@ -25,6 +25,7 @@ import type {
   TemplateEvent,
   TemplateView,
 } from './contract.js';
+import { startAndFollow } from './contract.js';
 import { QuotaError, usageOf, type Quotas } from './quotas.js';
 import type { SandboxRow, Store } from './store.js';
 import { TenantTemplates } from './templates.js';
@@ -384,10 +385,7 @@ export class TenantScopedApi implements SandboxApi {
     signal?: AbortSignal,
   ): AsyncIterable<ExecEvent> {
     this.owned(id, caller); // before the stream starts: a refusal is a plain error status
-    const inner = this.inner.startAndFollow?.bind(this.inner);
-    return inner
-      ? this.followed(id, inner(id, req, caller, signal))
-      : this.startThenFollow(id, req, caller, signal);
+    return this.followed(id, startAndFollow(this.inner, id, req, caller, signal));
   }
 
   /** The inner stream, with a failure before its first event read as startProcess's would be. */
@@ -401,16 +399,6 @@ export class TenantScopedApi implements SandboxApi {
     } finally {
       await it.return?.();
     }
-  }
-
-  private async *startThenFollow(
-    id: string,
-    req: ExecRequest,
-    caller: Caller,
-    signal?: AbortSignal,
-  ): AsyncIterable<ExecEvent> {
-    const view = await this.goneFromSupervisor(id, () => this.inner.startProcess(id, req, caller));
-    yield* this.inner.connectProcess(id, view.pid, caller, signal);
   }
 
   listProcesses(id: string, caller: Caller): Promise<ProcessView[]> {

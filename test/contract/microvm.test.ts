@@ -1,20 +1,9 @@
 // The sandbox contract against the microVM tier (QEMU -M microvm; TCG on this host, so slow: one VM
 // at a time, longer timeouts). Host dirs are not shared into the guest: those tests are declared skips,
 // each with its reason. Egress runs in test/egress/microvm.test.ts (only via scripts/egress-test.sh).
-import { existsSync, readdirSync } from 'node:fs';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { canRunNamespaces } from '../helpers.js';
 import { sandboxContract } from './sandbox.contract.js';
-import { myQemus } from '../microvm/qemus.js';
-
-const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
-const canRunMicrovm =
-  canRunNamespaces &&
-  existsSync('/usr/bin/qemu-system-x86_64') &&
-  existsSync(KERNEL_BOOT) &&
-  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
-const MICROVM_SKIP_REASON =
-  'needs root, qemu-system-x86, erofs-utils, gcc and the guest kernel in /var/cache/airlock/microvm (run scripts/setup.sh)';
+import { MICROVM_SKIP_REASON, canRunMicrovm, myQemus } from '../microvm/qemus.js';
 
 const NO_HOST_DIRS =
   'host dirs are not shared into the guest yet (virtio-fs/9p is a later milestone): the spec is refused';

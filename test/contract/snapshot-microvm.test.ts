@@ -3,13 +3,13 @@
 // and every running process of its parent, each fork in its own jail, netns, uid and VM. TCG is
 // slow here: the suite shares one parent VM across tests where that is honest, and runs the generic
 // contract only where its cases fit the CI budget (declared skips say why for the rest).
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AirlockError, type Airlock, type Sandbox, type Snapshot } from '../../src/index.js';
-import { NO_RESIDUE, TEST_STATE_DIR, canRunNamespaces, settledResidue, testAirlock } from '../helpers.js';
-import { myQemus } from '../microvm/qemus.js';
+import { NO_RESIDUE, TEST_STATE_DIR, settledResidue, testAirlock } from '../helpers.js';
+import { MICROVM_SKIP_REASON, canRunMicrovm, myQemus } from '../microvm/qemus.js';
 import { expectError } from './support.js';
 import { snapshotContract } from './snapshot.contract.js';
 
@@ -22,15 +22,6 @@ const WHOLE_VM =
   'a microVM snapshot is the whole VM (guest RAM holds every file the sandbox wrote, /tmp too, and ' +
   'its running processes); its layer holds no file tree, so file counts, sizes and content digests do not apply';
 const NO_HOST_DIRS = 'host dirs are not shared into the guest: a workspace over a host dir is refused';
-
-const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
-const canRunMicrovm =
-  canRunNamespaces &&
-  existsSync('/usr/bin/qemu-system-x86_64') &&
-  existsSync(KERNEL_BOOT) &&
-  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
-const MICROVM_SKIP_REASON =
-  'needs root, qemu-system-x86, erofs-utils, gcc and the guest kernel in /var/cache/airlock/microvm (run scripts/setup.sh)';
 
 /**
  * A counter that keeps a random token it drew at start only in memory and writes "token n" to a

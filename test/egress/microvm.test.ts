@@ -4,23 +4,15 @@
 // namespace: the allowed host through the proxy and transparently, the denied host and the metadata
 // address refused before any socket opens, secrets swapped at egress and never in the guest.
 // One VM serves every case (TCG boots are slow); each case uses its own paths so results stay apart.
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AirlockError, type Sandbox } from '../../src/index.js';
-import { canRunNamespaces } from '../helpers.js';
-import { myQemus } from '../microvm/qemus.js';
+import { canRunMicrovm, myQemus } from '../microvm/qemus.js';
 import { startEgressWorld, type EgressWorld } from './harness.js';
 import { ALLOWED, assertPrivateNetns, DENIED, SECRET_HOST } from './net.js';
 
 assertPrivateNetns();
-
-const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
-const canRunMicrovm =
-  canRunNamespaces &&
-  existsSync('/usr/bin/qemu-system-x86_64') &&
-  existsSync(KERNEL_BOOT) &&
-  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
 
 const REAL = 'real-secret-value-mvm-42';
 let world: EgressWorld;

@@ -15,6 +15,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 export const REGISTRY_BIN = '/usr/bin/docker-registry';
 export const canRunRegistry = process.getuid?.() === 0 && existsSync(REGISTRY_BIN);
+/** Why a suite against the real registry is skipped when canRunRegistry is false. */
+export const REGISTRY_SKIP_REASON = `needs root and Debian's docker-registry at ${REGISTRY_BIN} (run scripts/setup.sh)`;
 
 export interface TestRegistry {
   /** `127.0.0.1:<port>`: the relay in front of the registry. */

@@ -7,15 +7,8 @@ import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync 
 import { join } from 'node:path';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { Airlock, type Sandbox } from '../../src/index.js';
-import { NO_RESIDUE, TEST_STATE_DIR, TEST_UID_RANGE, canRunNamespaces, settledResidue } from '../helpers.js';
-import { myQemus } from './qemus.js';
-
-const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
-const canRunMicrovm =
-  canRunNamespaces &&
-  existsSync('/usr/bin/qemu-system-x86_64') &&
-  existsSync(KERNEL_BOOT) &&
-  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
+import { NO_RESIDUE, TEST_STATE_DIR, TEST_UID_RANGE, settledResidue } from '../helpers.js';
+import { MICROVM_SKIP_REASON, canRunMicrovm, myQemus } from './qemus.js';
 
 const BOOTS = join(TEST_STATE_DIR, 'microvm-boot');
 /** A machine shape no other suite uses, so this file bakes its own snapshot. */
@@ -28,85 +21,91 @@ const restored = (s: Sandbox): boolean => {
   return q[0]![1].includes(' -incoming fd:');
 };
 
-describe.skipIf(!canRunMicrovm)('microvm: creates restore a baked boot snapshot', () => {
-  vi.setConfig({ testTimeout: 600_000, hookTimeout: 600_000 });
-  const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE });
-  const owned: Sandbox[] = [];
-  const create = async (pids?: number): Promise<Sandbox> => {
-    const s = await airlock.create(pids ? { ...SHAPE, limits: { ...SHAPE.limits, pids } } : SHAPE);
-    owned.push(s);
-    return s;
-  };
-  const killAll = (): Promise<unknown> => Promise.allSettled(owned.splice(0).map((s) => s.kill()));
-  /** The baked snapshots this file's shape made (the dir may hold other suites' shapes too). */
-  const before = new Set(existsSync(BOOTS) ? readdirSync(BOOTS) : []);
-  const mine = (): string[] => (existsSync(BOOTS) ? readdirSync(BOOTS) : []).filter((k) => !before.has(k));
+describe.skipIf(!canRunMicrovm)(
+  `microvm: creates restore a baked boot snapshot (${MICROVM_SKIP_REASON})`,
+  () => {
+    vi.setConfig({ testTimeout: 600_000, hookTimeout: 600_000 });
+    const airlock = new Airlock({ stateDir: TEST_STATE_DIR, uidRange: TEST_UID_RANGE });
+    const owned: Sandbox[] = [];
+    const create = async (pids?: number): Promise<Sandbox> => {
+      const s = await airlock.create(pids ? { ...SHAPE, limits: { ...SHAPE.limits, pids } } : SHAPE);
+      owned.push(s);
+      return s;
+    };
+    const killAll = (): Promise<unknown> => Promise.allSettled(owned.splice(0).map((s) => s.kill()));
+    /** The baked snapshots this file's shape made (the dir may hold other suites' shapes too). */
+    const before = new Set(existsSync(BOOTS) ? readdirSync(BOOTS) : []);
+    const mine = (): string[] => (existsSync(BOOTS) ? readdirSync(BOOTS) : []).filter((k) => !before.has(k));
 
-  afterAll(async () => {
-    await killAll();
-    await airlock.killAll();
-    for (const k of mine()) rmSync(join(BOOTS, k), { recursive: true, force: true });
-    expect(myQemus()).toEqual([]);
-    expect(await settledResidue(10_000)).toEqual(NO_RESIDUE);
-  });
+    afterAll(async () => {
+      await killAll();
+      await airlock.killAll();
+      for (const k of mine()) rmSync(join(BOOTS, k), { recursive: true, force: true });
+      expect(myQemus()).toEqual([]);
+      expect(await settledResidue(10_000)).toEqual(NO_RESIDUE);
+    });
 
-  it('two creates racing to bake boot cold and make one root-only snapshot', async () => {
-    const [a, b] = await Promise.all([create(), create()]);
-    expect([restored(a!), restored(b!)]).toEqual([false, false]); // two cold boots
-    expect(mine()).toHaveLength(1);
-    const dir = join(BOOTS, mine()[0]!);
-    expect(statSync(dir).mode & 0o777).toBe(0o700);
-    for (const f of ['ram', 'vm.json']) {
-      const st = statSync(join(dir, f));
-      expect({ f, uid: st.uid, mode: st.mode & 0o777 }).toEqual({ f, uid: 0, mode: 0o600 });
-    }
-    // The baked VM had no identity yet and ran no exec.
-    expect(JSON.parse(readFileSync(join(dir, 'vm.json'), 'utf8'))).toMatchObject({ nextId: 1, processes: 0 });
-    await killAll();
-    // The bakes' temp dirs (and the VMs' spill dirs) are gone.
-    expect(readdirSync(join(TEST_STATE_DIR, 'layers')).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
-  });
+    it('two creates racing to bake boot cold and make one root-only snapshot', async () => {
+      const [a, b] = await Promise.all([create(), create()]);
+      expect([restored(a!), restored(b!)]).toEqual([false, false]); // two cold boots
+      expect(mine()).toHaveLength(1);
+      const dir = join(BOOTS, mine()[0]!);
+      expect(statSync(dir).mode & 0o777).toBe(0o700);
+      for (const f of ['ram', 'vm.json']) {
+        const st = statSync(join(dir, f));
+        expect({ f, uid: st.uid, mode: st.mode & 0o777 }).toEqual({ f, uid: 0, mode: 0o600 });
+      }
+      // The baked VM had no identity yet and ran no exec.
+      expect(JSON.parse(readFileSync(join(dir, 'vm.json'), 'utf8'))).toMatchObject({
+        nextId: 1,
+        processes: 0,
+      });
+      await killAll();
+      // The bakes' temp dirs (and the VMs' spill dirs) are gone.
+      expect(readdirSync(join(TEST_STATE_DIR, 'layers')).filter((n) => n.startsWith('.tmp-'))).toEqual([]);
+    });
 
-  it('restored sandboxes share nothing: files, processes, RNG, clock and hostname are their own', async () => {
-    const [c, d] = await Promise.all([create(77), create(77)]);
-    expect([restored(c!), restored(d!)]).toEqual([true, true]);
-    // The boot id is drawn on first read, after the reseed: not the same in two restored guests.
-    const ids = await Promise.all([c!, d!].map((s) => s.exec('cat /proc/sys/kernel/random/boot_id')));
-    expect(ids[0]!.stdout).not.toBe(ids[1]!.stdout);
-    // RNG: the saved CRNG was reseeded from the host in each.
-    const rng = await Promise.all(
-      [c!, d!].map(async (s) => (await s.exec('head -c16 /dev/urandom | od -An -tx1')).stdout),
-    );
-    expect(rng[0]).not.toBe(rng[1]);
-    // Files and processes of one are not the other's.
-    await c!.exec('echo c > /workspace/only-c; echo t > /tmp/only-c');
-    await c!.exec('sleep 300', { background: true, timeoutMs: 600_000 });
-    const seen = await d!.exec('ls /workspace /tmp; ps -eo comm | grep -c "^sleep$"');
-    expect(seen.stdout).not.toContain('only-c');
-    expect(seen.stdout.trim().split('\n').pop()).toBe('0');
-    // The clock is the host's (the baked VM's stopped when it was saved), the hostname is set, and
-    // the sandbox's own limits replaced the baking sandbox's.
-    for (const s of [c!, d!]) {
-      const r = await s.exec(
-        'date +%s; cat /proc/sys/kernel/hostname; cat /sys/fs/cgroup/sbx/pids.max; id -u',
+    it('restored sandboxes share nothing: files, processes, RNG, clock and hostname are their own', async () => {
+      const [c, d] = await Promise.all([create(77), create(77)]);
+      expect([restored(c!), restored(d!)]).toEqual([true, true]);
+      // The boot id is drawn on first read, after the reseed: not the same in two restored guests.
+      const ids = await Promise.all([c!, d!].map((s) => s.exec('cat /proc/sys/kernel/random/boot_id')));
+      expect(ids[0]!.stdout).not.toBe(ids[1]!.stdout);
+      // RNG: the saved CRNG was reseeded from the host in each.
+      const rng = await Promise.all(
+        [c!, d!].map(async (s) => (await s.exec('head -c16 /dev/urandom | od -An -tx1')).stdout),
       );
-      const [secs, host, pids, uid] = r.stdout.trim().split('\n');
-      expect(Math.abs(Number(secs) - Date.now() / 1000)).toBeLessThan(5);
-      expect([host, pids, uid]).toEqual(['airlock', '77', '1000']);
-    }
-    await killAll();
-  });
+      expect(rng[0]).not.toBe(rng[1]);
+      // Files and processes of one are not the other's.
+      await c!.exec('echo c > /workspace/only-c; echo t > /tmp/only-c');
+      await c!.exec('sleep 300', { background: true, timeoutMs: 600_000 });
+      const seen = await d!.exec('ls /workspace /tmp; ps -eo comm | grep -c "^sleep$"');
+      expect(seen.stdout).not.toContain('only-c');
+      expect(seen.stdout.trim().split('\n').pop()).toBe('0');
+      // The clock is the host's (the baked VM's stopped when it was saved), the hostname is set, and
+      // the sandbox's own limits replaced the baking sandbox's.
+      for (const s of [c!, d!]) {
+        const r = await s.exec(
+          'date +%s; cat /proc/sys/kernel/hostname; cat /sys/fs/cgroup/sbx/pids.max; id -u',
+        );
+        const [secs, host, pids, uid] = r.stdout.trim().split('\n');
+        expect(Math.abs(Number(secs) - Date.now() / 1000)).toBeLessThan(5);
+        expect([host, pids, uid]).toEqual(['airlock', '77', '1000']);
+      }
+      await killAll();
+    });
 
-  it('a baked snapshot QEMU refuses falls back to a cold boot and is baked again', async () => {
-    const [key] = mine();
-    const ram = join(BOOTS, key!, 'ram');
-    writeFileSync(ram, Buffer.alloc(4096, 0x5a), { mode: 0o600 });
-    const e = await create();
-    expect((await e.exec('echo up')).stdout).toBe('up\n');
-    expect(restored(e)).toBe(false); // booted
-    // Baked again from this boot: a real stream, not the garbage.
-    expect(mine()).toEqual([key]);
-    expect(statSync(ram).size).toBeGreaterThan(1 << 20);
-    await killAll();
-  });
-});
+    it('a baked snapshot QEMU refuses falls back to a cold boot and is baked again', async () => {
+      const [key] = mine();
+      const ram = join(BOOTS, key!, 'ram');
+      writeFileSync(ram, Buffer.alloc(4096, 0x5a), { mode: 0o600 });
+      const e = await create();
+      expect((await e.exec('echo up')).stdout).toBe('up\n');
+      expect(restored(e)).toBe(false); // booted
+      // Baked again from this boot: a real stream, not the garbage.
+      expect(mine()).toEqual([key]);
+      expect(statSync(ram).size).toBeGreaterThan(1 << 20);
+      await killAll();
+    });
+  },
+);

@@ -3,26 +3,19 @@
 // policy (test/egress/microvm.test.ts); pause freezes the whole VM; specs the tier cannot honour are
 // refused with a typed error and leave nothing behind; kill leaves no QEMU.
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { myQemus } from './qemus.js';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { MICROVM_SKIP_REASON, canRunMicrovm, myQemus } from './qemus.js';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Sandbox, type Airlock } from '../../src/index.js';
-import { canRunNamespaces, settledResidue, testAirlock, NO_RESIDUE } from '../helpers.js';
+import { settledResidue, testAirlock, NO_RESIDUE } from '../helpers.js';
 import { expectError } from '../contract/support.js';
-
-const KERNEL_BOOT = '/var/cache/airlock/microvm/kernel/boot';
-const canRunMicrovm =
-  canRunNamespaces &&
-  existsSync('/usr/bin/qemu-system-x86_64') &&
-  existsSync(KERNEL_BOOT) &&
-  readdirSync(KERNEL_BOOT).some((n) => n.startsWith('vmlinuz-'));
 
 const qemus = myQemus;
 
 /** A real host dir, so the refusal is the tier's own, not the host's path checks. */
 const HOST_DIR = mkdtempSync('/var/tmp/airlock-mvm-');
 
-describe.skipIf(!canRunMicrovm)('microvm tier', () => {
+describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
   vi.setConfig({ testTimeout: 600_000, hookTimeout: 600_000 });
   let airlock: Airlock;
   const owned: Sandbox[] = [];

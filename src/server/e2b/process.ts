@@ -8,7 +8,7 @@
 // sandbox's own life, and the server keeps no state for the departed client.
 import type { Hono } from 'hono';
 import { AirlockError, type AirlockErrorCode } from '../../core/errors.js';
-import type { ExecEvent, ProcessView } from '../contract.js';
+import { startAndFollow, type ExecEvent, type ProcessView } from '../contract.js';
 import { EnvdError, envdErrorFrom, serverStream, unary } from './connect.js';
 import {
   checkUser,
@@ -112,22 +112,13 @@ export function mountProcess(app: Hono, deps: EnvdDeps): void {
           ...(req.stdin ? {} : { stdin: '' }),
         };
         // One request to the supervisor (start, then follow), where the api offers it.
-        if (deps.api.startAndFollow) {
-          const events = deps.api.startAndFollow(t.id, exec, t.caller, signal)[Symbol.asyncIterator]();
-          const first = await events.next();
-          if (first.done || first.value.type !== 'start')
-            throw new EnvdError('internal', 'the process stream did not begin with its start');
-          yield { event: { start: { pid: toWirePid(first.value.pid) } } };
-          const rest = { [Symbol.asyncIterator]: () => events };
-          yield* processEvents(whileKeyActive(deps, t, rest), t.id);
-          return;
-        }
-        const view = await deps.api.startProcess(t.id, exec, t.caller);
-        yield { event: { start: { pid: toWirePid(view.pid) } } };
-        yield* processEvents(
-          whileKeyActive(deps, t, deps.api.connectProcess(t.id, view.pid, t.caller, signal)),
-          t.id,
-        );
+        const events = startAndFollow(deps.api, t.id, exec, t.caller, signal)[Symbol.asyncIterator]();
+        const first = await events.next();
+        if (first.done || first.value.type !== 'start')
+          throw new EnvdError('internal', 'the process stream did not begin with its start');
+        yield { event: { start: { pid: toWirePid(first.value.pid) } } };
+        const rest = { [Symbol.asyncIterator]: () => events };
+        yield* processEvents(whileKeyActive(deps, t, rest), t.id);
       },
       envdError,
       { event: { keepalive: {} } },
