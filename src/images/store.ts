@@ -23,12 +23,15 @@ import {
   renameSync,
   rmSync,
   statSync,
+  watch,
   writeFileSync,
+  type FSWatcher,
 } from 'node:fs';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { AirlockError } from '../core/errors.js';
+import { deepFreeze } from '../core/freeze.js';
 import type { ImageResolver, PullPolicy, ResolvedImage } from '../core/image.js';
 import { withFileLock } from './lock.privileged.js';
 import {
@@ -38,6 +41,7 @@ import {
   parseManifestDoc,
   pickPlatform,
   type Descriptor,
+  type ImageConfigDoc,
   type Manifest,
 } from './manifest.js';
 import { SHA256_DIGEST, formatImageRef, parseImageRef, type ImageRef } from './reference.js';
@@ -109,6 +113,20 @@ export class ImageStore implements ImageResolver {
    * is unchanged. Bounded: cleared when it grows past MAX_VERIFIED_BLOBS.
    */
   private readonly verified = new Map<string, { id: string; bytes: Buffer }>();
+  /**
+   * Images resolved from the store alone, by normalised ref, each with the identity of its ref file
+   * when it was read: a resolve of a cached image then costs one stat and parses nothing. An entry
+   * is used only while its ref file is unchanged (not re-pulled, not removed: that check is
+   * synchronous), and all are dropped at any change in the blobs or layers dirs (`watching`: a blob
+   * written or removed, a layer added, renamed away or removed; the event comes within a turn of
+   * the event loop). A layer gone from under a create is still caught where it counts, by the
+   * per-layer check when the sandbox takes it (backends/host takeImageSlot, mountImageRoot).
+   */
+  private readonly resolved = new Map<string, { refFile: string; refId: string; image: ResolvedImage }>();
+  /** References parsed (parse), by their text. */
+  private readonly parsed = new Map<string, ImageRef>();
+  /** Watches on the blobs and layers dirs (undefined: not set up yet; null: cannot watch, no cache). */
+  private watching: FSWatcher[] | null | undefined;
 
   constructor(private readonly opts: ImageStoreOptions) {
     this.root = join(opts.stateDir, 'images');
@@ -136,7 +154,14 @@ export class ImageStore implements ImageResolver {
   }
 
   parse(ref: string): ImageRef {
-    return parseImageRef(ref, this.opts.defaultRegistry);
+    // Pure (the default registry is fixed): a reference parsed once is not parsed again.
+    let r = this.parsed.get(ref);
+    if (!r) {
+      r = Object.freeze(parseImageRef(ref, this.opts.defaultRegistry));
+      if (this.parsed.size >= MAX_VERIFIED_BLOBS) this.parsed.clear();
+      this.parsed.set(ref, r);
+    }
+    return r;
   }
 
   resolve(ref: string, options: { pull?: PullPolicy; signal?: AbortSignal } = {}): Promise<ResolvedImage> {
@@ -379,7 +404,7 @@ export class ImageStore implements ImageResolver {
   private stored(
     digest: string,
     name: string,
-  ): { manifest: Manifest; diffIds: string[]; configBytes: Buffer } | undefined {
+  ): { manifest: Manifest; diffIds: string[]; config: ImageConfigDoc } | undefined {
     const top = this.readBlob(digest);
     if (!top) return undefined;
     let doc = parseManifestDoc(top, undefined, `stored manifest of ${name}`);
@@ -391,24 +416,64 @@ export class ImageStore implements ImageResolver {
     }
     const configBytes = this.readBlob(doc.manifest.config.digest);
     if (!configBytes) return undefined;
-    return { manifest: doc.manifest, diffIds: parseConfig(configBytes, name).rootfs.diff_ids, configBytes };
+    const config = parseConfig(configBytes, name);
+    return { manifest: doc.manifest, diffIds: config.rootfs.diff_ids, config };
   }
 
   /** The image from the store alone, or undefined when any part is missing. */
   private local(r: ImageRef): ResolvedImage | undefined {
     const name = formatImageRef(r);
-    const digest = r.digest ?? this.readRef(name)?.digest;
+    const hit = this.resolved.get(name);
+    if (hit && fileId(hit.refFile) === hit.refId) return hit.image;
+    // Watching before reading, the ref file's identity taken before it is read: whatever changes
+    // from here on drops the entry made below.
+    const cache = this.watchStore();
+    const refFile = this.refFile(name);
+    const refId = fileId(refFile);
+    const ref = this.readRef(name);
+    const digest = r.digest ?? ref?.digest;
     if (!digest) return undefined;
     const s = this.stored(digest, name);
     if (!s || !s.diffIds.every((d) => this.layerRecord(d))) return undefined;
-    if (r.digest !== undefined && !this.readRef(name))
+    if (r.digest !== undefined && !ref)
       this.writeRef({ ref: name, digest, pulledAt: new Date().toISOString() });
-    return {
+    const image = deepFreeze({
       ref: name,
       digest,
       layers: s.diffIds.map((d) => this.layerDir(d)),
-      config: imageConfigOf(parseConfig(s.configBytes, name)),
-    };
+      config: imageConfigOf(s.config),
+    });
+    // Kept only when resolved through a ref file that was there all along (none written just now).
+    if (cache && ref && refId !== undefined) {
+      if (this.resolved.size >= MAX_VERIFIED_BLOBS) this.resolved.clear();
+      this.resolved.set(name, { refFile, refId, image });
+    }
+    return image;
+  }
+
+  /** Sets up `watching` once; whether resolved images may be cached. */
+  private watchStore(): boolean {
+    if (this.watching !== undefined) return this.watching !== null;
+    const drop = (): void => this.resolved.clear();
+    const ws: FSWatcher[] = [];
+    try {
+      for (const d of ['blobs', 'layers']) {
+        // Not persistent: a store's watches never keep its process alive.
+        const w = watch(join(this.root, d), { persistent: false }, drop);
+        ws.push(w);
+        w.on('error', () => {
+          for (const x of ws) x.close();
+          this.watching = null;
+          drop();
+        });
+      }
+      this.watching = ws;
+    } catch (e) {
+      for (const x of ws) x.close();
+      // No store yet (nothing to cache either): tried again at the next resolve.
+      this.watching = (e as NodeJS.ErrnoException).code === 'ENOENT' ? undefined : null;
+    }
+    return this.watching !== undefined && this.watching !== null;
   }
 
   /** Every ref in the store with its digest and size. */
@@ -497,6 +562,15 @@ export class ImageStore implements ImageResolver {
 
 /** Verified blobs a store keeps in memory (see ImageStore.verified). */
 const MAX_VERIFIED_BLOBS = 256;
+
+/**
+ * A ref file's identity (device, inode, size, mtime, ctime), or undefined when it is absent: refs are
+ * replaced by rename (a new inode) and removed, never written in place. A plain stat (no bigint).
+ */
+function fileId(file: string): string | undefined {
+  const st = statSync(file, { throwIfNoEntry: false });
+  return st && `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+}
 
 function readdirOr(dir: string): string[] {
   try {

@@ -2,7 +2,7 @@
 // manifests and indexes, gzip/zstd/plain layers, whiteouts, hard links, the config, the cache and
 // pull policies, token auth, concurrent pulls. Attacks on verification and unpacking are in
 // attacks.test.ts.
-import { lstatSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { lstatSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/core/errors.js';
@@ -16,6 +16,7 @@ import {
   overlayEntries,
   pushImage,
   pushManifest,
+  sha256,
   tarOf,
   OCI_INDEX,
   type TestImage,
@@ -189,6 +190,41 @@ describe.skipIf(!canRunRegistry)('image pull from a real registry', () => {
       img.layers.map((l) => l.diffId).sort(),
     );
     expect(readFileSync(join(all[0]!.layers[1]!, 'opt/data/c'), 'utf8')).toBe('c from layer 2\n');
+  });
+
+  it('a cached image resolves to the same frozen object until its ref or a stored blob changes', async () => {
+    const store = freshStore();
+    const ref = `${reg.host}/test/cached:v1`;
+    await pushImage(reg.host, 'test/cached', 'v1', img);
+    await store.resolve(ref);
+    const a = await store.resolve(ref, { pull: 'never' });
+    expect(await store.resolve(ref, { pull: 'never' })).toBe(a);
+    expect(Object.isFrozen(a) && Object.isFrozen(a.layers) && Object.isFrozen(a.config.env)).toBe(true);
+    // The tag moved and was pulled again (a new ref file): the new image, not the cached one.
+    const other = imageOf([layerOf(await tarOf(busyboxEntries()), 'none')]);
+    await pushImage(reg.host, 'test/cached', 'v1', other);
+    await store.resolve(ref, { pull: 'always' });
+    const b = await store.resolve(ref, { pull: 'never' });
+    expect([b.digest, b.layers.length]).toEqual([other.digest, 1]);
+    expect(await store.resolve(ref, { pull: 'never' })).toBe(b);
+    // Removed: IMAGE_NOT_FOUND at once (the ref file is checked at each resolve).
+    await store.remove(ref);
+    await expect(store.resolve(ref, { pull: 'never' })).rejects.toMatchObject({ code: 'IMAGE_NOT_FOUND' });
+    // Pulled again, cached again; then a stored blob changes in place: the cache is dropped (the
+    // blobs dir is watched) and the blob fails its digest check.
+    await store.resolve(ref, { pull: 'always' });
+    const c = await store.resolve(ref, { pull: 'never' });
+    expect(await store.resolve(ref, { pull: 'never' })).toBe(c);
+    const config = join(stateDir, 'images', 'blobs', sha256(other.config));
+    writeFileSync(config, `${readFileSync(config, 'utf8')} `);
+    await expect
+      .poll(() =>
+        store.resolve(ref, { pull: 'never' }).then(
+          () => 'cached',
+          (e: unknown) => (e as AirlockError).code,
+        ),
+      )
+      .toBe('IMAGE_NOT_FOUND');
   });
 
   it('rm and prune: unused layers go, layers a live sandbox uses stay', async () => {
