@@ -16,7 +16,8 @@ import type { BackendProbe, BackendSandbox, BackendV1, Logger, PreparePlan } fro
 import { silentLogger } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { FdBudget, type FdBudgetOptions } from '../core/fd-budget.js';
-import type { ImageResolver } from '../core/image.js';
+import { deepFreeze, isDeepFrozen } from '../core/freeze.js';
+import type { ImageResolver, ResolvedImage } from '../core/image.js';
 import { defaultImageResolver, rootOfLayer, withExecutables } from './images.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
@@ -25,6 +26,7 @@ import {
   parseSandboxSpec,
   RootfsSchema,
   type BackendName,
+  type Rootfs,
   type SandboxSpec,
   type SandboxSpecInput,
 } from '../core/spec.js';
@@ -298,6 +300,11 @@ export class Airlock {
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
   private readonly imageResolver: ImageResolver | undefined;
+  /**
+   * The root filesystem checked from a resolved image that is frozen throughout (ImageStore hands
+   * out the same one while the image is unchanged): a create from it checks nothing again.
+   */
+  private readonly rootfsChecked = new WeakMap<ResolvedImage, Rootfs>();
   private readonly auditSink: AuditSink | undefined;
 
   /**
@@ -580,11 +587,15 @@ export class Airlock {
       spec.pull !== undefined ? { pull: spec.pull } : {},
     );
     // Checked like any spec field: the resolver is a seam (absolute layer dirs, a well-formed config).
-    const rootfs = parseOrThrow(
-      RootfsSchema,
-      { layers: [...img.layers], config: img.config, image: { ref: img.ref, digest: img.digest } },
-      `image ${spec.image}`,
-    );
+    let rootfs = this.rootfsChecked.get(img);
+    if (!rootfs) {
+      rootfs = parseOrThrow(
+        RootfsSchema,
+        { layers: [...img.layers], config: img.config, image: { ref: img.ref, digest: img.digest } },
+        `image ${spec.image}`,
+      );
+      if (isDeepFrozen(img)) this.rootfsChecked.set(img, deepFreeze(rootfs));
+    }
     return { ...spec, rootfs };
   }
 

@@ -15,6 +15,7 @@ import type {
   SnapshotStoreV1,
 } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
+import { isDeepFrozen } from '../../core/freeze.js';
 import { TRANSPARENT_ADDRESS, TRANSPARENT_PORT } from '../../core/sandbox-sockets.js';
 import type { SnapshotRecord } from '../../core/snapshot.js';
 import {
@@ -37,7 +38,14 @@ import type { SandboxLayout } from './layout.js';
 import { mountDevpts, mountOverlay, mountTmpfs, resizeTmpfs } from './mount.privileged.js';
 import { createNetns, createNetnsOff, recreateNetns } from './netns.privileged.js';
 import { startChildReaper } from './reaper.privileged.js';
-import { HostResources, readOwnerFile, writeOwnerFile, type OwnerFile } from './resources.js';
+import {
+  HostResources,
+  readOwnerFile,
+  stageOwnerFile,
+  useStagedOwnerFile,
+  writeOwnerFile,
+  type OwnerFile,
+} from './resources.js';
 import { launchSharesKey, type HostSandboxParts } from './sandbox.js';
 import {
   aheadFits,
@@ -159,6 +167,8 @@ export class SandboxHost {
   private readonly cgPrefix: string;
   /** The static helper bound into sandboxes on an image root (made at the first one). */
   private imageHelper: ReturnType<typeof ensureImageHelper> | undefined;
+  /** rootfsKey of each rootfs frozen throughout (Airlock hands out the same one per cached image). */
+  private readonly rootfsKeys = new WeakMap<Rootfs, string>();
 
   constructor(
     private readonly ctx: BackendContext,
@@ -343,17 +353,16 @@ export class SandboxHost {
    * upper with Airlock's /etc files and mount points, the overlay, the helper bind, all added to the
    * slot's launch namespace. The slot's record names the layers as prepared only, not as in use: an
    * image store may remove them, and the pool then drops the slot (SlotPool.sweep; create checks too).
+   * The record that names them in use is written now beside it, for the create that takes the slot
+   * to put in place with one rename (takeImageSlot).
    */
   private async prepareImage(slot: Slot, key: string, rootfs: Rootfs): Promise<void> {
     const ids = layerIds(rootfs.layers);
     if (!ids)
       throw new AirlockError('IMAGE_NOT_FOUND', `a layer of image ${key} is gone`, { field: 'image' });
-    writeOwnerFile(slot.dir, {
-      id: slot.id,
-      uid: slot.uid,
-      owner: selfOwner(),
-      preparedImageLayers: rootfs.layers,
-    });
+    const owner = { id: slot.id, uid: slot.uid, owner: selfOwner() };
+    writeOwnerFile(slot.dir, { ...owner, preparedImageLayers: rootfs.layers });
+    stageOwnerFile(slot.dir, { ...owner, imageLayers: rootfs.layers });
     const helperPath = this.helperPath();
     const root = await mountImageRoot({
       rootfs,
@@ -382,15 +391,31 @@ export class SandboxHost {
    * The warm slot holding the root of image `key`, if one is ready and its layers are still the ones
    * it mounted. The sandbox's record names them in use first, then they are checked: an image store
    * that removes them either sees that record (and keeps them) or has renamed them away (the check
-   * fails, and the slot is dropped).
+   * fails, and the slot is dropped). The record was written when the slot was prepared (its key
+   * names these very layers): here it only replaces the slot's with one rename.
    */
   private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
     const slot = this.pool.takeImage(key);
     if (!slot) return undefined;
-    writeOwnerFile(slot.dir, { id: slot.id, uid: slot.uid, owner: selfOwner(), imageLayers: rootfs.layers });
+    if (!useStagedOwnerFile(slot.dir))
+      writeOwnerFile(slot.dir, {
+        id: slot.id,
+        uid: slot.uid,
+        owner: selfOwner(),
+        imageLayers: rootfs.layers,
+      });
     if (layersUnchanged(slot.image!.layerIds)) return slot;
     this.discardSlot(slot);
     return undefined;
+  }
+
+  private rootfsKey(rootfs: Rootfs): string {
+    let key = this.rootfsKeys.get(rootfs);
+    if (key === undefined) {
+      key = rootfsKey(rootfs);
+      if (isDeepFrozen(rootfs)) this.rootfsKeys.set(rootfs, key);
+    }
+    return key;
   }
 
   /** Release a slot that will never be handed out. */
@@ -417,7 +442,7 @@ export class SandboxHost {
     // A create from an image (no snapshot layers, no read-only mounts to add to its root) may take a
     // slot with that very image's root mounted ahead; the pool prepares one for the next such create.
     const imageKey =
-      spec.rootfs && !layers.length && !spec.mounts.length ? rootfsKey(spec.rootfs) : undefined;
+      spec.rootfs && !layers.length && !spec.mounts.length ? this.rootfsKey(spec.rootfs) : undefined;
     // Without a ready slot of its image, it makes its own rather than take the host-root slot (a
     // create on the host root would then wait for a new one).
     let slot =

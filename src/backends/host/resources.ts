@@ -91,6 +91,24 @@ export function writeOwnerFile(dir: string, meta: OwnerFile): void {
   renameSync(tmp, join(dir, 'owner.json'));
 }
 
+/**
+ * The owner.json a sandbox dir is to have later, written now beside it (owner.json.staged) so that
+ * useStagedOwnerFile puts it in place with one rename, when it must be in place at once.
+ */
+export function stageOwnerFile(dir: string, meta: OwnerFile): void {
+  writeFileSync(join(dir, 'owner.json.staged'), JSON.stringify(meta), { mode: 0o600 });
+}
+
+/** Puts the staged owner.json in place (atomic, like writeOwnerFile); false if none was staged. */
+export function useStagedOwnerFile(dir: string): boolean {
+  try {
+    renameSync(join(dir, 'owner.json.staged'), join(dir, 'owner.json'));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export function readOwnerFile(dir: string): OwnerFile | undefined {
   try {
     return JSON.parse(readFileSync(join(dir, 'owner.json'), 'utf8')) as OwnerFile;
