@@ -2,7 +2,7 @@
 // image's root ahead in a warm slot, so that the next create from it takes a ready slot. Attacked:
 // one slot is one sandbox (no shared upper), a slot of image D never serves image E, `image rm`
 // drops the slot and its mounts, parallel creates, and nothing is left after close.
-import { readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { imageLayerUsers } from '../../src/backends/host/index.js';
@@ -81,11 +81,16 @@ describe.skipIf(!canRunRegistry)(
         expect(ready).toHaveLength(1);
         const b = await airlock.create({ image: refD });
         try {
-          // The prepared slot is b's now: its record names the layers in use.
+          // The prepared slot is b's now: its record names the layers in use (the record staged
+          // when the slot was prepared, put in place by the take).
           const rec = JSON.parse(readFileSync(join(SANDBOXES, ready[0]!.id, 'owner.json'), 'utf8')) as {
+            id?: string;
             imageLayers?: string[];
+            preparedImageLayers?: string[];
           };
           expect(rec.imageLayers).toEqual(ready[0]!.layers);
+          expect([rec.id, rec.preparedImageLayers]).toEqual([ready[0]!.id, undefined]);
+          expect(existsSync(join(SANDBOXES, ready[0]!.id, 'owner.json.staged'))).toBe(false);
           expect((await a.exec(['sh', '-c', 'echo a > /etc/who; cat /etc/which'])).stdout).toBe('D\n');
           const rb = await b.exec(['sh', '-c', 'cat /etc/which; cat /etc/who 2>&1 || echo none']);
           expect(rb.stdout.split('\n').slice(0, 1)).toEqual(['D']);
