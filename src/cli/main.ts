@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // The airlock command line. This file is the one place errors become exit codes (exitCodeFor) and
 // one-line messages on stderr; the commands themselves return the status they want.
-import { readFileSync, realpathSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
@@ -66,6 +68,32 @@ export async function loadCommands(
     }),
   );
   if (commands.includes('run')) (await runCli()).warmUpForCache();
+}
+
+/**
+ * The build's code-cache step for the run bundle: one real `airlock run -- true` (create → exec →
+ * kill), so that every function a one-shot runs is compiled into the cache, not lazily at each start
+ * (issue 31). Sandboxes need root; elsewhere, or if the run fails, the cache holds what loadCommands
+ * compiled, and the reason comes back for the build to print. The sandbox lives in a fresh state dir
+ * of its own (uids from AIRLOCK_UID_RANGE as for any run; leases are host-wide), removed afterwards
+ * unless something is still mounted under it. Never called at run time: the cache is written only
+ * by the build.
+ */
+export async function oneShotForCache(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return 'not root, so no sandbox can be made';
+  const stateDir = mkdtempSync(join(tmpdir(), 'airlock-cli-cache-'));
+  const previous = process.env.AIRLOCK_STATE_DIR;
+  process.env.AIRLOCK_STATE_DIR = stateDir;
+  const errors: string[] = [];
+  try {
+    const status = await main(['run', '--', 'true'], { out: () => {}, err: (t) => void errors.push(t) });
+    return status === 0 ? undefined : `airlock run -- true exited ${status}: ${errors.join('').trim()}`;
+  } finally {
+    if (previous === undefined) delete process.env.AIRLOCK_STATE_DIR;
+    else process.env.AIRLOCK_STATE_DIR = previous;
+    // Loaded here only: the state-dir code would otherwise run at every start of every command.
+    (await import('../backends/host/state.js')).removeStateDir(stateDir);
+  }
 }
 
 const RUN_HELP = `
