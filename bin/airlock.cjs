@@ -58,12 +58,22 @@ function bundleFor(argv) {
 /**
  * Build step (scripts/build.ts, in a plain `node` so that the V8 flags match the CLI's): evaluates
  * a bundle ('run': the run bundle), loads its commands' modules so that their code is compiled
- * too, and writes its cache.
+ * too ('run', as root: and makes one real sandbox, see oneShotForCache in src/cli/main.ts), and
+ * writes its cache.
  */
 async function writeCliCache(which) {
   const file = which === 'run' ? RUN_BUNDLE : BUNDLE;
   const { script, hash, exports: cli } = load(file, undefined);
   await cli.loadCommands(which === 'run' ? RUN_BUNDLE_COMMANDS : undefined);
+  if (which === 'run') {
+    // What a one-shot runs after loading (create → exec → kill) compiled into the cache too.
+    const why = await cli.oneShotForCache();
+    process.stderr.write(
+      why === undefined
+        ? 'airlock-run.cjs.cache: made after a real `airlock run -- true`\n'
+        : `airlock-run.cjs.cache: made after loading only (${why}); a one-shot compiles its sandbox code at each start\n`,
+    );
+  }
   writeFileSync(`${file}.cache`, Buffer.concat([hash, script.createCachedData()]));
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // The airlock command line. This file is the one place errors become exit codes (exitCodeFor) and
 // one-line messages on stderr; the commands themselves return the status they want.
-import { readFileSync, realpathSync } from 'node:fs';
+import { mkdtempSync, readFileSync, realpathSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { AirlockError, ERROR_CODES, exitCodeFor } from '../core/errors.js';
@@ -35,6 +37,12 @@ const remoteCli = (): Promise<typeof import('./remote.js')> => import('./remote.
 const imageCli = (): Promise<typeof import('./image.js')> => import('./image.js');
 const mcpServerCli = (): Promise<typeof import('./mcp-server.js')> => import('./mcp-server.js');
 
+/**
+ * The commands that make one sandbox and end: their program registers only them (buildProgram's
+ * `oneShot`), and runAsProcess ends their process as soon as their output is out.
+ */
+const ONE_SHOT: readonly string[] = ['run', 'diff'];
+
 /** Each command's module loader, by command name (the build's code-cache step loads them). */
 const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
   run: runCli,
@@ -66,6 +74,32 @@ export async function loadCommands(
     }),
   );
   if (commands.includes('run')) (await runCli()).warmUpForCache();
+}
+
+/**
+ * The build's code-cache step for the run bundle: one real `airlock run -- true` (create → exec →
+ * kill), so that every function a one-shot runs is compiled into the cache, not lazily at each start
+ * (issue 31). Sandboxes need root; elsewhere, or if the run fails, the cache holds what loadCommands
+ * compiled, and the reason comes back for the build to print. The sandbox lives in a fresh state dir
+ * of its own (uids from AIRLOCK_UID_RANGE as for any run; leases are host-wide), removed afterwards
+ * unless something is still mounted under it. Never called at run time: the cache is written only
+ * by the build.
+ */
+export async function oneShotForCache(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return 'not root, so no sandbox can be made';
+  const stateDir = mkdtempSync(join(tmpdir(), 'airlock-cli-cache-'));
+  const previous = process.env.AIRLOCK_STATE_DIR;
+  process.env.AIRLOCK_STATE_DIR = stateDir;
+  const errors: string[] = [];
+  try {
+    const status = await main(['run', '--', 'true'], { out: () => {}, err: (t) => void errors.push(t) });
+    return status === 0 ? undefined : `airlock run -- true exited ${status}: ${errors.join('').trim()}`;
+  } finally {
+    if (previous === undefined) delete process.env.AIRLOCK_STATE_DIR;
+    else process.env.AIRLOCK_STATE_DIR = previous;
+    // Loaded here only: the state-dir code would otherwise run at every start of every command.
+    (await import('../backends/host/state.js')).removeStateDir(stateDir);
+  }
 }
 
 const RUN_HELP = `
@@ -568,7 +602,7 @@ function commanderExitCode(e: CommanderError): number {
 /** Runs the command line `argv` (without node and the script); resolves to the exit status. */
 export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
-  const program = buildProgram(io, (code) => (status = code), argv[0] === 'run' || argv[0] === 'diff');
+  const program = buildProgram(io, (code) => (status = code), ONE_SHOT.includes(argv[0] ?? ''));
   phase('program');
   try {
     await program.parseAsync([...argv], { from: 'user' });
@@ -591,9 +625,25 @@ export async function runAsProcess(): Promise<void> {
   // react to it themselves (lifecycle.ts), everything else just stops writing.
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => {});
   // Set the status and let Node exit once stdout has drained (process.exit could cut piped output).
-  process.exitCode = await main(process.argv.slice(2));
+  const argv = process.argv.slice(2);
+  process.exitCode = await main(argv);
   const phases = phaseLine();
   if (phases) processIo.err(`${phases}\n`);
+  // A one-shot (run, diff) has killed its sandbox and released its host state by now (runPlan);
+  // what is left of a natural exit is Node freeing its heap page by page (issue 31: ~10 ms of
+  // munmap on the 2-core reference host), which the OS does at once. So: exit as soon as
+  // everything written to stdout/stderr has been handed to the kernel. 'exit' handlers still run.
+  if (ONE_SHOT.includes(argv[0] ?? '')) {
+    await Promise.all([process.stdout, process.stderr].map(flushed));
+    process.exit();
+  }
+}
+
+/** Resolves once everything written to `stream` so far is written out (or the stream is gone). */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  if (stream.destroyed || !stream.writable) return Promise.resolve();
+  // Writes complete in order: the callback of an empty write runs after every earlier one.
+  return new Promise((resolve) => void stream.write('', () => resolve()));
 }
 
 /** True when this file is the program node was started with (`node main.js`, `tsx main.ts`). */

@@ -15,7 +15,7 @@ import { link, mkdir as mkdirAsync, rm, writeFile as writeFileAsync } from 'node
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
-import { ensureDevTree, ensureRuntimeTmpfs, mkdirUnderRuntimeLock } from './mount.privileged.js';
+import { ensureDevTree, ensureRuntimeTmpfs, mkdirUnderRuntimeLock, unmount } from './mount.privileged.js';
 
 export interface Owner {
   readonly pid: number;
@@ -58,6 +58,25 @@ export function selfOwner(): Owner {
 
 export function ownerAlive(o: Owner): boolean {
   return processStartTicks(o.pid) === o.startTicks;
+}
+
+/**
+ * Remove a throwaway state dir with no live sandbox left (e.g. the build's one-shot, see
+ * oneShotForCache in src/cli/main.ts): its host mounts (the runtime tmpfs and the /dev tree, which
+ * otherwise stay for later runtimes) are detached first. If anything else is still mounted under it,
+ * nothing is removed (a recursive delete must never cross into a mount) and the error says what.
+ */
+export function removeStateDir(root: string): void {
+  const dirs = new StateDirs(root);
+  unmount(dirs.sandboxes);
+  unmount(dirs.dev);
+  const left = readFileSync('/proc/self/mountinfo', 'latin1')
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((at) => at !== undefined && (at === root || at.startsWith(`${root}/`)));
+  if (left.length > 0)
+    throw new AirlockError('INTERNAL', `${root} still has mounts (${left.join(', ')}); not removed`);
+  rmSync(root, { recursive: true, force: true });
 }
 
 export class StateDirs {
