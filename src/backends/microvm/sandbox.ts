@@ -131,7 +131,7 @@ export class MicrovmSandbox implements BackendSandbox {
   async boot(
     a: VmAssets,
     signal?: AbortSignal,
-    restore?: { memoryDir: string; vm: VmRecord },
+    restore?: { memoryDir: string; vm: VmRecord; ramFd?: number },
     bake?: BakeClaim,
   ): Promise<void> {
     const p = this.host.p;
@@ -184,14 +184,16 @@ export class MicrovmSandbox implements BackendSandbox {
         { field: 'network' },
       );
     const tap = this.networked ? makeTap(p.netns) : undefined;
-    const incoming = restore ? openSync(join(restore.memoryDir, RAM_FILE), 'r') : undefined;
+    // The stream: already open for a baked snapshot (bake.ts find, closed by the caller), else opened here.
+    const incoming =
+      restore && restore.ramFd === undefined ? openSync(join(restore.memoryDir, RAM_FILE), 'r') : undefined;
     // The filter reaches the helper as an fd of a root-owned file in the sandbox's (root) dir.
     const filterFile = join(p.res.dir, 'vmm-seccomp.bpf');
     writeFileSync(filterFile, vmmSeccompFilter(), { mode: 0o600 });
     const filterFd = openSync(filterFile, 'r');
     let qemu: QemuProcess;
     try {
-      qemu = await this.startVm(a, tap, incoming, filterFd);
+      qemu = await this.startVm(a, tap, incoming ?? restore?.ramFd, filterFd);
     } finally {
       if (tap !== undefined) closeSync(tap);
       if (incoming !== undefined) closeSync(incoming);
