@@ -40,7 +40,8 @@ import {
   qemuVersion,
   type Accel,
 } from './qemu.js';
-import { MicrovmSandbox, type VmAssets } from './sandbox.js';
+import { MicrovmSandbox } from './sandbox.js';
+import type { VmAssets } from './start.js';
 import { readVmRecord } from './snapshot.js';
 
 const run = promisify(execFile);
