@@ -56,6 +56,8 @@ export class MicrovmSandbox implements BackendSandbox {
    * progress so the layer store's reaper removes it if Airlock dies; removed by destroy().
    */
   private spillDir: string | undefined;
+  /** The guest agent's answer to this sandbox's IDENTITY frame (start.ts identify). */
+  private identified: Promise<void> = Promise.resolve();
   /** Snapshots of this VM run one at a time (one monitor session, one stream file). */
   private saving: Promise<unknown> = Promise.resolve();
   /**
@@ -142,7 +144,8 @@ export class MicrovmSandbox implements BackendSandbox {
               signal,
             );
         }
-        await identify(agent, p.spec.limits, restore?.vm);
+        // Not awaited: the first exec follows the IDENTITY frame in order (start.ts identify).
+        this.identified = identify(agent, qemu, p.spec.limits, restore?.vm);
       },
     });
     this.started = restore ? 'restored' : 'booted';
@@ -154,13 +157,22 @@ export class MicrovmSandbox implements BackendSandbox {
     if (!agent || agent.closed)
       throw new AirlockError('SANDBOX_GONE', `the microVM of sandbox ${this.id} is gone`);
     await this.filesIn;
-    const proc = await agent.exec({
+    // Sent at once (the agent runs it only after a successful IDENTITY). A refused IDENTITY is the
+    // error (the VM is gone then, and the exec never ran); a kill meanwhile ends the exec as killed.
+    const exec = agent.exec({
       uid: SANDBOX_UID,
       argv: req.argv,
       env: this.networked ? guestEnv(req.env) : req.env,
       cwd: req.cwd,
       stdin: req.stdin,
     });
+    exec.catch(() => {}); // awaited below unless the IDENTITY was refused
+    try {
+      await this.identified;
+    } catch (e) {
+      if (!this.host.destroyed) throw e;
+    }
+    const proc = await exec;
     this.host.track(proc);
     return proc;
   }
@@ -193,7 +205,7 @@ export class MicrovmSandbox implements BackendSandbox {
 
   /** Save the whole VM for a snapshot (save.ts), one save at a time. */
   private prepareCapture: PrepareCapture = (signal) => {
-    const run = this.saving.then(() => saveVm(this.savable(), signal));
+    const run = this.saving.then(() => this.identified).then(() => saveVm(this.savable(), signal));
     this.saving = run.then(
       (r) => r.done,
       () => {},

@@ -277,13 +277,44 @@ export async function resumeRestored(vmDir: string, signal?: AbortSignal): Promi
  * restored guest's stopped when it was saved), a fresh RNG seed (restored guests must not share the
  * saved CRNG), the hostname and the limits. A restored VM keeps the RAM it was saved with, so its
  * memory limit is at most that.
+ *
+ * Pipelined: the create does not wait for the answer (one host-guest round trip less before the
+ * first exec). The agent handles frames in order and powers the VM off on a refused IDENTITY before
+ * it reads the next frame (refuse_identity), so no exec ever runs in a VM that has not become this
+ * sandbox. The returned promise is the answer; the sandbox's first exec and snapshot wait for it. A
+ * refusal, or no answer in BOOT_TIMEOUT_MS, ends the connection with that error and kills the VM.
  */
-export function identify(agent: AgentConnection, l: Limits, restored?: VmRecord): Promise<void> {
-  return agent.identify({
+export function identify(
+  agent: AgentConnection,
+  qemu: QemuProcess,
+  l: Limits,
+  restored?: VmRecord,
+): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const answered = agent.identify({
     nowMs: Date.now(),
     seed: randomBytes(SEED_BYTES),
     hostname: SANDBOX_HOSTNAME,
     pids: l.pids,
     memoryBytes: restored ? Math.min(l.memoryBytes, restored.memoryBytes) : l.memoryBytes,
   });
+  const silent = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new AirlockError(
+            'BACKEND_UNAVAILABLE',
+            `the guest agent did not answer IDENTITY in ${BOOT_TIMEOUT_MS} ms`,
+          ),
+        ),
+      BOOT_TIMEOUT_MS,
+    );
+    timer.unref();
+  });
+  const done = Promise.race([answered, silent]).finally(() => clearTimeout(timer));
+  done.catch((e: Error) => {
+    agent.close(e);
+    qemu.kill();
+  });
+  return done;
 }
