@@ -225,15 +225,7 @@ export async function connectVm(o: {
       if (signal?.aborted) throw new AirlockError('ABORTED', 'create aborted');
       if (Date.now() > deadline) throw fail(`no agent after ${BOOT_TIMEOUT_MS} ms`);
     };
-    while (!existsSync(sock)) {
-      check();
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    const s = await new Promise<Socket>((resolve, reject) => {
-      const c = connect(sock);
-      c.once('connect', () => resolve(c));
-      c.once('error', reject);
-    });
+    const s = await connectUnix(sock, 10, check);
     const agent = new AgentConnection(s, o.restored ? { nextId: o.restored.nextId } : undefined);
     void qemu.exited.then(() =>
       agent.close(new AirlockError('SANDBOX_GONE', `the microVM of ${o.id} exited`)),
@@ -255,6 +247,27 @@ export async function connectVm(o: {
     await qemu.exited;
     if (AirlockError.isInstance(e) && e.code !== 'SANDBOX_GONE') throw e;
     throw gone ? fail('QEMU exited') : e;
+  }
+}
+
+/**
+ * Connect to a unix socket QEMU makes, polling every `pollMs`: its file appears at QEMU's bind(), a
+ * moment before its listen(), so a refused connect is retried too. `check` throws to stop waiting.
+ */
+export async function connectUnix(path: string, pollMs: number, check = (): void => {}): Promise<Socket> {
+  for (;;) {
+    check();
+    if (existsSync(path)) {
+      const c = connect(path);
+      const s = await new Promise<Socket | undefined>((resolve, reject) => {
+        c.once('connect', () => resolve(c));
+        c.once('error', (e: NodeJS.ErrnoException) =>
+          e.code === 'ECONNREFUSED' ? resolve(undefined) : reject(e),
+        );
+      });
+      if (s) return s;
+    }
+    await new Promise((r) => setTimeout(r, pollMs));
   }
 }
 
