@@ -16,7 +16,6 @@
 // Run: `npx tsx bench/microvm.ts [rounds]` (as root, after scripts/setup.sh). VMs run one at a time.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, rmdirSync } from 'node:fs';
-import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { AgentConnection } from '../src/backends/microvm/agent.js';
 import {
@@ -29,6 +28,7 @@ import {
 } from '../src/backends/microvm/assets.js';
 import { qemuArgs, findQemu, type Accel } from '../src/backends/microvm/qemu.js';
 import { Qmp } from '../src/backends/microvm/qmp.js';
+import { connectUnix } from '../src/backends/microvm/start.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { Airlock, Sandbox } from '../src/index.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
@@ -87,15 +87,13 @@ async function rawStart(
     await gone;
   };
   try {
-    while (!existsSync(sock)) await new Promise((r) => setTimeout(r, 5));
-    const s = connect(sock);
-    await new Promise((r, j) => s.once('connect', r).once('error', j));
+    const s = await connectUnix(sock, 5);
     if (!o.incoming) {
       const agent = new AgentConnection(s);
       await agent.ready();
       return { agent, qmp, stop };
     }
-    const agent = new AgentConnection(s as Socket, { nextId: 1 });
+    const agent = new AgentConnection(s, { nextId: 1 });
     const m = await Qmp.open(qmp, 60_000);
     try {
       await m.migrated(300_000);

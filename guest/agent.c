@@ -309,14 +309,23 @@ static void do_write(uint32_t id, unsigned char *p, uint32_t len) {
 // boot snapshot, src/backends/microvm/bake.ts), or a fork restores its parent. Each then needs its own
 // wall clock (a restored guest's clock stopped when it was saved), its own RNG state (restored guests
 // would otherwise share the saved CRNG and draw the same "random" bytes), its hostname and its limits.
+// Fail closed: a VM that did not become its sandbox (a restored one still holds the baked VM's clock
+// and RNG state) runs nothing. The host may send its first EXEC right behind the IDENTITY frame
+// (src/backends/microvm/start.ts), so a refusal powers the VM off before any later frame is read.
+static void shutdown_vm(void);
+static void refuse_identity(uint32_t id, const char *msg) {
+  send_error(id, msg);
+  shutdown_vm();
+}
+
 static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
   if (len < AGENT_IDENTITY_FIXED + 2 || len > AGENT_IDENTITY_FIXED + AGENT_MAX_HOSTNAME + 1 || p[len - 1])
-    return send_error(id, "malformed identity");
+    return refuse_identity(id, "malformed identity");
   const char *host = (const char *)p + AGENT_IDENTITY_FIXED;
-  if (strlen(host) != len - AGENT_IDENTITY_FIXED - 1) return send_error(id, "malformed identity");
+  if (strlen(host) != len - AGENT_IDENTITY_FIXED - 1) return refuse_identity(id, "malformed identity");
   struct timespec ts = {(time_t)((uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32), get32(p + 8)};
   if (ts.tv_nsec >= 1000000000 || clock_settime(CLOCK_REALTIME, &ts) != 0)
-    return send_error(id, "cannot set the clock");
+    return refuse_identity(id, "cannot set the clock");
   // Credit the host's bytes as entropy and reseed the CRNG now: every read after this answer draws
   // from a state the saved VM never had (RNDRESEEDCRNG: Linux >= 4.17).
   struct {
@@ -329,14 +338,14 @@ static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
   int ok = fd >= 0 && ioctl(fd, RNDADDENTROPY, &seed) == 0 && ioctl(fd, RNDRESEEDCRNG) == 0;
   if (fd >= 0) close(fd);
   memset(&seed, 0, sizeof seed);
-  if (!ok) return send_error(id, "cannot seed the RNG");
-  if (sethostname(host, strlen(host)) != 0) return send_error(id, "cannot set the hostname");
+  if (!ok) return refuse_identity(id, "cannot seed the RNG");
+  if (sethostname(host, strlen(host)) != 0) return refuse_identity(id, "cannot set the hostname");
   if (have_cgroups) {
     char v[32];
     snprintf(v, sizeof v, "%u", get32(p + 12));
-    if (!put_file(SANDBOX_CG "/pids.max", v)) return send_error(id, "cannot set pids.max");
+    if (!put_file(SANDBOX_CG "/pids.max", v)) return refuse_identity(id, "cannot set pids.max");
     snprintf(v, sizeof v, "%llu", (unsigned long long)get32(p + 16) | (unsigned long long)get32(p + 20) << 32);
-    if (!put_file(SANDBOX_CG "/memory.max", v)) return send_error(id, "cannot set memory.max");
+    if (!put_file(SANDBOX_CG "/memory.max", v)) return refuse_identity(id, "cannot set memory.max");
   }
   send_frame(FR_OK, id, NULL, 0);
 }

@@ -62,10 +62,11 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
     for (const gone of ['etc/passwd', 'home', 'var', 'root', 'proc/1', 'tmp', 'sys'])
       expect(existsSync(`/proc/${pid}/root/${gone}`), gone).toBe(false);
     expect(existsSync(`/proc/${pid}/root/usr/bin`)).toBe(true);
-    const mounts = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
+    const info = readFileSync(`/proc/${pid}/mountinfo`, 'utf8')
       .trim()
       .split('\n')
-      .map((l) => l.split(' ')[4]);
+      .map((l) => l.split(' '));
+    const mounts = info.map((f) => f[4]);
     expect(new Set(mounts)).toEqual(
       new Set([
         '/',
@@ -80,6 +81,27 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
         '/dev/urandom',
       ]),
     );
+    // Each mount's own flags: all read-only but the VM's two dirs, which are noexec.
+    const ro = ['ro', 'nosuid', 'nodev'];
+    const want: Record<string, string[]> = {
+      '/': ['ro'],
+      '/usr': ro,
+      '/boot/vmlinuz': ro,
+      '/boot/initramfs': ro,
+      '/boot/rootfs': ro,
+      '/boot/vmm-seccomp': ro,
+      '/vm': ['rw', 'nosuid', 'nodev', 'noexec'],
+      '/spill': ['rw', 'nosuid', 'nodev', 'noexec'],
+      '/dev/null': ['ro', 'nosuid', 'noexec'],
+      '/dev/urandom': ['ro', 'nosuid', 'noexec'],
+    };
+    for (const f of info) {
+      const flags = f[5]!.split(',');
+      expect({ at: f[4], flags: want[f[4]!]!.filter((x) => flags.includes(x)) }).toEqual({
+        at: f[4],
+        flags: want[f[4]!],
+      });
+    }
   });
 
   it('two VMs side by side keep their files and processes apart', async () => {

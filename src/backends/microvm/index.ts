@@ -4,6 +4,7 @@
 // what it does not do yet (host workspaces and mounts). Snapshots are whole VMs (sandbox.ts, snapshot.ts).
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { closeSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type {
@@ -19,7 +20,7 @@ import { AirlockError } from '../../core/errors.js';
 import type { BackendName, Limits, SandboxSpec } from '../../core/spec.js';
 import { SandboxHost, type HostOptions, type HostSandboxParts } from '../host/index.js';
 import { selfOwner } from '../host/state.js';
-import { BootSnapshots, bootKey } from './bake.js';
+import { BootSnapshots, bootKey, type BootShape } from './bake.js';
 import { detectAccel, type AccelReport } from './accel.js';
 import {
   DEFAULT_CACHE_DIR,
@@ -39,7 +40,8 @@ import {
   qemuVersion,
   type Accel,
 } from './qemu.js';
-import { MicrovmSandbox, type VmAssets } from './sandbox.js';
+import { MicrovmSandbox } from './sandbox.js';
+import type { VmAssets } from './start.js';
 import { readVmRecord } from './snapshot.js';
 
 const run = promisify(execFile);
@@ -204,6 +206,12 @@ export class MicrovmBackend implements BackendV1 {
   }
 
   reapOrphans(): Promise<ReapReport> {
+    // Baked boot snapshots whose kernel, agent or rootfs is gone or replaced (bake.ts prune).
+    try {
+      this.boots?.prune();
+    } catch (e) {
+      this.ctx.logger.warn({ err: (e as Error).message }, 'microvm: pruning baked boot snapshots failed');
+    }
     return this.host.reapOrphans();
   }
 
@@ -234,7 +242,7 @@ export class MicrovmBackend implements BackendV1 {
       return sbx;
     }
     const l = spec.limits;
-    const key = bootKey({
+    const shape: BootShape = {
       kernel: assets.kernel,
       initramfs: assets.initramfs,
       rootfs,
@@ -245,7 +253,8 @@ export class MicrovmBackend implements BackendV1 {
       qemu: assets.qemu,
       qemuVersion: this.qemuVer,
       accel: assets.accel,
-    });
+    };
+    const key = bootKey(shape);
     const baked = this.boots.find(key);
     if (baked) {
       try {
@@ -260,9 +269,11 @@ export class MicrovmBackend implements BackendV1 {
           'microvm: the baked boot snapshot did not restore; booting and baking it again',
         );
         this.boots.discard(key);
+      } finally {
+        closeSync(baked.ramFd);
       }
     }
-    await sbx.boot(assets, signal, undefined, this.boots.claim(key));
+    await sbx.boot(assets, signal, undefined, this.boots.claim(key, shape));
     return sbx;
   }
 
