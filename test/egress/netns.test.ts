@@ -3,7 +3,7 @@
 // gets what its own spec asks for (no policy: `lo` alone, no route, no nft table; proxy only: no
 // interception), whatever sandboxes came before it on the same warm pool; nothing is left behind.
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -133,20 +133,40 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
   );
 
   it('listeners made ahead in a netns are handed out once, and closed when dropped or released', () => {
-    const fds = (): number => readdirSync('/proc/self/fd').length;
+    // What this process has open, by kernel object (socket:[inode], net:[inode]; not by fd number or
+    // count: another thread of the test process, e.g. a worker or libuv's pool finishing an earlier
+    // test's teardown, may open or close files meanwhile, which made a whole-process count flaky).
+    const open = (): Set<string> => {
+      const out = new Set<string>();
+      for (const fd of readdirSync('/proc/self/fd')) {
+        try {
+          out.add(readlinkSync(`/proc/self/fd/${fd}`));
+        } catch {
+          // closed between the listing and the readlink
+        }
+      }
+      return out;
+    };
+    const madeSince = (before: Set<string>): string[] =>
+      [...open()].filter((t) => !before.has(t) && t.startsWith('socket:'));
     const sockets = [
       { kind: 'tcp', address: '127.0.0.1', port: 3128 },
       { kind: 'udp', address: '127.0.0.1', port: 53 },
     ] as const;
     const ns = createNetns();
-    const before = fds();
+    const nsFile = readlinkSync(`/proc/self/fd/${ns.fd}`);
+    expect(nsFile).toMatch(/^net:\[\d+\]$/);
+    const before = open();
+    let ahead: string[] = [];
     try {
       prepareEgressInNetns(ns, sockets);
       expect(ns.hasSocketsAhead).toBe(true);
-      expect(fds()).toBe(before + 2);
+      ahead = madeSince(before);
+      expect(ahead).toHaveLength(2);
       // The first ask gets the listener made ahead; a second one would be a new socket on a port
       // that listener holds.
       const tcp = socketInNetns(ns, 'tcp', '127.0.0.1', 3128);
+      expect(ahead).toContain(readlinkSync(`/proc/self/fd/${tcp}`));
       expect(() => socketInNetns(ns, 'tcp', '127.0.0.1', 3128)).toThrow(
         /bind 127\.0\.0\.1:3128 in netns: errno 98/,
       );
@@ -154,15 +174,20 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       // Dropped: closed, so the port is free again.
       ns.dropSockets();
       expect(ns.hasSocketsAhead).toBe(false);
-      expect(fds()).toBe(before);
+      const left = open();
+      expect(ahead.filter((t) => left.has(t))).toEqual([]);
       closeSync(socketInNetns(ns, 'udp', '127.0.0.1', 53));
       // Not taken: closed with the handle.
       prepareEgressInNetns(ns, sockets);
-      expect(fds()).toBe(before + 2);
+      ahead = madeSince(before);
+      expect(ahead).toHaveLength(2);
     } finally {
       ns.close();
     }
-    expect(fds()).toBe(before - 1);
+    // Released: neither the sockets made ahead nor the namespace's own fd is open any more.
+    const after = open();
+    expect(ahead.filter((t) => after.has(t))).toEqual([]);
+    expect(after.has(nsFile)).toBe(false);
   });
 
   it('transparent sandboxes intercept; a proxy-only one and one without a policy made after them do not', async () => {
