@@ -133,9 +133,9 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
   );
 
   it('listeners made ahead in a netns are handed out once, and closed when dropped or released', () => {
-    // What this process has open, by kernel object (socket:[inode], net:[inode]; not by fd number or
-    // count: another thread of the test process, e.g. a worker or libuv's pool finishing an earlier
-    // test's teardown, may open or close files meanwhile, which made a whole-process count flaky).
+    // Tracked by kernel identity (socket:[inode], net:[inode]), never by this process's fd count or
+    // by "new since": other test files run in worker threads of this same process and open and
+    // close files meanwhile (CI saw the count move by 6, and a third new socket appear).
     const open = (): Set<string> => {
       const out = new Set<string>();
       for (const fd of readdirSync('/proc/self/fd')) {
@@ -147,8 +147,20 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       }
       return out;
     };
-    const madeSince = (before: Set<string>): string[] =>
-      [...open()].filter((t) => !before.has(t) && t.startsWith('socket:'));
+    // The sockets that exist in the namespace `ns` (its own /proc/net tables, read from inside it).
+    const inNamespace = (ns: { fd: number }): string[] => {
+      const r = spawnSync(
+        'nsenter',
+        [`--net=/proc/${process.pid}/fd/${ns.fd}`, 'cat', '/proc/net/tcp', '/proc/net/udp'],
+        { encoding: 'utf8' },
+      );
+      expect(r.status).toBe(0);
+      return r.stdout
+        .split('\n')
+        .map((line) => line.trim().split(/\s+/))
+        .filter((f) => /^\d+:$/.test(f[0] ?? ''))
+        .map((f) => `socket:[${f[9]}]`);
+    };
     const sockets = [
       { kind: 'tcp', address: '127.0.0.1', port: 3128 },
       { kind: 'udp', address: '127.0.0.1', port: 53 },
@@ -156,13 +168,16 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
     const ns = createNetns();
     const nsFile = readlinkSync(`/proc/self/fd/${ns.fd}`);
     expect(nsFile).toMatch(/^net:\[\d+\]$/);
-    const before = open();
+    expect(inNamespace(ns)).toEqual([]);
     let ahead: string[] = [];
     try {
       prepareEgressInNetns(ns, sockets);
       expect(ns.hasSocketsAhead).toBe(true);
-      ahead = madeSince(before);
+      // Exactly the two listeners, held open by this process.
+      ahead = inNamespace(ns);
       expect(ahead).toHaveLength(2);
+      const held = open();
+      expect(ahead.filter((t) => !held.has(t))).toEqual([]);
       // The first ask gets the listener made ahead; a second one would be a new socket on a port
       // that listener holds.
       const tcp = socketInNetns(ns, 'tcp', '127.0.0.1', 3128);
@@ -174,12 +189,13 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
       // Dropped: closed, so the port is free again.
       ns.dropSockets();
       expect(ns.hasSocketsAhead).toBe(false);
+      expect(inNamespace(ns)).toEqual([]);
       const left = open();
       expect(ahead.filter((t) => left.has(t))).toEqual([]);
       closeSync(socketInNetns(ns, 'udp', '127.0.0.1', 53));
       // Not taken: closed with the handle.
       prepareEgressInNetns(ns, sockets);
-      ahead = madeSince(before);
+      ahead = inNamespace(ns);
       expect(ahead).toHaveLength(2);
     } finally {
       ns.close();
