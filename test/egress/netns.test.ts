@@ -134,8 +134,9 @@ describe.skipIf(!canRunNamespaces)('egress bridge setup', () => {
 
   it('listeners made ahead in a netns are handed out once, and closed when dropped or released', () => {
     // Tracked by kernel identity (socket:[inode], net:[inode]), never by this process's fd count or
-    // by "new since": other test files run in worker threads of this same process and open and
-    // close files meanwhile (CI saw the count move by 6, and a third new socket appear).
+    // by "new since": other threads of this process open and close files meanwhile (most likely the
+    // file's Airlock refilling its warm pool off the main thread; CI saw the count move by 6, and a
+    // third new socket appear).
     const open = (): Set<string> => {
       const out = new Set<string>();
       for (const fd of readdirSync('/proc/self/fd')) {
