@@ -182,17 +182,15 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
     expect(qemus().filter(([, args]) => args.includes(`-name ${sbx.id} `))).toEqual([]);
   });
 
-  it.each([
-    [
-      'a host workspace',
-      { workspace: { mode: 'ro' as const, hostDir: mkdtempSync('/var/tmp/airlock-mvm-') } },
-    ],
-  ])('refuses %s with BACKEND_UNAVAILABLE and leaves nothing behind', async (_what, extra) => {
-    airlock ??= testAirlock();
-    // No QEMU of its own: every one alive after the refusal was there before (an earlier test's may
-    // still be exiting, so the count alone could drop).
-    const before = new Set(qemus().map(([pid]) => pid));
-    await expectError(Sandbox.create({ backend: 'microvm', ...extra }, { airlock }), 'BACKEND_UNAVAILABLE');
-    expect(qemus().filter(([pid]) => !before.has(pid))).toEqual([]);
-  });
+  it.each([['a host workspace', { workspace: { mode: 'ro' as const, hostDir: HOST_DIR } }]])(
+    'refuses %s with BACKEND_UNAVAILABLE and leaves nothing behind',
+    async (_what, extra) => {
+      airlock ??= testAirlock();
+      // No QEMU of its own: every one alive after the refusal was there before (an earlier test's may
+      // still be exiting, so the count alone could drop).
+      const before = new Set(qemus().map(([pid]) => pid));
+      await expectError(Sandbox.create({ backend: 'microvm', ...extra }, { airlock }), 'BACKEND_UNAVAILABLE');
+      expect(qemus().filter(([pid]) => !before.has(pid))).toEqual([]);
+    },
+  );
 });
