@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { jailFstab } from '../../src/backends/microvm/qemu.privileged.js';
-import { canRunNamespaces } from '../helpers.js';
+import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 
 const base = mkdtempSync(join(tmpdir(), 'airlock-jail fstab\n-'));
 afterAll(() => rmSync(base, { recursive: true, force: true }));
@@ -40,7 +40,7 @@ describe('microVM jail fstab', () => {
     expect(jailFstab({ ...jail, kvm: true }, helper)).toContain(' none bind,nosuid,noexec 0 0\n');
   });
 
-  it.skipIf(!canRunNamespaces)('mounts every entry at its path with its flags (needs root)', () => {
+  it.skipIf(!canRunNamespaces)(`mounts every entry at its path with its flags (${SKIP_REASON})`, () => {
     mkdirSync(jail.vmDir);
     mkdirSync(jail.spillDir);
     mkdirSync(jail.dir);

@@ -360,9 +360,13 @@ export class SandboxHost {
     const ids = layerIds(rootfs.layers);
     if (!ids)
       throw new AirlockError('IMAGE_NOT_FOUND', `a layer of image ${key} is gone`, { field: 'image' });
-    const owner = { id: slot.id, uid: slot.uid, owner: selfOwner() };
-    writeOwnerFile(slot.dir, { ...owner, preparedImageLayers: rootfs.layers });
-    stageOwnerFile(slot.dir, { ...owner, imageLayers: rootfs.layers });
+    writeOwnerFile(slot.dir, {
+      id: slot.id,
+      uid: slot.uid,
+      owner: selfOwner(),
+      preparedImageLayers: rootfs.layers,
+    });
+    stageOwnerFile(slot.dir, inUseRecord(slot, rootfs));
     const helperPath = this.helperPath();
     const root = await mountImageRoot({
       rootfs,
@@ -397,13 +401,7 @@ export class SandboxHost {
   private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
     const slot = this.pool.takeImage(key);
     if (!slot) return undefined;
-    if (!useStagedOwnerFile(slot.dir))
-      writeOwnerFile(slot.dir, {
-        id: slot.id,
-        uid: slot.uid,
-        owner: selfOwner(),
-        imageLayers: rootfs.layers,
-      });
+    if (!useStagedOwnerFile(slot.dir)) writeOwnerFile(slot.dir, inUseRecord(slot, rootfs));
     if (layersUnchanged(slot.image!.layerIds)) return slot;
     this.discardSlot(slot);
     return undefined;
@@ -685,4 +683,9 @@ function rootfsKey(rootfs: Rootfs): string {
   return createHash('sha256')
     .update(JSON.stringify([rootfs.layers, rootfs.config]))
     .digest('hex');
+}
+
+/** The record of a sandbox dir whose sandbox uses the image layers of `rootfs` (image rm keeps them). */
+function inUseRecord(slot: Slot, rootfs: Rootfs): OwnerFile {
+  return { id: slot.id, uid: slot.uid, owner: selfOwner(), imageLayers: rootfs.layers };
 }

@@ -211,10 +211,14 @@ export function devTreeProblem(dir: string): string | undefined {
   return undefined;
 }
 
+/** `path` as /proc/self/mountinfo spells it: space, tab, newline and backslash escaped as octal. */
+export function mountinfoPath(path: string): string {
+  return path.replace(/[ \t\n\\]/g, (ch) => `\\${ch.charCodeAt(0).toString(8).padStart(3, '0')}`);
+}
+
 /** The /proc/self/mountinfo line of the mount on top at `dir` (the last one listed there). */
 function topMountAt(dir: string): string | undefined {
-  // mountinfo escapes space, tab, newline and backslash in paths as octal.
-  const escaped = dir.replace(/[ \t\n\\]/g, (ch) => `\\${ch.charCodeAt(0).toString(8).padStart(3, '0')}`);
+  const escaped = mountinfoPath(dir);
   return readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .filter((l) => l.split(' ')[4] === escaped)

@@ -7,6 +7,7 @@ import {
   mkdirSync,
   readFileSync,
   readdirSync,
+  realpathSync,
   rmSync,
   statfsSync,
   writeFileSync,
@@ -15,7 +16,13 @@ import { link, mkdir as mkdirAsync, rm, writeFile as writeFileAsync } from 'node
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
-import { ensureDevTree, ensureRuntimeTmpfs, mkdirUnderRuntimeLock, unmount } from './mount.privileged.js';
+import {
+  ensureDevTree,
+  ensureRuntimeTmpfs,
+  mkdirUnderRuntimeLock,
+  mountinfoPath,
+  unmount,
+} from './mount.privileged.js';
 
 export interface Owner {
   readonly pid: number;
@@ -66,14 +73,18 @@ export function ownerAlive(o: Owner): boolean {
  * otherwise stay for later runtimes) are detached first. If anything else is still mounted under it,
  * nothing is removed (a recursive delete must never cross into a mount) and the error says what.
  */
-export function removeStateDir(root: string): void {
+export function removeStateDir(dir: string): void {
+  // Canonical, and spelled as mountinfo spells it: a symlinked or blank-holding path must not make
+  // the check below miss a mount that the recursive delete would then cross.
+  const root = realpathSync(dir);
   const dirs = new StateDirs(root);
   unmount(dirs.sandboxes);
   unmount(dirs.dev);
+  const at = mountinfoPath(root);
   const left = readFileSync('/proc/self/mountinfo', 'latin1')
     .split('\n')
     .map((line) => line.split(' ')[4])
-    .filter((at) => at !== undefined && (at === root || at.startsWith(`${root}/`)));
+    .filter((m) => m !== undefined && (m === at || m.startsWith(`${at}/`)));
   if (left.length > 0)
     throw new AirlockError('INTERNAL', `${root} still has mounts (${left.join(', ')}); not removed`);
   rmSync(root, { recursive: true, force: true });

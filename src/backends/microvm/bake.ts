@@ -76,17 +76,22 @@ const BootShapeSchema = z
   })
   .strict();
 
-/** Whether two shapes are the same machine, whatever kernel, agent and QEMU version they hold. */
+/** The machine a shape describes, as QEMU is given it: whatever kernel, agent and QEMU version. */
+function machineParts(s: BootShape): string[] {
+  return [
+    s.rootfs,
+    String(Math.floor(s.memoryBytes)),
+    String(Math.max(1, Math.ceil(s.vcpus))),
+    String(Math.floor(s.diskBytes)),
+    String(s.net),
+    s.qemu,
+    s.accel,
+  ];
+}
+
+/** Whether two shapes are the same machine (a newer bake of it replaces the older). */
 function sameMachine(a: BootShape, b: BootShape): boolean {
-  return (
-    a.rootfs === b.rootfs &&
-    Math.floor(a.memoryBytes) === Math.floor(b.memoryBytes) &&
-    Math.max(1, Math.ceil(a.vcpus)) === Math.max(1, Math.ceil(b.vcpus)) &&
-    Math.floor(a.diskBytes) === Math.floor(b.diskBytes) &&
-    a.net === b.net &&
-    a.qemu === b.qemu &&
-    a.accel === b.accel
-  );
+  return machineParts(a).join('\0') === machineParts(b).join('\0');
 }
 
 /** The snapshot's key: a digest of the shape (the kernel also by size and mtime: setup may replace it). */
@@ -98,14 +103,8 @@ export function bootKey(s: BootShape): string {
     String(k.size),
     String(k.mtimeMs),
     s.initramfs,
-    s.rootfs,
-    String(Math.floor(s.memoryBytes)),
-    String(Math.max(1, Math.ceil(s.vcpus))),
-    String(Math.floor(s.diskBytes)),
-    String(s.net),
-    s.qemu,
     s.qemuVersion,
-    s.accel,
+    ...machineParts(s),
   ];
   return createHash('sha256').update(parts.join('\0')).digest('hex').slice(0, 32);
 }
