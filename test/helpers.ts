@@ -2,8 +2,8 @@
 // at the host itself (mounts, cgroups, processes, dirs, leases), not at Airlock's own bookkeeping.
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Airlock } from '../src/index.js';
 
@@ -154,4 +154,39 @@ export function runCli(
       resolve({ code, stdout, stderr });
     });
   });
+}
+
+/**
+ * Inotify watches this process holds on any of `dirs` (by inode, from /proc/self/fdinfo of each
+ * inotify fd): libuv keeps one inotify fd open once anything was watched, so a watch closed shows
+ * only as its line gone from there, not as an fd gone.
+ */
+export function inotifyWatchesOn(dirs: readonly string[]): number {
+  const inodes = new Set(dirs.map((d) => statSync(d).ino.toString(16)));
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`) !== 'anon_inode:inotify') continue;
+      for (const m of readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8').matchAll(
+        /^inotify wd:\S+ ino:(\S+) /gm,
+      ))
+        if (inodes.has(m[1]!)) n++;
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  return n;
+}
+
+/** Fds this process holds open on files in `dir`. */
+export function openFdsIn(dir: string): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (dirname(readlinkSync(`/proc/self/fd/${fd}`)) === dir) n++;
+    } catch {
+      /* closed meanwhile */
+    }
+  }
+  return n;
 }

@@ -37,4 +37,12 @@ export interface ResolvedImage {
 /** Resolves an image reference to unpacked layers (pulling per `pull`). Implemented by src/images/. */
 export interface ImageResolver {
   resolve(ref: string, options?: { pull?: PullPolicy; signal?: AbortSignal }): Promise<ResolvedImage>;
+  /**
+   * Optional: what `resolve` would return, when that is known now without a pull or a read (an image
+   * resolved before and checked unchanged); undefined: call `resolve`. A create from a cached image
+   * then resolves it without an asynchronous step. Must give exactly what `resolve` would.
+   */
+  cached?(ref: string, options?: { pull?: PullPolicy }): ResolvedImage | undefined;
+  /** Optional: release what the resolver holds (watches); it may resolve again afterwards. */
+  close?(): Promise<void>;
 }

@@ -16,7 +16,10 @@
 // pulls of the same layer race only on that rename, and the loser discards its copy.
 import { createHash, randomBytes } from 'node:crypto';
 import {
+  closeSync,
   existsSync,
+  fstatSync,
+  openSync,
   mkdirSync,
   readFileSync,
   readdirSync,
@@ -94,7 +97,7 @@ export interface ImageSummary {
 
 const sha256 = (b: Buffer | string): string => `sha256:${createHash('sha256').update(b).digest('hex')}`;
 
-function readJson(file: string): unknown {
+function readJson(file: string | number): unknown {
   try {
     return JSON.parse(readFileSync(file, 'utf8'));
   } catch {
@@ -114,17 +117,20 @@ export class ImageStore implements ImageResolver {
    */
   private readonly verified = new Map<string, { id: string; bytes: Buffer }>();
   /**
-   * Images resolved from the store alone, by normalised ref, each with the identity of its ref file
-   * when it was read: a resolve of a cached image then costs one stat and parses nothing. An entry
-   * is used only while its ref file is unchanged (not re-pulled, not removed: that check is
-   * synchronous), and all are dropped at any change in the blobs or layers dirs (`watching`: a blob
-   * written or removed, a layer added, renamed away or removed; the event comes within a turn of
-   * the event loop). A layer gone from under a create is still caught where it counts, by the
-   * per-layer check when the sandbox takes it (backends/host takeImageSlot, mountImageRoot).
+   * Images resolved from the store alone, by normalised ref, each with an open fd of the ref file it
+   * was read through: a resolve of a cached image then costs one fstat and parses nothing. An entry
+   * is used only while that file is still linked: a ref is changed only by a rename over it
+   * (re-pull) or an unlink (rm), never in place, moved or linked (writeRef, remove), and either drops
+   * the link count of the file held to 0 at once, in the kernel (that check is synchronous, as the
+   * stat of the path it replaces was, and walks no path). All entries are dropped at any change in
+   * the blobs or layers dirs (`watching`: a blob written or removed, a layer added, renamed away or
+   * removed; the event comes within a turn of the event loop). A layer gone from under a create is
+   * still caught where it counts, by the per-layer check when the sandbox takes it (backends/host
+   * takeImageSlot, mountImageRoot). Bounded (MAX_VERIFIED_BLOBS fds); close() closes them.
    */
-  private readonly resolved = new Map<string, { refFile: string; refId: string; image: ResolvedImage }>();
-  /** References parsed (parse), by their text. */
-  private readonly parsed = new Map<string, ImageRef>();
+  private readonly resolved = new Map<string, { fd: number; image: ResolvedImage }>();
+  /** References parsed (parse), by their text, with their normalised name (formatImageRef). */
+  private readonly parsed = new Map<string, { ref: ImageRef; name: string }>();
   /** Watches on the blobs and layers dirs (undefined: not set up yet; null: cannot watch, no cache). */
   private watching: FSWatcher[] | null | undefined;
 
@@ -154,27 +160,58 @@ export class ImageStore implements ImageResolver {
   }
 
   parse(ref: string): ImageRef {
+    return this.parsedName(ref).ref;
+  }
+
+  /** `ref` parsed, and its normalised name. */
+  private parsedName(ref: string): { ref: ImageRef; name: string } {
     // Pure (the default registry is fixed): a reference parsed once is not parsed again.
-    let r = this.parsed.get(ref);
-    if (!r) {
-      r = Object.freeze(parseImageRef(ref, this.opts.defaultRegistry));
+    let p = this.parsed.get(ref);
+    if (!p) {
+      const r = Object.freeze(parseImageRef(ref, this.opts.defaultRegistry));
+      p = { ref: r, name: formatImageRef(r) };
       if (this.parsed.size >= MAX_VERIFIED_BLOBS) this.parsed.clear();
-      this.parsed.set(ref, r);
+      this.parsed.set(ref, p);
     }
-    return r;
+    return p;
   }
 
   resolve(ref: string, options: { pull?: PullPolicy; signal?: AbortSignal } = {}): Promise<ResolvedImage> {
     return this.pull(ref, options);
   }
 
+  /**
+   * What `pull(text, o)` would return at once, when `text` was resolved from the store before and
+   * its entry is still current (see `resolved`); undefined otherwise (or with pull "always").
+   */
+  cached(text: string, o: { pull?: PullPolicy } = {}): ResolvedImage | undefined {
+    if (o.pull === 'always') return undefined;
+    const p = this.parsed.get(text);
+    return p && this.current(p.name);
+  }
+
+  /** The cached image of normalised ref `name` if its ref file is still the one it was read from. */
+  private current(name: string): ResolvedImage | undefined {
+    const hit = this.resolved.get(name);
+    if (!hit) return undefined;
+    if (fstatSync(hit.fd).nlink > 0) return hit.image;
+    this.resolved.delete(name);
+    closeSync(hit.fd);
+    return undefined;
+  }
+
+  /** Drops every resolved image (and closes the fds they hold). */
+  private forget(): void {
+    for (const { fd } of this.resolved.values()) closeSync(fd);
+    this.resolved.clear();
+  }
+
   /** Resolves `text` per the pull policy (default `missing`), pulling what is needed. */
   async pull(text: string, o: PullOptions = {}): Promise<ResolvedImage> {
-    const r = this.parse(text);
-    const name = formatImageRef(r);
+    const { ref: r, name } = this.parsedName(text);
     const policy = o.pull ?? 'missing';
     if (policy !== 'always') {
-      const local = this.local(r);
+      const local = this.local(r, name);
       if (local) return local;
       if (policy === 'never') {
         throw new AirlockError(
@@ -395,8 +432,9 @@ export class ImageStore implements ImageResolver {
     renameSync(tmp, file);
   }
 
-  private readRef(ref: string): RefRecord | undefined {
-    const r = RefRecord.safeParse(readJson(this.refFile(ref)));
+  /** The ref file of `ref`, or `fd` when it was opened already. */
+  private readRef(ref: string, fd?: number): RefRecord | undefined {
+    const r = RefRecord.safeParse(readJson(fd ?? this.refFile(ref)));
     return r.success && r.data.ref === ref ? r.data : undefined;
   }
 
@@ -421,40 +459,43 @@ export class ImageStore implements ImageResolver {
   }
 
   /** The image from the store alone, or undefined when any part is missing. */
-  private local(r: ImageRef): ResolvedImage | undefined {
-    const name = formatImageRef(r);
-    const hit = this.resolved.get(name);
-    if (hit && fileId(hit.refFile) === hit.refId) return hit.image;
-    // Watching before reading, the ref file's identity taken before it is read: whatever changes
+  private local(r: ImageRef, name: string): ResolvedImage | undefined {
+    const hit = this.current(name);
+    if (hit) return hit;
+    // Watching before reading, and the ref read through the fd the entry keeps: whatever changes
     // from here on drops the entry made below.
     const cache = this.watchStore();
-    const refFile = this.refFile(name);
-    const refId = fileId(refFile);
-    const ref = this.readRef(name);
-    const digest = r.digest ?? ref?.digest;
-    if (!digest) return undefined;
-    const s = this.stored(digest, name);
-    if (!s || !s.diffIds.every((d) => this.layerRecord(d))) return undefined;
-    if (r.digest !== undefined && !ref)
-      this.writeRef({ ref: name, digest, pulledAt: new Date().toISOString() });
-    const image = deepFreeze({
-      ref: name,
-      digest,
-      layers: s.diffIds.map((d) => this.layerDir(d)),
-      config: imageConfigOf(s.config),
-    });
-    // Kept only when resolved through a ref file that was there all along (none written just now).
-    if (cache && ref && refId !== undefined) {
-      if (this.resolved.size >= MAX_VERIFIED_BLOBS) this.resolved.clear();
-      this.resolved.set(name, { refFile, refId, image });
+    let fd = openOr(this.refFile(name));
+    try {
+      const ref = fd === undefined ? undefined : this.readRef(name, fd);
+      const digest = r.digest ?? ref?.digest;
+      if (!digest) return undefined;
+      const s = this.stored(digest, name);
+      if (!s || !s.diffIds.every((d) => this.layerRecord(d))) return undefined;
+      if (r.digest !== undefined && !ref)
+        this.writeRef({ ref: name, digest, pulledAt: new Date().toISOString() });
+      const image = deepFreeze({
+        ref: name,
+        digest,
+        layers: s.diffIds.map((d) => this.layerDir(d)),
+        config: imageConfigOf(s.config),
+      });
+      // Kept only when resolved through a ref file that was there all along (none written just now).
+      if (cache && ref && fd !== undefined) {
+        if (this.resolved.size >= MAX_VERIFIED_BLOBS) this.forget();
+        this.resolved.set(name, { fd, image });
+        fd = undefined; // the entry's now
+      }
+      return image;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
     }
-    return image;
   }
 
   /** Sets up `watching` once; whether resolved images may be cached. */
   private watchStore(): boolean {
     if (this.watching !== undefined) return this.watching !== null;
-    const drop = (): void => this.resolved.clear();
+    const drop = (): void => this.forget();
     const ws: FSWatcher[] = [];
     try {
       for (const d of ['blobs', 'layers']) {
@@ -463,7 +504,7 @@ export class ImageStore implements ImageResolver {
         ws.push(w);
         w.on('error', () => {
           for (const x of ws) x.close();
-          this.watching = null;
+          if (this.watching === ws) this.watching = null; // (not after close())
           drop();
         });
       }
@@ -474,6 +515,16 @@ export class ImageStore implements ImageResolver {
       this.watching = (e as NodeJS.ErrnoException).code === 'ENOENT' ? undefined : null;
     }
     return this.watching !== undefined && this.watching !== null;
+  }
+
+  /**
+   * Stop watching the store's dirs, and forget the images resolved (those watches kept them
+   * current). The store stays usable: the next resolve watches again.
+   */
+  async close(): Promise<void> {
+    for (const w of this.watching ?? []) w.close();
+    this.watching = undefined;
+    this.forget();
   }
 
   /** Every ref in the store with its digest and size. */
@@ -497,7 +548,7 @@ export class ImageStore implements ImageResolver {
 
   /** Removes the ref `text` (IMAGE_NOT_FOUND if absent), then collects what no ref needs. */
   async remove(text: string): Promise<{ ref: string; removedLayers: string[]; keptInUse: string[] }> {
-    const name = formatImageRef(this.parse(text));
+    const { name } = this.parsedName(text);
     const file = this.refFile(name);
     if (!this.readRef(name))
       throw new AirlockError('IMAGE_NOT_FOUND', `no image ${name} in the store (see airlock image ls)`, {
@@ -563,13 +614,13 @@ export class ImageStore implements ImageResolver {
 /** Verified blobs a store keeps in memory (see ImageStore.verified). */
 const MAX_VERIFIED_BLOBS = 256;
 
-/**
- * A ref file's identity (device, inode, size, mtime, ctime), or undefined when it is absent: refs are
- * replaced by rename (a new inode) and removed, never written in place. A plain stat (no bigint).
- */
-function fileId(file: string): string | undefined {
-  const st = statSync(file, { throwIfNoEntry: false });
-  return st && `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+/** `file` opened for reading, or undefined when it is absent (or cannot be opened). */
+function openOr(file: string): number | undefined {
+  try {
+    return openSync(file, 'r');
+  } catch {
+    return undefined;
+  }
 }
 
 function readdirOr(dir: string): string[] {

@@ -205,8 +205,9 @@ export interface AirlockOptions {
   /**
    * Resolves `image` references of sandbox specs to unpacked layers. Default: the OCI image store in
    * the state dir (registry settings from AIRLOCK_IMAGE_REGISTRY, AIRLOCK_INSECURE_REGISTRIES,
-   * AIRLOCK_REGISTRY_AUTH_FILE, AIRLOCK_MAX_IMAGE_BYTES; see docs/images.md). `false`: a spec with
-   * `image` is refused (BACKEND_UNAVAILABLE).
+   * AIRLOCK_REGISTRY_AUTH_FILE, AIRLOCK_MAX_IMAGE_BYTES; see docs/images.md), closed (its watches)
+   * by `close()`; one given here is the caller's to close. `false`: a spec with `image` is refused
+   * (BACKEND_UNAVAILABLE).
    */
   readonly images?: ImageResolver | false;
   /** Where every sandbox's code-analysis decisions go (`sbx.runCode`; see src/mcp/audit.ts). */
@@ -300,6 +301,8 @@ export class Airlock {
   private readonly snapshotRuntime!: SnapshotRuntime<Sandbox>;
   /** The image resolver `image` references go through (undefined: images are not available). */
   private readonly imageResolver: ImageResolver | undefined;
+  /** imageResolver when it is the default one, made here: close() closes it. */
+  private readonly ownImageResolver: ImageResolver | undefined;
   /**
    * The root filesystem checked from a resolved image that is frozen throughout (ImageStore hands
    * out the same one while the image is unchanged): a create from it checks nothing again.
@@ -328,6 +331,7 @@ export class Airlock {
     this.auditSink = opts.audit;
     const images = opts.images;
     this.imageResolver = images === false ? undefined : (images ?? defaultImageResolver(this.stateDir));
+    if (images === undefined) this.ownImageResolver = this.imageResolver;
     // At start: the soft RLIMIT_NOFILE up to the hard one; the budget never exceeds what is in force.
     const nofile = raiseOpenFileLimit();
     this.fdBudget = new FdBudget(
@@ -509,7 +513,7 @@ export class Airlock {
 
   async create(input: SandboxSpecInput = {}): Promise<Sandbox> {
     let spec = parseSandboxSpec(input);
-    if (spec.image !== undefined) spec = await this.withImage(spec);
+    if (spec.image !== undefined) spec = this.withCachedImage(spec) ?? (await this.withImage(spec));
     if (spec.executables !== undefined) spec = await withExecutables(this.stateDir, spec);
     if (spec.template !== undefined) spec = await this.withTemplate(spec, input);
     else if (spec.layers?.length && input.backend === undefined) {
@@ -586,6 +590,20 @@ export class Airlock {
       spec.image!,
       spec.pull !== undefined ? { pull: spec.pull } : {},
     );
+    return this.onImage(spec, img);
+  }
+
+  /**
+   * withImage without an asynchronous step, when the resolver knows the image at once (a cached
+   * image: ImageResolver.cached); undefined otherwise.
+   */
+  private withCachedImage(spec: SandboxSpec): SandboxSpec | undefined {
+    const img = this.imageResolver?.cached?.(spec.image!, spec.pull !== undefined ? { pull: spec.pull } : {});
+    return img && this.onImage(spec, img);
+  }
+
+  /** The spec on the root of resolved image `img`. */
+  private onImage(spec: SandboxSpec, img: ResolvedImage): SandboxSpec {
     // Checked like any spec field: the resolver is a seam (absolute layer dirs, a well-formed config).
     let rootfs = this.rootfsChecked.get(img);
     if (!rootfs) {
@@ -782,6 +800,8 @@ export class Airlock {
     const gw = this.gatewayInstance;
     this.gatewayInstance = undefined; // a later create makes a new one
     await gw?.close().catch(() => {});
+    // The image store's watches (a later create from an image watches again).
+    await this.ownImageResolver?.close?.().catch(() => {});
   }
 
   /** Same as killAll: after it, this runtime holds nothing on the host (it can still create again). */

@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import type { ImageResolver } from '../core/image.js';
+import type { ImageStore } from '../images/store.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import { RootfsSchema, type Rootfs, type SandboxSpec } from '../core/spec.js';
 import type { TemplateConfig } from '../core/template.js';
@@ -24,16 +25,17 @@ export async function layerInUse(stateDir: string, storeRoot: string): Promise<(
 }
 
 export function defaultImageResolver(stateDir: string, env: NodeJS.ProcessEnv = process.env): ImageResolver {
-  let store: Promise<ImageResolver> | undefined;
-  const open = async (): Promise<ImageResolver> => {
+  let store: Promise<ImageStore> | undefined;
+  /** The store once open (what `cached` asks, synchronously). */
+  let opened: ImageStore | undefined;
+  const open = async (): Promise<ImageStore> => {
     const [{ ImageStore }, { imageOptionsFromEnv }] = await Promise.all([
       import('../images/store.js'),
       import('../images/options.js'),
     ]);
     // ImageStore keeps its files under <stateDir>/images (ImageStore.root).
     const inUse = await layerInUse(stateDir, join(stateDir, 'images'));
-    const s = new ImageStore({ stateDir, ...imageOptionsFromEnv(env), inUse });
-    return s;
+    return (opened = new ImageStore({ stateDir, ...imageOptionsFromEnv(env), inUse }));
   };
   return {
     async resolve(ref, options) {
@@ -52,6 +54,9 @@ export function defaultImageResolver(stateDir: string, env: NodeJS.ProcessEnv = 
         throw e;
       }
     },
+    cached: (ref, options) => opened?.cached(ref, options),
+    // Its watches; the store stays open (a later create resolves through it again).
+    close: async () => opened?.close(),
   };
 }
 

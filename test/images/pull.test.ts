@@ -22,6 +22,7 @@ import {
   type TestImage,
 } from './build.js';
 import { canRunRegistry, startRegistry, startTokenService, type TestRegistry } from './registry.js';
+import { inotifyWatchesOn, openFdsIn } from '../helpers.js';
 
 const STATE = `${process.env.AIRLOCK_TEST_STATE_DIR ?? '/var/tmp/airlock-test'}-images`;
 
@@ -225,6 +226,59 @@ describe.skipIf(!canRunRegistry)('image pull from a real registry', () => {
         ),
       )
       .toBe('IMAGE_NOT_FOUND');
+  });
+
+  it('cached() answers as resolve does, and no longer once another store re-pulls or removes the ref', async () => {
+    const other = freshStore();
+    const ref = `${reg.host}/test/moving:v1`;
+    const second = imageOf([layerOf(await tarOf(busyboxEntries()), 'none')]);
+    await pushImage(reg.host, 'test/moving', 'v1', img);
+    await pushImage(reg.host, 'test/moving', 'v2', second);
+    await other.resolve(ref);
+    await other.resolve(`${reg.host}/test/moving:v2`);
+    // (Made after those pulls: its watches see none of their writes.)
+    const store = new ImageStore({ stateDir });
+    expect(store.cached(ref)).toBeUndefined(); // never resolved here
+    const a = await store.resolve(ref, { pull: 'never' });
+    expect(await store.resolve(ref, { pull: 'never' })).toBe(a);
+    expect(store.cached(ref)).toBe(a);
+    expect(store.cached(ref, { pull: 'never' })).toBe(a);
+    expect(store.cached(ref, { pull: 'always' })).toBeUndefined();
+    // The tag moves to an image whose blobs and layers are all stored already: another store's
+    // re-pull writes nothing but the ref file (nothing the watches see). Checked before any turn of
+    // the event loop could deliver an event: the held ref file is no longer linked.
+    await pushImage(reg.host, 'test/moving', 'v1', second);
+    const moved = await other.resolve(ref, { pull: 'always' });
+    expect(moved.digest).toBe(second.digest);
+    expect(store.cached(ref)).toBeUndefined();
+    expect((await store.resolve(ref, { pull: 'never' })).digest).toBe(second.digest);
+    expect(store.cached(ref)?.digest).toBe(second.digest);
+    // Removed by another store: not cached any more, at once.
+    await other.remove(ref);
+    expect(store.cached(ref)).toBeUndefined();
+    await expect(store.resolve(ref, { pull: 'never' })).rejects.toMatchObject({ code: 'IMAGE_NOT_FOUND' });
+    await store.close();
+    await other.close();
+  });
+
+  it('close() leaves no watch on the store and no ref file open; the store resolves (and watches) again', async () => {
+    const store = freshStore();
+    const ref = `${reg.host}/test/closing:v1`;
+    await pushImage(reg.host, 'test/closing', 'v1', img);
+    await store.resolve(ref);
+    const dirs = ['blobs', 'layers'].map((d) => join(stateDir, 'images', d));
+    const refs = join(stateDir, 'images', 'refs');
+    const a = await store.resolve(ref, { pull: 'never' });
+    expect([inotifyWatchesOn(dirs), openFdsIn(refs)]).toEqual([2, 1]);
+    await store.close();
+    expect([inotifyWatchesOn(dirs), openFdsIn(refs)]).toEqual([0, 0]);
+    expect(store.cached(ref)).toBeUndefined();
+    const b = await store.resolve(ref, { pull: 'never' });
+    expect([b.digest, store.cached(ref)]).toEqual([a.digest, b]);
+    expect([inotifyWatchesOn(dirs), openFdsIn(refs)]).toEqual([2, 1]);
+    await store.close();
+    await store.close(); // twice is fine
+    expect([inotifyWatchesOn(dirs), openFdsIn(refs)]).toEqual([0, 0]);
   });
 
   it('rm and prune: unused layers go, layers a live sandbox uses stay', async () => {

@@ -10,7 +10,15 @@ import { AirlockError } from '../../src/core/errors.js';
 import { ImageStore } from '../../src/images/store.js';
 import { Airlock } from '../../src/sandbox/airlock.js';
 import { layerInUse } from '../../src/sandbox/images.js';
-import { NO_RESIDUE, residue, settledResidue, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
+import {
+  NO_RESIDUE,
+  inotifyWatchesOn,
+  openFdsIn,
+  residue,
+  settledResidue,
+  TEST_STATE_DIR,
+  TEST_UID_RANGE,
+} from '../helpers.js';
 import { busyboxEntries, imageOf, layerOf, pushImage, tarOf } from './build.js';
 import { REGISTRY_SKIP_REASON, canRunRegistry, startRegistry, type TestRegistry } from './registry.js';
 
@@ -149,8 +157,9 @@ describe.skipIf(!canRunRegistry)(
     it('image rm drops the prepared slot and its mounts; the next create gets IMAGE_NOT_FOUND', async () => {
       const d = await airlock.create({ image: refD });
       await d.kill();
-      const layersOfD = (await new ImageStore({ stateDir: TEST_STATE_DIR }).resolve(refD, { pull: 'never' }))
-        .layers;
+      const look = new ImageStore({ stateDir: TEST_STATE_DIR });
+      const layersOfD = (await look.resolve(refD, { pull: 'never' })).layers;
+      await look.close();
       const same = (s: { layers: string[] }): boolean => s.layers.join() === layersOfD.join();
       const slotOfD = (await until(preparedSlots, (p) => p.some(same))).find(same)!;
       expect(slotOfD).toBeDefined();
@@ -164,11 +173,14 @@ describe.skipIf(!canRunRegistry)(
         inUse: await layerInUse(TEST_STATE_DIR, join(TEST_STATE_DIR, 'images')),
       });
       const rm = await store.remove(refD);
+      await store.close();
       expect(rm.keptInUse).toEqual([]);
       expect(rm.removedLayers.length).toBeGreaterThan(0);
       const left = await until(rootMounts, (m) => !m.includes(slotOfD.id));
       expect(left).not.toContain(slotOfD.id);
-      expect(residue().mounts.filter((m) => m.includes(`/sandboxes/${slotOfD.id}/`))).toEqual([]);
+      // The slot's release unmounts the root first, then the rest (pts, disk): wait for all of it.
+      const under = (): string[] => residue().mounts.filter((m) => m.includes(`/sandboxes/${slotOfD.id}/`));
+      expect(await until(under, (m) => m.length === 0)).toEqual([]);
       const err = await airlock.create({ image: refD, pull: 'never' }).catch((e: unknown) => e);
       expect(AirlockError.is(err, 'IMAGE_NOT_FOUND')).toBe(true);
       // With pull: missing, it is pulled again and runs.
@@ -180,10 +192,18 @@ describe.skipIf(!canRunRegistry)(
       }
     });
 
-    it('close releases every warm slot, image roots included', async () => {
+    it('close releases every warm slot, image roots included, and every watch on the image store', async () => {
+      // (From the store: its ref is cached, held open.)
+      await (await airlock.create({ image: refE, pull: 'never' })).kill();
       await until(preparedSlots, (p) => p.length >= 1);
+      const images = join(TEST_STATE_DIR, 'images');
+      const dirs = ['blobs', 'layers'].map((d) => join(images, d));
+      // The store's watches (blobs, layers) and the pool's (layers), and the cached refs' fds.
+      expect(inotifyWatchesOn(dirs)).toBeGreaterThan(0);
+      expect(openFdsIn(join(images, 'refs'))).toBeGreaterThan(0);
       await airlock.close();
       expect(await settledResidue()).toEqual(NO_RESIDUE);
+      expect([inotifyWatchesOn(dirs), openFdsIn(join(images, 'refs'))]).toEqual([0, 0]);
     });
   },
 );
