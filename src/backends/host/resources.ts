@@ -1,7 +1,7 @@
 // Everything one sandbox holds on the host (its dir and mounts, netns, cgroup, launch namespace, uid
 // lease), released in dependency order; and its owner.json, which says whose it is (the reaper and
 // the layer store read it).
-import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { linkSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import type { CgroupHandle } from './cgroups.privileged.js';
@@ -97,6 +97,13 @@ export function writeOwnerFile(dir: string, meta: OwnerFile): void {
  */
 export function stageOwnerFile(dir: string, meta: OwnerFile): void {
   writeFileSync(join(dir, 'owner.json.staged'), JSON.stringify(meta), { mode: 0o600 });
+  // A second name for the owner.json it will replace: that rename then only unlinks a name, and the
+  // file is freed with the dir (at teardown), not on the create's path (best effort: speed only).
+  try {
+    linkSync(join(dir, 'owner.json'), join(dir, 'owner.json.prepared'));
+  } catch {
+    /* the rename frees it then */
+  }
 }
 
 /** Puts the staged owner.json in place (atomic, like writeOwnerFile); false if none was staged. */

@@ -150,6 +150,12 @@ export class SlotPool {
   private images: Array<{ key: string; rootfs: Rootfs }> = [];
   /** Watches on the dirs holding those images' layer dirs: a removal there drops stale slots. */
   private readonly watchers = new Map<string, FSWatcher>();
+  /**
+   * The rootfs last noted, when it is the most recent image and each of its dirs is watched: noting
+   * it again then changes nothing (the common case, creates from one image; noteImage returns at
+   * once). Cleared whenever the images or the watches change.
+   */
+  private noted: Rootfs | undefined;
 
   constructor(private readonly deps: SlotPoolDeps) {}
 
@@ -195,9 +201,14 @@ export class SlotPool {
    */
   noteImage(key: string, rootfs: Rootfs): void {
     if (this.deps.size <= 0) return;
+    const last = this.images.at(-1);
+    if (this.noted === rootfs && last?.rootfs === rootfs && last.key === key) return;
+    this.noted = undefined;
     this.images = [...this.images.filter((i) => i.key !== key), { key, rootfs }];
     while (this.images.length > MAX_IMAGE_SLOTS) this.dropImage(this.images.shift()!.key);
-    for (const l of rootfs.layers) this.watchLayers(watchDirOf(l));
+    const dirs = rootfs.layers.map(watchDirOf);
+    for (const d of dirs) this.watchLayers(d);
+    if (dirs.every((d) => this.watchers.has(d))) this.noted = rootfs;
   }
 
   /**
@@ -205,6 +216,7 @@ export class SlotPool {
    * from its store (`airlock image rm`, prune) leaves no mount of it in a warm slot.
    */
   sweep(): void {
+    this.noted = undefined;
     for (const img of [...this.images]) {
       if (layerIds(img.rootfs.layers) === undefined) {
         this.images = this.images.filter((i) => i !== img);
@@ -238,6 +250,7 @@ export class SlotPool {
       w.on('error', () => {
         w.close();
         this.watchers.delete(d);
+        this.noted = undefined;
       });
       this.watchers.set(d, w);
     } catch {
@@ -292,6 +305,7 @@ export class SlotPool {
             slot = await making;
           } catch (e) {
             this.images = this.images.filter((i) => i.key !== img.key); // not retried until a create
+            this.noted = undefined;
             throw e;
           }
           // Dropped meanwhile (evicted, or its layers removed): never handed out.
@@ -345,6 +359,7 @@ export class SlotPool {
     for (const w of this.watchers.values()) w.close();
     this.watchers.clear();
     this.images = [];
+    this.noted = undefined;
     return this.slots.splice(0);
   }
 }
