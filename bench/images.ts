@@ -1,4 +1,4 @@
-// `tsx bench/images.ts [--runs N] [--mib M] [--creates N]`: cold pull + unpack of an image from a real
+// `tsx bench/images.ts [--runs N] [--mib M] [--creates N] [--gap-ms G]`: cold pull + unpack of an image from a real
 // registry (docker-registry in its own netns, reached over loopback, as in test/images/), in MB/s,
 // beside `tar -x` (GNU tar, gzip through zlib) of the very same layer blobs, in one run; then
 // `Sandbox.create` from the cached image, p50, beside create on the host root (interleaved, the same
@@ -84,8 +84,10 @@ async function main(): Promise<void> {
       tarx.push(Number(process.hrtime.bigint() - t1) / 1e9);
       rmSync(dir, { recursive: true, force: true });
     }
-    // Spaced by --gap-ms (both kinds alike) so that the warm pool has refilled: what a create finds
-    // under load that leaves it time to (back to back, --gap-ms 0, image slots refill slower).
+    // Spaced by --gap-ms (default 50; both kinds alike) so that the warm pool has refilled: what a
+    // create finds under load that leaves it time to. Back to back (--gap-ms 0) an image create finds
+    // no slot of its image ready (preparing one costs a cold create, tens of ms on a loaded host) and
+    // makes its own while the refill prepares the next: that measures the prepare, not the take.
     const creates = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30), undefined, gapMs);
     // Without the warm pool: what each create itself sets up (slot, mounts), nothing made ahead.
     const cold = await createFromImage(`${reg.host}/bench/img:v1`, arg('--creates', 30), 0);
