@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Readable, type Duplex, type Writable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
+import { monotonicMs } from '../core/units.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   ExecOptionsSchema,
@@ -281,7 +282,7 @@ export class SandboxBase {
     const timeoutMs = opts.background && opts.timeoutMs === undefined ? undefined : o.timeoutMs;
     const execId = randomBytes(6).toString('hex');
     const before = await this.backend.counters();
-    const started = performance.now();
+    const started = monotonicMs();
     const egressMark = this.hooks.egressQuiet?.mark();
     const env = this.envWith(o.env);
     const proc = await this.backend.spawn({
@@ -456,7 +457,7 @@ export class SandboxBase {
         stderr: se.text,
         truncated: { stdout: so.truncated, stderr: se.truncated },
         ...(spillPath ? { spillPath, spillPaths } : {}),
-        durationMs: Math.round((performance.now() - o.started) * 1000) / 1000,
+        durationMs: Math.round((monotonicMs() - o.started) * 1000) / 1000,
         ...(killedBy ? { killedBy } : {}),
         oomKills,
         ...(this.spec.network ? { egress } : {}),
