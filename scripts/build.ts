@@ -65,7 +65,8 @@ export const RUN_BUNDLE_COMMANDS = ['run', 'diff'];
 const onlyRunCommands: Plugin = {
   name: 'only-run-commands',
   setup(b) {
-    const kept = new Set([...RUN_BUNDLE_COMMANDS.map((c) => `./${c}.js`), './flags.js']);
+    // flags.js: main.ts's error lines; one-shot.js: the settings main.ts applies before a one-shot.
+    const kept = new Set([...RUN_BUNDLE_COMMANDS.map((c) => `./${c}.js`), './flags.js', './one-shot.js']);
     b.onResolve({ filter: /^\.\/[a-z-]+\.js$/ }, (args) =>
       args.kind === 'dynamic-import' &&
       /[/\\]src[/\\]cli[/\\][a-z-]+\.ts$/.test(args.importer) &&

@@ -66,6 +66,8 @@ const COMMAND_MODULES: Readonly<Record<string, () => Promise<unknown>>> = {
 export async function loadCommands(
   commands: readonly string[] = Object.keys(COMMAND_MODULES),
 ): Promise<void> {
+  // The run bundle's cache is made as its commands run: with the one-shot settings (see main).
+  if (commands.every((c) => ONE_SHOT.includes(c))) (await import('./one-shot.js')).tuneForOneShot();
   await Promise.all(
     commands.map((c) => {
       const load = COMMAND_MODULES[c];
@@ -602,7 +604,9 @@ function commanderExitCode(e: CommanderError): number {
 /** Runs the command line `argv` (without node and the script); resolves to the exit status. */
 export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   let status = 0;
-  const program = buildProgram(io, (code) => (status = code), ONE_SHOT.includes(argv[0] ?? ''));
+  const oneShot = ONE_SHOT.includes(argv[0] ?? '');
+  if (oneShot) (await import('./one-shot.js')).tuneForOneShot();
+  const program = buildProgram(io, (code) => (status = code), oneShot);
   phase('program');
   try {
     await program.parseAsync([...argv], { from: 'user' });

@@ -3,9 +3,9 @@
 // milliseconds, so these few functions are bound through koffi (a maintained FFI library that ships
 // prebuilt binaries). Each function is declared with its exact C prototype; callers check the
 // return value and read errno right after the call, on the same thread.
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, readSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 
 export interface Libc {
   mount(
@@ -152,21 +152,35 @@ let bound: Libc | undefined;
  */
 export function loadKoffi(): Koffi {
   const require = createRequire(import.meta.url);
-  const entry = require.resolve('koffi');
   try {
-    if (process.platform !== 'linux' || !onGlibc()) return require(entry) as Koffi;
-    const version = (
-      JSON.parse(readFileSync(join(dirname(entry), 'package.json'), 'utf8')) as { version?: unknown }
-    ).version;
-    const { platform, arch } = process;
-    const native = createRequire(entry)(
-      `@koromix/koffi-${platform}-${arch}/${platform}_${arch}/koffi.node`,
-    ) as Koffi & { version?: unknown };
-    if (typeof version === 'string' && native.version === version) return native;
+    const dir = process.platform === 'linux' && onGlibc() ? packageDir(require, 'koffi') : undefined;
+    if (dir !== undefined) {
+      const pkg = join(dir, 'package.json');
+      const version = (JSON.parse(readFileSync(pkg, 'utf8')) as { version?: unknown }).version;
+      const { platform, arch } = process;
+      const native = createRequire(pkg)(
+        `@koromix/koffi-${platform}-${arch}/${platform}_${arch}/koffi.node`,
+      ) as Koffi & { version?: unknown };
+      if (typeof version === 'string' && native.version === version) return native;
+    }
   } catch {
     // not the layout above: koffi's entry below
   }
-  return require(entry) as Koffi;
+  return require('koffi') as Koffi;
+}
+
+/**
+ * The directory (symlinks resolved, as require resolves them) of the package `name` that `require`
+ * loads: the first directory on require's own search path that holds it. Not require.resolve: that
+ * applies the package's "exports" map, which koffi has, and Node's resolver for those maps is a
+ * good part of a one-shot CLI start on its own (issue 31), for an entry file not used here.
+ */
+function packageDir(require: NodeRequire, name: string): string | undefined {
+  for (const dir of require.resolve.paths(name) ?? []) {
+    const at = join(dir, name);
+    if (existsSync(join(at, 'package.json'))) return realpathSync.native(at);
+  }
+  return undefined;
 }
 
 /**

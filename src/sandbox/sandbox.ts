@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Readable, type Duplex, type Writable } from 'node:stream';
 import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
+import { monotonicMs } from '../core/units.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
 import {
   ExecOptionsSchema,
@@ -26,7 +27,7 @@ import type { CodeContextRef, CreateCodeContextOptions, Execution, RunCodeOption
 import type { AuditSink, CodeAuditEvent, NetworkAuditEvent } from '../mcp/audit.js';
 import type { NetworkPolicy, NetworkPolicyInput } from '../core/network-spec.js';
 import { changeNetworkPolicy, type SetEgressPolicy } from './network.js';
-import { CodeRunner } from './code/runner.js';
+import type { CodeRunner } from './code/runner.js';
 
 /** What ended a command early: timeout, TTL, OOM, pids limit, or a kill. */
 export type KilledBy = 'timeout' | 'ttl' | 'oom' | 'pids' | 'killed';
@@ -281,7 +282,7 @@ export class SandboxBase {
     const timeoutMs = opts.background && opts.timeoutMs === undefined ? undefined : o.timeoutMs;
     const execId = randomBytes(6).toString('hex');
     const before = await this.backend.counters();
-    const started = performance.now();
+    const started = monotonicMs();
     const egressMark = this.hooks.egressQuiet?.mark();
     const env = this.envWith(o.env);
     const proc = await this.backend.spawn({
@@ -456,7 +457,7 @@ export class SandboxBase {
         stderr: se.text,
         truncated: { stdout: so.truncated, stderr: se.truncated },
         ...(spillPath ? { spillPath, spillPaths } : {}),
-        durationMs: Math.round((performance.now() - o.started) * 1000) / 1000,
+        durationMs: Math.round((monotonicMs() - o.started) * 1000) / 1000,
         ...(killedBy ? { killedBy } : {}),
         oomKills,
         ...(this.spec.network ? { egress } : {}),
@@ -680,36 +681,24 @@ export class SandboxBase {
    * (the Execution's error says so; the next run starts it empty). See docs/guides/code-execution.md.
    */
   runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
-    try {
-      return this.code.run(code, opts);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return this.code().then((c) => c.run(code, opts));
   }
 
   /** A stateful code context: variables, imports and functions persist across its runs. */
   createCodeContext(opts: CreateCodeContextOptions = {}): Promise<CodeContextRef> {
-    try {
-      return this.code.create(opts);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+    return this.code().then((c) => c.create(opts));
   }
 
   /** The sandbox's open code contexts. */
   async listCodeContexts(): Promise<CodeContextRef[]> {
     this.assertAlive();
-    return this.code.list();
+    return (await this.code()).list();
   }
 
   /** Close a code context: its kernel is killed and its state is gone. CODE_CONTEXT_NOT_FOUND if unknown. */
-  closeCodeContext(ctx: CodeContextRef | string): Promise<void> {
-    try {
-      this.assertAlive();
-      return this.code.close(ctx);
-    } catch (e) {
-      return Promise.reject(e);
-    }
+  async closeCodeContext(ctx: CodeContextRef | string): Promise<void> {
+    this.assertAlive();
+    return (await this.code()).close(ctx);
   }
 
   /** Subscribe to the code analysis's decisions (one per runCode); returns the unsubscribe function. */
@@ -718,7 +707,14 @@ export class SandboxBase {
     return () => this.codeListeners.delete(listener);
   }
 
-  private get code(): CodeRunner {
+  /**
+   * The code runner, made on first use. Its module (kernels, frame protocol, and through them the
+   * static analysis) is loaded then too: a sandbox that never runs code, such as every one-shot
+   * `airlock run`, never initialises it (issue 31).
+   */
+  private async code(): Promise<CodeRunner> {
+    const { CodeRunner } = await import('./code/runner.js');
+    this.assertAlive(); // killed while the module loaded: no runner for a dead sandbox
     this.codeRunner ??= new CodeRunner({
       sandboxId: this.id,
       spec: this.spec,

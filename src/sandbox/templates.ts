@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
+import { monotonicMs } from '../core/units.js';
 import { z } from 'zod';
 import { readRecordFile } from '../core/validate.js';
 import type { SnapshotParent, SnapshotRecord } from '../core/snapshot.js';
@@ -403,7 +404,7 @@ async function runStep(
   signal?: AbortSignal,
   onStep?: (e: TemplateStepEvent) => void,
 ): Promise<void> {
-  const started = performance.now();
+  const started = monotonicMs();
   const r = await sbx.exec(typeof step.run === 'string' ? step.run : [...step.run], {
     timeoutMs: step.timeoutMs,
     ...(step.env ? { env: step.env } : {}),
@@ -416,7 +417,7 @@ async function runStep(
         }
       : {}),
   });
-  onStep?.({ kind: 'done', index: i, durationMs: performance.now() - started, exitCode: r.exitCode });
+  onStep?.({ kind: 'done', index: i, durationMs: monotonicMs() - started, exitCode: r.exitCode });
   if (r.exitCode === 0 && !r.killedBy) return;
   const tail = r.stderr.slice(-STDERR_TAIL_CHARS);
   const how = r.killedBy

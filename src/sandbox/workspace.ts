@@ -21,7 +21,7 @@ import {
 import { join } from 'node:path';
 import { AirlockError } from '../core/errors.js';
 import type { RunRaw } from './files.js';
-import { filePatch, isBinary, type GitMode, type PatchSide } from './git-patch.js';
+import type { GitMode, PatchSide } from './git-patch.js';
 
 export interface WorkspaceChange {
   /** Relative to /workspace (and to the host dir), `/`-separated. */
@@ -94,6 +94,9 @@ export class SandboxWorkspace {
       });
     }
     const outDir = opts.dir === undefined ? undefined : prepareOutDir(opts.dir);
+    // Loaded here, not with this module: the patch writer (zlib, the diff package) is start-up work
+    // for every `airlock run`, which never diffs (issue 31).
+    const { filePatch, isBinary } = await import('./git-patch.js');
     const inside = await this.sandboxTree();
     const host = this.hostDir === undefined ? new Map<string, Entry>() : hostTree(this.hostDir);
     const keys = [...new Set([...inside.keys(), ...host.keys()])].sort(byBytes);

@@ -73,17 +73,29 @@ describe('lazy imports', () => {
       const tiers = () =>
         [...urls].filter((u) => ['gvisor', 'microvm', 'wasm'].some((t) => u.includes('/src/backends/' + t + '/')))
           .map((u) => u.split('/src/')[1]);
+      // Sandbox features a plain run never uses: the code runner (runCode) and the patch writer (diff).
+      const features = () =>
+        [...urls].filter((u) => u.includes('/src/sandbox/code/') || u.endsWith('/src/sandbox/git-patch.ts'))
+          .map((u) => u.split('/src/')[1]);
       const run = await import(src + 'cli/run.ts');
       run.warmUpForCache();
       const airlock = (await import(src + 'cli/lifecycle.ts')).cliAirlock({ oneSandbox: true });
       const before = tiers();
+      const featuresBefore = features();
       // Nor koffi (the libc binding): the fd limit is read from /proc/self/limits, as prlimit says it.
       const { createRequire } = await import('node:module');
       const koffi = Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes('/node_modules/koffi/'));
       const nofile = await import(src + 'backends/host/nofile.privileged.ts');
       const limits = [nofile.raiseOpenFileLimit(), nofile.openFileLimit()];
       await airlock.snapshots.list(); // every tier's snapshot store
-      process.stdout.write(JSON.stringify({ before, koffi, limits, after: tiers() }));
+      const { SandboxBase } = await import(src + 'sandbox/sandbox.ts');
+      const gone = Object.create(SandboxBase.prototype);
+      gone.killing = Promise.resolve(); // a killed sandbox: runCode loads the runner, then refuses
+      const runCode = await gone.runCode('1').then(() => 'ran', (e) => e.code);
+      await import(src + 'sandbox/workspace.ts');
+      process.stdout.write(
+        JSON.stringify({ before, koffi, limits, after: tiers(), featuresBefore, runCode, featuresAfter: features() }),
+      );
     `;
     try {
       const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
@@ -91,13 +103,20 @@ describe('lazy imports', () => {
         encoding: 'utf8',
         env: { ...process.env, AIRLOCK_STATE_DIR: state },
       });
-      const { before, koffi, limits, after } = JSON.parse(out) as {
+      const { before, koffi, limits, after, featuresBefore, runCode, featuresAfter } = JSON.parse(out) as {
         before: string[];
         koffi: boolean;
         limits: [unknown, unknown];
         after: string[];
+        featuresBefore: string[];
+        runCode: string;
+        featuresAfter: string[];
       };
       expect(before).toEqual([]);
+      expect(featuresBefore).toEqual([]);
+      expect(runCode).toBe('SANDBOX_GONE');
+      expect(featuresAfter).toEqual(expect.arrayContaining(['sandbox/code/runner.ts']));
+      expect(featuresAfter).not.toContain('sandbox/git-patch.ts'); // only diff() loads it
       expect(koffi).toBe(false);
       expect(limits[0]).toEqual(limits[1]);
       expect(after).toEqual(

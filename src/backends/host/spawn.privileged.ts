@@ -27,6 +27,7 @@ import { Socket } from 'node:net';
 import { constants } from 'node:os';
 import type { ProcessExit } from '../../core/backend.js';
 import { libc, type CoreLibc } from '../../core/libc.privileged.js';
+import { monotonicMs } from '../../core/units.js';
 
 /**
  * What the child finds on one fd: a pipe it reads (we write), a pipe it writes (we read), /dev/null,
@@ -367,14 +368,14 @@ function directChild(
       const lim = Buffer.alloc(16);
       lim.writeBigUInt64LE(BigInt(nofile), 0);
       lim.writeBigUInt64LE(BigInt(nofile), 8);
-      const start = performance.now();
+      const start = monotonicMs();
       for (;;) {
         const err = asIdentity(as, () => (c.prlimit(pid, RLIMIT_NOFILE, lim, null) === 0 ? 0 : c.errno()));
         if (err === 0) return;
         // EPERM until the child's exec has committed its credentials (saved ids = the new ones):
         // posix_spawn returns a moment before that. Retry on the next event-loop turn at first,
         // then every millisecond.
-        const waited = performance.now() - start;
+        const waited = monotonicMs() - start;
         if (err !== EPERM || waited > CAP_WAIT_MS) throw errnoError('prlimit(RLIMIT_NOFILE)', err);
         await new Promise((r) => (waited < CAP_SPIN_MS ? setImmediate(r) : setTimeout(r, 1)));
       }
