@@ -404,6 +404,18 @@ export class Store {
     return (rows as RawSandbox[]).map(rowOf);
   }
 
+  /**
+   * What `tenant`'s live (running or paused) sandboxes take, summed by SQLite: the quota check of
+   * every create, which must not load and parse every live row (metadata JSON included) to count them.
+   */
+  liveUsage(tenant: string): { sandboxes: number; memoryBytes: number; cpus: number } {
+    const r = this.stmt(
+      `SELECT count(*) AS n, total(memory_bytes) AS mem, total(cpus) AS cpus FROM sandboxes
+         WHERE tenant = ? AND state IN ('running', 'paused')`,
+    ).get(tenant) as { n: number; mem: number; cpus: number };
+    return { sandboxes: r.n, memoryBytes: r.mem, cpus: r.cpus };
+  }
+
   /** Move a live sandbox to `state`; false if it was not live (already ended). */
   /** The state change and its event in one transaction (one commit); RETURNING gives the tenant. */
   endSandbox(id: string, state: 'killed' | 'expired' | 'lost', reason: string | null): boolean {
