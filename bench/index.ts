@@ -25,7 +25,7 @@ import { forkBench, formatFork, type ForkReport } from './fork.js';
 import { formatLifecycle, lifecycle, type LifecycleReport } from './lifecycle.js';
 import { airlockPaths, formatMcp, mcpBench, type McpReport } from './mcp.js';
 import { peerBench, type PeerReport } from './peer.js';
-import { formatServer, serverBench, type ServerReport } from './server.js';
+import { formatServer, serverBench, serverFloors, type ServerReport } from './server.js';
 import {
   machineFacts,
   mib,
@@ -875,6 +875,24 @@ function serverSection(r: ServerReport, chart: (n: string, t: string, svg: strin
       '≤ 2 ms added p50 on loopback',
       verdict(l.p50 - base.p50 <= 2),
     );
+  const fl = serverFloors(r);
+  // Beside each target, the floor measured in the same run (bench/server.ts serverFloors): no server
+  // with a front and a supervisor hop could add less than it on this host.
+  const floorRows = (name: string, w: 'remoteSdk' | 'e2b'): Row[] =>
+    fl && r.stub
+      ? [
+          row(
+            `${name}: floor of its added time (canned-answer stub p50 ${ms(r.stub[w].p50)} + 3 × bare unix round trip)`,
+            ms(fl.sdk[w].floor),
+            ratioTo(fl.sdk[w].floor, base.p50, 'library p50', ms(base.p50)),
+          ),
+          row(
+            `${name}: added p50 above that floor (the servers' own work)`,
+            ms(fl.sdk[w].aboveFloor),
+            `added ${ms(r[w].p50 - base.p50)} − floor ${ms(fl.sdk[w].floor)}`,
+          ),
+        ]
+      : [];
   const c = r.concurrent;
   const m = r.memory;
   return {
@@ -886,8 +904,20 @@ function serverSection(r: ServerReport, chart: (n: string, t: string, svg: strin
       `e2b SDK (/e2b) taking turns each round, after ${r.warmUp ?? 10} warm-up runs each (bench/server.ts).`,
     rows: [
       row(`library in-process, p50 (baseline; p90 ${ms(base.p90)})`, ms(base.p50), '1.00×'),
+      ...(fl && r.hops
+        ? [
+            row(
+              'floor: 3 × (bare TCP + bare unix) round trips, back to back, same run',
+              ms(fl.transport),
+              `first after an idle gap: ${ms(3 * (r.hops.bareTcp + r.hops.bareUnix))}`,
+              'what two hops cost before any work',
+            ),
+          ]
+        : []),
       added('remote TypeScript SDK', r.remoteSdk),
+      ...floorRows('remote TypeScript SDK', 'remoteSdk'),
       added('e2b SDK', r.e2b),
+      ...floorRows('e2b SDK', 'e2b'),
       row(
         `${c.n} concurrent creates through the API: wall time`,
         ms(c.wallMs),

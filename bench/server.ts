@@ -58,7 +58,9 @@ export interface Rss {
 }
 
 /** The ways create → exec → kill is timed, each phase apart. */
-export type Way = 'library' | 'remoteSdk' | 'e2b' | 'supervisor';
+export type Way = 'library' | 'remoteSdk' | 'e2b' | 'supervisor' | 'remoteStub' | 'e2bStub';
+/** The SDK ways, each also timed against the canned-answer stub (bench/canned-server.ts). */
+const STUBBED = { remoteSdk: 'remoteStub', e2b: 'e2bStub' } as const;
 export type Phase = 'create' | 'exec' | 'kill';
 /** One HTTP round trip: bare node:http over TCP and unix socket, the front server's and the supervisor's. */
 export type Hop = 'bareTcp' | 'bareUnix' | 'frontHealthz' | 'supervisorInfo';
@@ -79,6 +81,12 @@ export interface ServerReport {
   readonly e2b: Latency;
   /** The supervisor's native API on its unix socket (RemoteSandboxApi), no front server. */
   readonly supervisor?: Latency;
+  /**
+   * The same SDK calls against a stub in another process that answers each with a canned copy of the
+   * real server's answer (bench/canned-server.ts): the SDK's own work and one loopback TCP round trip
+   * per call, no server work, no sandbox. The floor under each SDK's time.
+   */
+  readonly stub?: { readonly remoteSdk: Latency; readonly e2b: Latency };
   /** p50 of each phase of each way. */
   readonly phases?: Record<Way, Record<Phase, number>>;
   /** p50 of one round trip of each kind (the floor under each hop): the first after the round's idle gap. */
@@ -162,6 +170,11 @@ async function startServe(): Promise<Served> {
   const child = spawn(
     process.execPath,
     [
+      // AIRLOCK_SERVER_BENCH_CPU_PROF=DIR: V8 CPU profiles of the front server and (through its
+      // execArgv, which it starts the supervisor with) of the supervisor, written when they exit.
+      ...(process.env.AIRLOCK_SERVER_BENCH_CPU_PROF
+        ? ['--cpu-prof', '--cpu-prof-dir', process.env.AIRLOCK_SERVER_BENCH_CPU_PROF]
+        : []),
       '--import',
       TSX,
       CLI_MAIN,
@@ -244,23 +257,51 @@ async function startBareServer(): Promise<{ port: number; socketPath: string; st
       serve().listen(${JSON.stringify(socketPath)}, () => process.stdout.write(tcp.address().port + '\\n')));
   `;
   const child = spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return { ...(await listening(child, 'the bare HTTP server')), socketPath };
+}
+
+/** A child that prints its TCP port on its first stdout line: that port, and how to stop it. */
+async function listening(
+  child: ChildProcess,
+  what: string,
+): Promise<{ port: number; stop: () => Promise<void> }> {
   const port = await new Promise<number>((resolve, reject) => {
     let out = '';
     child.stdout!.setEncoding('utf8').on('data', (t: string) => {
       out += t;
       if (out.includes('\n')) resolve(Number(out.trim()));
     });
-    child.once('exit', (code) => reject(new Error(`the bare HTTP server exited ${code}`)));
+    child.once('exit', (code) => reject(new Error(`${what} exited ${code}`)));
   });
   return {
     port,
-    socketPath,
     stop: async () => {
+      if (child.exitCode !== null) return;
       const exited = new Promise((r) => child.once('exit', r));
       child.kill('SIGTERM');
       await exited;
     },
   };
+}
+
+/**
+ * The canned-answer stub (bench/canned-server.ts) in its own process, recording from `target` until
+ * `replay()` switches it to answering from what it kept.
+ */
+async function startCannedServer(
+  target: string,
+): Promise<{ url: string; replay: () => Promise<void>; stop: () => Promise<void> }> {
+  const child = spawn(process.execPath, ['--import', TSX, join(ROOT, 'bench', 'canned-server.ts')], {
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', AIRLOCK_CANNED_TARGET: target },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const { port, stop } = await listening(child, 'the canned-answer stub');
+  const url = `http://127.0.0.1:${port}`;
+  const replay = async (): Promise<void> => {
+    const r = await fetch(`${url}/__canned/replay`, { method: 'POST' });
+    if (!r.ok) throw new Error(`the canned-answer stub did not switch to replay: HTTP ${r.status}`);
+  };
+  return { url, replay, stop };
 }
 
 const rssOf = (s: Served): Rss => ({
@@ -296,9 +337,14 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
     const supervisorApi = new RemoteSandboxApi({ socketPath: supervisorPaths(SERVER_STATE_DIR).socket });
     closers.push(() => supervisorApi.close());
     const SUPERVISOR_CALLER = { tenant: 'bench' };
+    // The canned-answer stub records from the front server until the SDKs' first cycles through it
+    // are done (below), then answers from what it kept.
+    const canned = await startCannedServer(served.url);
+    closers.push(() => canned.stop());
+    const stubRemote = new Airlock({ apiUrl: canned.url, apiKey: key });
+    const WAYS = ['library', 'remoteSdk', 'e2b', 'supervisor', 'remoteStub', 'e2bStub'] as const;
     const phaseSamples = {} as Record<Way, Record<Phase, number[]>>;
-    for (const w of ['library', 'remoteSdk', 'e2b', 'supervisor'] as const)
-      phaseSamples[w] = { create: [], exec: [], kill: [] };
+    for (const w of WAYS) phaseSamples[w] = { create: [], exec: [], kill: [] };
     /** create → exec → kill, each phase timed into `w`'s samples. */
     const phased =
       <S>(
@@ -321,6 +367,14 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         await kill(sbx);
         lap('kill');
       };
+    const e2bVia = (apiUrl?: string) => (): Promise<E2bSandbox> =>
+      E2bSandbox.create({
+        apiKey: key,
+        timeoutMs: 120_000,
+        ...(apiUrl ? { apiUrl: `${apiUrl}/e2b`, sandboxUrl: `${apiUrl}/e2b/envd` } : {}),
+      });
+    const e2bExec = (s: E2bSandbox): Promise<unknown> => s.commands.run('true');
+    const e2bKill = async (s: E2bSandbox): Promise<void> => void (await s.kill());
     const ways: Record<Way, () => Promise<void>> = {
       library: phased(
         'library',
@@ -334,12 +388,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         (s) => s.exec('true'),
         (s) => s.kill(),
       ),
-      e2b: phased(
-        'e2b',
-        () => E2bSandbox.create({ apiKey: key, timeoutMs: 120_000 }),
-        (s) => s.commands.run('true'),
-        async (s) => void (await s.kill()),
-      ),
+      e2b: phased('e2b', e2bVia(), e2bExec, e2bKill),
       supervisor: phased(
         'supervisor',
         () => supervisorApi.create({}, SUPERVISOR_CALLER),
@@ -349,7 +398,17 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         },
         (v) => supervisorApi.kill(v.id, SUPERVISOR_CALLER),
       ),
+      remoteStub: phased(
+        'remoteStub',
+        () => Sandbox.create({}, { airlock: stubRemote }),
+        (s) => s.exec('true'),
+        (s) => s.kill(),
+      ),
+      e2bStub: phased('e2bStub', e2bVia(canned.url), e2bExec, e2bKill),
     };
+    // Record: two real cycles of each SDK through the stub (a one-time call of the first is kept too).
+    for (let i = 0; i < 2; i++) for (const w of Object.values(STUBBED)) await ways[w]();
+    await canned.replay();
     const bare = await startBareServer();
     closers.push(() => bare.stop());
     const agent = new http.Agent({ keepAlive: true });
@@ -386,6 +445,10 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       });
     const samples: ServerReport['samples'] = { library: [], remoteSdk: [], e2b: [], concurrent: [] };
     const supervisorSamples: number[] = [];
+    const stubSamples: Record<(typeof STUBBED)[keyof typeof STUBBED], number[]> = {
+      remoteStub: [],
+      e2bStub: [],
+    };
     c.log(
       `server: ${rounds} rounds of create → exec true → kill, library / remote SDK / e2b / supervisor in turn`,
     );
@@ -402,7 +465,10 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
         const c0 = cpuNow(served);
         const t0 = performance.now();
         await f();
-        (name === 'supervisor' ? supervisorSamples : samples[name]).push(performance.now() - t0);
+        const took = performance.now() - t0;
+        if (name === 'supervisor') supervisorSamples.push(took);
+        else if (name === 'remoteStub' || name === 'e2bStub') stubSamples[name].push(took);
+        else samples[name].push(took);
         const c1 = cpuNow(served);
         for (const k of ['client', 'front', 'supervisor'] as const) cpuSum[name][k] += c1[k] - c0[k];
       }
@@ -469,6 +535,7 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
       remoteSdk: latency(samples.remoteSdk),
       e2b: latency(samples.e2b),
       supervisor: latency(supervisorSamples),
+      stub: { remoteSdk: latency(stubSamples.remoteStub), e2b: latency(stubSamples.e2bStub) },
       phases,
       hops,
       hopsWarm,
@@ -499,6 +566,42 @@ export async function serverBench(c: BenchContext & { runs: number }): Promise<S
   }
 }
 
+/**
+ * What no server could go below, measured in the same run (p50s, ms; undefined in a report without
+ * the hop or stub rounds):
+ *  - transport: 3 × (bare TCP + bare unix round trip, back to back): create, exec and kill each cross
+ *    the client → front (TCP) and the front → supervisor (unix socket) hop once;
+ *  - per SDK: its canned-answer stub's p50 (the SDK's own work and the TCP hops) + 3 × bare unix;
+ *  - aboveFloor: what the SDK adds over the library, less that SDK floor: the servers' own work.
+ */
+export function serverFloors(r: ServerReport):
+  | {
+      transport: number;
+      sdk: Record<keyof typeof STUBBED, { floor: number; aboveFloor: number }>;
+    }
+  | undefined {
+  if (!r.hopsWarm || !r.stub) return undefined;
+  const unix3 = 3 * r.hopsWarm.bareUnix;
+  const sdk = (w: keyof typeof STUBBED): { floor: number; aboveFloor: number } => {
+    const floor = r.stub![w].p50 + unix3;
+    return { floor, aboveFloor: r[w].p50 - r.library.p50 - floor };
+  };
+  return {
+    transport: 3 * (r.hopsWarm.bareTcp + r.hopsWarm.bareUnix),
+    sdk: { remoteSdk: sdk('remoteSdk'), e2b: sdk('e2b') },
+  };
+}
+
+/** Each way's row name in the detail tables. */
+const WAY_NAMES = [
+  ['library, in-process', 'library'],
+  ['supervisor API, unix socket (no front server)', 'supervisor'],
+  ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
+  ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
+  ['remote TypeScript SDK → canned-answer stub (floor)', 'remoteStub'],
+  ['e2b SDK → canned-answer stub (floor)', 'e2bStub'],
+] as const;
+
 /** The bench's own table (the report's detail). */
 export function formatServer(r: ServerReport): string {
   const f = (x: number): string => `${x.toFixed(2)} ms`;
@@ -510,14 +613,7 @@ export function formatServer(r: ServerReport): string {
         '',
         '| p50 per phase | create | exec `true` | kill |',
         '|---|---|---|---|',
-        ...(
-          [
-            ['library, in-process', 'library'],
-            ['supervisor API, unix socket (no front server)', 'supervisor'],
-            ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
-            ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
-          ] as const
-        ).map(([name, w]) => {
+        ...WAY_NAMES.filter(([, w]) => w in r.phases!).map(([name, w]) => {
           const p = r.phases![w];
           return `| ${name} | ${f(p.create)} | ${f(p.exec)} | ${f(p.kill)} |`;
         }),
@@ -546,14 +642,7 @@ export function formatServer(r: ServerReport): string {
         '',
         '| CPU ms per create → exec → kill (mean, all threads) | client (this process) | front server | supervisor |',
         '|---|---|---|---|',
-        ...(
-          [
-            ['library, in-process', 'library'],
-            ['supervisor API, unix socket (no front server)', 'supervisor'],
-            ['remote TypeScript SDK → front → supervisor', 'remoteSdk'],
-            ['e2b SDK → front (/e2b) → supervisor', 'e2b'],
-          ] as const
-        ).map(([name, w]) => {
+        ...WAY_NAMES.filter(([, w]) => w in r.cpu!).map(([name, w]) => {
           const c = r.cpu![w];
           return `| ${name} | ${f(c.client)} | ${f(c.front)} | ${f(c.supervisor)} |`;
         }),
@@ -566,6 +655,12 @@ export function formatServer(r: ServerReport): string {
     line('remote TypeScript SDK, native API', r.remoteSdk),
     line('e2b SDK, /e2b', r.e2b),
     ...(r.supervisor ? [line('supervisor API, unix socket (no front server)', r.supervisor)] : []),
+    ...(r.stub
+      ? [
+          line('remote TypeScript SDK → canned-answer stub (no server, no sandbox)', r.stub.remoteSdk),
+          line('e2b SDK → canned-answer stub (no server, no sandbox)', r.stub.e2b),
+        ]
+      : []),
     line(`one of ${r.concurrent.n} concurrent creates (API)`, r.concurrent.perCreate),
     '',
     '| RSS (MiB) | front server | supervisor |',

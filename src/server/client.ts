@@ -65,18 +65,34 @@ const MAX_LINE_BYTES = 16 * 1024 * 1024;
 
 type Body = { json: unknown } | { stream: ReadableStream<Uint8Array> } | { bytes: Uint8Array } | undefined;
 
-export async function readAll(res: http.IncomingMessage, max: number): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let n = 0;
-  for await (const c of res as AsyncIterable<Buffer>) {
-    n += c.length;
-    if (n > max) {
+/**
+ * The whole response body, at most `max` bytes (INTERNAL past that: the response is destroyed). With
+ * 'data'/'end' listeners, not `for await`: a stream's async iterator cost more than the rest of a
+ * small JSON answer's reading (profiles of the front server and the SDK, issue 36).
+ */
+export function readAll(res: http.IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let n = 0;
+    const onData = (c: Buffer): void => {
+      n += c.length;
+      if (n <= max) {
+        parts.push(c);
+        return;
+      }
+      res.off('data', onData);
       res.destroy();
-      throw new AirlockError('INTERNAL', `the server's response is larger than ${max} bytes`);
-    }
-    parts.push(c);
-  }
-  return Buffer.concat(parts);
+      reject(new AirlockError('INTERNAL', `the server's response is larger than ${max} bytes`));
+    };
+    res.on('data', onData);
+    res.once('end', () => resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts)));
+    // A reset mid-body, or an abort: 'error' where the stream has one, else 'close' before 'end'.
+    res.once('error', reject);
+    res.once('close', () => {
+      if (!res.complete)
+        reject(new AirlockError('BACKEND_UNAVAILABLE', 'the server closed the response early'));
+    });
+  });
 }
 
 /** The server's error body → AirlockError (an unknown code stays visible in the message). */

@@ -223,14 +223,7 @@ export async function startFront(o: FrontOptions): Promise<RunningFront> {
         ...cfg.tenants[t],
         ...store.quotaOverrides(t),
       }),
-      usage: (t) => {
-        const rows = store.sandboxes({ tenant: t, states: LIVE_STATES });
-        return {
-          sandboxes: rows.length,
-          memoryBytes: rows.reduce((s, r) => s + r.memoryBytes, 0),
-          cpus: rows.reduce((s, r) => s + r.cpus, 0),
-        };
-      },
+      usage: (t) => store.liveUsage(t),
     },
     cfg.maxQueue,
   );

@@ -202,20 +202,21 @@ export class TenantScopedApi implements SandboxApi {
       // supervisor (one in flight to a dying supervisor fails with it).
       const bootId = this.hooks.bootId();
       const deadline = v.expiresAt === null ? null : Date.parse(v.expiresAt);
+      const row: SandboxRow = {
+        id: v.id,
+        tenant: caller.tenant,
+        state: 'running',
+        backend: v.backend,
+        template: v.template ?? null,
+        createdAt: v.createdAt,
+        deadline,
+        metadata: v.metadata,
+        reason: null,
+        bootId,
+        ...want,
+      };
       try {
-        this.store.insertSandbox({
-          id: v.id,
-          tenant: caller.tenant,
-          state: 'running',
-          backend: v.backend,
-          template: v.template ?? null,
-          createdAt: v.createdAt,
-          deadline,
-          metadata: v.metadata,
-          reason: null,
-          bootId,
-          ...want,
-        });
+        this.store.insertSandbox(row);
       } catch (e) {
         // Not recorded means no tenant could ever reach it: do not leave it running.
         await this.inner.kill(v.id, caller).catch(() => {});
@@ -223,7 +224,8 @@ export class TenantScopedApi implements SandboxApi {
       }
       this.arm(v.id, deadline);
       this.hooks.onCreate?.('ok');
-      return this.view(this.store.getSandbox(v.id)!, v);
+      // The row just committed, not a read of it back (one statement less per create).
+      return this.view(row, v);
     } catch (e) {
       this.hooks.onCreate?.('error');
       throw e;

@@ -141,6 +141,23 @@ describe('Store', () => {
     s.close();
   });
 
+  it("liveUsage sums a tenant's running and paused sandboxes only, as the listed rows do", () => {
+    const s = new Store(path);
+    expect(s.liveUsage('a')).toEqual({ sandboxes: 0, memoryBytes: 0, cpus: 0 });
+    s.insertSandbox(row('r1', { memoryBytes: 1000, cpus: 0.5 }));
+    s.insertSandbox(row('p1', { state: 'paused', memoryBytes: 2000, cpus: 1.25 }));
+    s.insertSandbox(row('k1', { memoryBytes: 4000, cpus: 2 }));
+    s.endSandbox('k1', 'killed', null);
+    s.insertSandbox(row('l1', { memoryBytes: 8000, cpus: 4 }));
+    s.endSandbox('l1', 'lost', 'supervisor died');
+    s.insertSandbox(row('other', { tenant: 'b', memoryBytes: 16_000, cpus: 8 }));
+    expect(s.liveUsage('a')).toEqual({ sandboxes: 2, memoryBytes: 3000, cpus: 1.75 });
+    const live = s.sandboxes({ tenant: 'a', states: ['running', 'paused'] });
+    expect(live.reduce((n, r) => n + r.memoryBytes, 0)).toBe(3000);
+    expect(s.liveUsage('b')).toEqual({ sandboxes: 1, memoryBytes: 16_000, cpus: 8 });
+    s.close();
+  });
+
   it("a sandbox's record and its event commit together: when the event cannot be written, neither is", () => {
     const s = new Store(path);
     // Another connection (as `airlock keys` is) makes the event insert fail for one event type.
