@@ -179,7 +179,8 @@ export class MicrovmSandbox implements BackendSandbox {
 
   /**
    * The guest's own counters (its sandbox cgroup's memory.events oom_kill and pids.events max), read
-   * through the agent; the guest is untrusted, so they only ever classify its own results.
+   * through the agent; the guest is untrusted, so they only ever classify its own results. Both
+   * reads are sent at once, now (one round trip; a later spawn's EXEC goes out behind them).
    */
   async counters(): Promise<LimitCounters> {
     const agent = this.agent;
@@ -193,10 +194,11 @@ export class MicrovmSandbox implements BackendSandbox {
         return 0;
       }
     };
-    return {
-      oomKills: await count('memory.events', 'oom_kill'),
-      pidsLimitHits: await count('pids.events', 'max'),
-    };
+    const [oomKills, pidsLimitHits] = await Promise.all([
+      count('memory.events', 'oom_kill'),
+      count('pids.events', 'max'),
+    ]);
+    return { oomKills, pidsLimitHits };
   }
 
   snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {
