@@ -13,7 +13,10 @@
 //    root-level one, so a sandbox's QEMU gets less CPU than a raw QEMU in the root group: this row
 //    shows how much of the gap is that weight, not Airlock's work (with it, the ratio here is 1.0).
 // Target (issue 33): Airlock ≤ 1.2× raw. The report names the accelerator (TCG here: no usable KVM).
-// Run: `npx tsx bench/microvm.ts [rounds]` (as root, after scripts/setup.sh). VMs run one at a time.
+// Run: `npx tsx bench/microvm.ts [rounds] [--trace]` (as root, after scripts/setup.sh). VMs run one at a
+// time. --trace prints, per round, when each step of the Airlock restore and of the raw restore happened
+// (ms from the start of the row, one clock): the backend's debug-level 'microvm phase' log entries and
+// the same steps of the raw path.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, rmdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -31,10 +34,35 @@ import { Qmp } from '../src/backends/microvm/qmp.js';
 import { connectUnix } from '../src/backends/microvm/start.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { Airlock, Sandbox } from '../src/index.js';
+import type { Logger } from '../src/core/backend.js';
 import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
 import { fmt, summarize, type Summary } from './stats.js';
 
 const MiB = 1024 * 1024;
+
+/** Marks of one traced row: each step's name and when it happened, ms from the row's start. */
+class Phases {
+  private readonly t0 = performance.now();
+  private readonly marks: string[] = [];
+  mark = (name: string): void => void this.marks.push(`${name}=${(performance.now() - this.t0).toFixed(0)}`);
+  toString(): string {
+    return this.marks.join(' ');
+  }
+}
+
+/** A logger that records the microVM backend's phase entries into the row being traced, if any. */
+function phaseLogger(current: () => Phases | undefined): Logger {
+  const none = (): void => {};
+  return {
+    debug: (o) => {
+      const phase = (o as { phase?: unknown }).phase;
+      if (typeof phase === 'string') current()?.mark(phase);
+    },
+    info: none,
+    warn: none,
+    error: none,
+  };
+}
 
 /** A CPU cgroup beside the sandboxes' (cgroup v1 `cpu` hierarchy, else the v2 unified one). */
 function benchCgroup(): string | undefined {
@@ -58,8 +86,9 @@ interface RawVm {
 /** A raw QEMU (no Airlock), booted or restored (`incoming`: a migration file), up to its agent. */
 async function rawStart(
   vm: RawVm,
-  o: { cgroup?: string; incoming?: string; dir: string },
+  o: { cgroup?: string; incoming?: string; dir: string; phase?: (name: string) => void },
 ): Promise<{ agent: AgentConnection; qmp: string; stop: () => Promise<void> }> {
+  const phase = o.phase ?? ((): void => {});
   const sock = join(o.dir, 'agent.sock');
   const qmp = join(o.dir, 'qmp.sock');
   // In a cgroup: a shell enters it, then execs QEMU (so all of QEMU runs inside).
@@ -81,6 +110,7 @@ async function rawStart(
   const q = spawn(cmd, [...pre, ...args, ...(o.incoming ? ['-incoming', `file:${o.incoming}`] : [])], {
     stdio: 'ignore',
   });
+  phase('qemu-started');
   const gone = new Promise((r) => q.on('exit', r));
   const stop = async (): Promise<void> => {
     q.kill('SIGKILL');
@@ -88,6 +118,7 @@ async function rawStart(
   };
   try {
     const s = await connectUnix(sock, 5);
+    phase('agent-connected');
     if (!o.incoming) {
       const agent = new AgentConnection(s);
       await agent.ready();
@@ -95,9 +126,12 @@ async function rawStart(
     }
     const agent = new AgentConnection(s, { nextId: 1 });
     const m = await Qmp.open(qmp, 60_000);
+    phase('monitor-open');
     try {
       await m.migrated(300_000);
+      phase('migrated');
       await m.execute('cont');
+      phase('running');
     } finally {
       m.close();
     }
@@ -109,24 +143,38 @@ async function rawStart(
 }
 
 /** Start (boot or restore) → EXEC `true` → EXIT, in ms. */
-async function rawToFirstExec(vm: RawVm, cgroup?: string, incoming?: string): Promise<number> {
+async function rawToFirstExec(
+  vm: RawVm,
+  cgroup?: string,
+  incoming?: string,
+  phases?: Phases,
+): Promise<number> {
   const dir = mkdtempSync('/var/tmp/airlock-bench-microvm-');
   const t0 = performance.now();
   let stop: (() => Promise<void>) | undefined;
   try {
-    const r = await rawStart(vm, { dir, ...(cgroup ? { cgroup } : {}), ...(incoming ? { incoming } : {}) });
+    const r = await rawStart(vm, {
+      dir,
+      ...(cgroup ? { cgroup } : {}),
+      ...(incoming ? { incoming } : {}),
+      ...(phases ? { phase: phases.mark } : {}),
+    });
     stop = r.stop;
-    const p = await r.agent.exec({
+    const exec = r.agent.exec({
       uid: 1000,
       argv: ['true'],
       env: { PATH: '/usr/bin:/bin' },
       cwd: '/',
       stdin: false,
     });
+    phases?.mark('exec-sent');
+    const p = await exec;
+    phases?.mark('exec-started');
     p.stdout.resume();
     p.stderr.resume();
     await p.exited;
     const ms = performance.now() - t0;
+    phases?.mark('exec-done');
     r.agent.close(new Error('done'));
     return ms;
   } finally {
@@ -175,7 +223,11 @@ export interface MicrovmReport {
   readonly fork: Summary;
 }
 
-export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
+export async function microvmBench(
+  rounds = 5,
+  /** Given: each round's traces of the Airlock restore and the raw restore (see the top). */
+  trace?: (line: string) => void,
+): Promise<MicrovmReport> {
   const qemu = findQemu();
   const kernel = findKernel(DEFAULT_CACHE_DIR);
   if (!qemu || typeof kernel === 'string') throw new Error(`microvm bench: ${qemu ? kernel : 'no QEMU'}`);
@@ -186,7 +238,13 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
     { dir: packages },
     { dir: ensureEtc(BENCH_STATE_DIR), at: '/etc' },
   ]);
-  const opts = { stateDir: BENCH_STATE_DIR, uidRange: BENCH_UID_RANGE, warmPool: 0 };
+  let traced: Phases | undefined;
+  const opts = {
+    stateDir: BENCH_STATE_DIR,
+    uidRange: BENCH_UID_RANGE,
+    warmPool: 0,
+    ...(trace ? { logger: phaseLogger(() => traced) } : {}),
+  };
   const cold = new Airlock({ ...opts, microvmBootSnapshots: false });
   const airlock = new Airlock(opts);
   const probe = await airlock.probe('microvm');
@@ -213,10 +271,15 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
         [cold, a],
         [airlock, b],
       ] as const) {
+        if (trace && rt === airlock) traced = new Phases();
         const t0 = performance.now();
         const sbx = await Sandbox.create({ backend: 'microvm' }, { airlock: rt });
+        traced?.mark('created');
         await sbx.exec(['true']);
         out.push(performance.now() - t0);
+        traced?.mark('exec-done');
+        if (traced) trace?.(`round ${i} airlock restore: ${traced.toString()}`);
+        traced = undefined;
         await sbx.kill();
       }
       const t1 = performance.now();
@@ -225,7 +288,9 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
       f.push(performance.now() - t1);
       await fork.kill();
       r.push(await rawToFirstExec(vm));
-      rr.push(await rawToFirstExec(vm, undefined, mig));
+      const rawPhases = trace ? new Phases() : undefined;
+      rr.push(await rawToFirstExec(vm, undefined, mig, rawPhases));
+      if (rawPhases) trace?.(`round ${i} raw restore:     ${rawPhases.toString()}`);
       if (cg) rc.push(await rawToFirstExec(vm, cg));
     }
   } finally {
@@ -255,7 +320,12 @@ export async function microvmBench(rounds = 5): Promise<MicrovmReport> {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const rep = await microvmBench(Number(process.argv[2] ?? 5));
+  const args = process.argv.slice(2);
+  const rounds = Number(args.find((a) => !a.startsWith('--')) ?? 5);
+  const rep = await microvmBench(
+    rounds,
+    args.includes('--trace') ? (line) => process.stdout.write(`${line}\n`) : undefined,
+  );
   const row = (x: Summary): string => `p50 ${fmt(x.p50)} p99 ${fmt(x.p99)}`;
   process.stdout.write(
     `microvm accelerator: ${rep.accelDetail}\n` +

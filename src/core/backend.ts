@@ -75,6 +75,11 @@ export interface BackendSandbox {
   /** Host uid the sandbox's processes run as (never 0). */
   readonly hostUid: number;
   spawn(req: SpawnRequest): Promise<BackendProcess>;
+  /**
+   * The limit counters now. The reading is taken when this is called (synchronously, or by requests
+   * sent in order ahead of anything called later): a spawn() called after it, before its promise
+   * settles, starts after the reading, so the facade need not wait for it before spawning.
+   */
   counters(): Promise<LimitCounters>;
   /** The sandbox's only way out, if the backend supports egress (see src/egress/). */
   readonly egress?: EgressPlumbing;

@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { Readable, type Duplex, type Writable } from 'node:stream';
-import type { BackendProcess, BackendSandbox, LimitCounters } from '../core/backend.js';
+import type { BackendProcess, BackendSandbox, LimitCounters, SpawnRequest } from '../core/backend.js';
 import { AirlockError } from '../core/errors.js';
 import { monotonicMs } from '../core/units.js';
 import type { SnapshotRecord } from '../core/snapshot.js';
@@ -281,11 +281,10 @@ export class SandboxBase {
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'exec aborted before it started');
     const timeoutMs = opts.background && opts.timeoutMs === undefined ? undefined : o.timeoutMs;
     const execId = randomBytes(6).toString('hex');
-    const before = await this.backend.counters();
     const started = monotonicMs();
     const egressMark = this.hooks.egressQuiet?.mark();
     const env = this.envWith(o.env);
-    const proc = await this.backend.spawn({
+    const { before, proc } = await this.spawnCounted({
       argv: this.execArgv(cmd, argv, env),
       env,
       cwd: opts.cwd === undefined ? this.defaultCwd : o.cwd,
@@ -314,6 +313,26 @@ export class SandboxBase {
   }
 
   /**
+   * The limit counters before a process, and the process. counters() takes its reading when called
+   * (core/backend.ts), so the spawn does not wait for it: on the microVM tier the reading is a round
+   * trip to the guest agent, which handles frames in order (the EXEC frame goes out behind the
+   * reads). If the reading fails after the spawn, the process is killed and waited for, and the
+   * reading's error is the answer, as when it failed before the spawn.
+   */
+  private async spawnCounted(req: SpawnRequest): Promise<{ before: LimitCounters; proc: BackendProcess }> {
+    const reading = this.backend.counters();
+    reading.catch(() => {}); // surfaced below once the spawn succeeded (a failed spawn is the answer)
+    const proc = await this.backend.spawn(req);
+    try {
+      return { before: await reading, proc };
+    } catch (e) {
+      proc.kill();
+      await proc.exited;
+      throw e;
+    }
+  }
+
+  /**
    * Start a process with raw stdin/stdout/stderr pipes and no output shaping, for protocols spoken
    * over stdio (an MCP server). The caller must read stdout and stderr (unread pipes stall the
    * process). It dies with the sandbox (kill, TTL) and with `signal`.
@@ -328,9 +347,8 @@ export class SandboxBase {
       'INVALID_ARGUMENT',
     );
     if (opts.signal?.aborted) throw new AirlockError('ABORTED', 'spawn aborted before it started');
-    const before = await this.backend.counters();
     const env = this.envWith(o.env);
-    const proc = await this.backend.spawn({
+    const { before, proc } = await this.spawnCounted({
       argv: this.execArgv(cmd, argv, env),
       env,
       cwd: opts.cwd === undefined ? this.defaultCwd : o.cwd,

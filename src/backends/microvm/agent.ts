@@ -245,15 +245,18 @@ export class AgentConnection {
     });
   }
 
+  /**
+   * Send a request and wait for its answer. Once the agent said hello it is sent at the call, not a
+   * turn later, so requests leave in the order they are called in (counters() before a spawn).
+   */
   private request(frame: (id: number) => Buffer): Promise<GuestFrame> {
-    return this.ready().then(
-      () =>
-        new Promise<GuestFrame>((resolve, reject) => {
-          const id = this.id();
-          this.requests.set(id, { resolve, reject });
-          this.send(frame(id));
-        }),
-    );
+    const send = (): Promise<GuestFrame> =>
+      new Promise<GuestFrame>((resolve, reject) => {
+        const id = this.id();
+        this.requests.set(id, { resolve, reject });
+        this.send(frame(id));
+      });
+    return this.helloSeen ? send() : this.ready().then(send);
   }
 
   /** Read a guest file as root (bounded: FILE_TOO_LARGE over MAX_FILE_BYTES). Host-internal use only. */

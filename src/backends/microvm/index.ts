@@ -234,7 +234,9 @@ export class MicrovmBackend implements BackendV1 {
       { dir: packages },
       { dir: parts.layout.etcDir, at: '/etc' },
     ]);
-    const sbx = new MicrovmSandbox(parts);
+    const sbx = new MicrovmSandbox(parts, (phase) =>
+      this.ctx.logger.debug({ sandbox: parts.id, phase }, 'microvm phase'),
+    );
     const assets: VmAssets = { ...a, accel: this.accel!.accel, rootfs };
     const fork = this.restoreOf(spec);
     if (fork || !this.boots) {

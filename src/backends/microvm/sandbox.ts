@@ -69,7 +69,14 @@ export class MicrovmSandbox implements BackendSandbox {
   /** How the VM started: a cold boot, or a restore (of a baked boot snapshot or a fork's snapshot). */
   started: 'booted' | 'restored' | undefined;
 
-  constructor(parts: HostSandboxParts) {
+  /**
+   * `phase` marks the steps of a start and of an exec as they happen (the backend logs them at debug
+   * level; bench/microvm.ts --trace times them against raw QEMU's).
+   */
+  constructor(
+    parts: HostSandboxParts,
+    private readonly phase: (name: string) => void = () => {},
+  ) {
     this.host = new HostSandbox(parts, (signal) => this.prepareCapture(signal));
     this.id = parts.id;
     this.hostUid = parts.hostUid;
@@ -123,6 +130,7 @@ export class MicrovmSandbox implements BackendSandbox {
       ...(restore ? { restore } : {}),
     });
     this.qemu = qemu;
+    this.phase('qemu-started');
     await connectVm({
       id: this.id,
       host: this.host,
@@ -131,9 +139,11 @@ export class MicrovmSandbox implements BackendSandbox {
       ...(signal ? { signal } : {}),
       ready: async (agent) => {
         this.agent = agent;
-        if (restore) await resumeRestored(vmDir, signal);
+        this.phase('agent-connected');
+        if (restore) await resumeRestored(vmDir, signal, this.phase);
         else {
           await agent.ready();
+          this.phase('hello');
           // Saved before it is this sandbox's (bake.ts); a failed bake never fails the create.
           if (bake)
             await bakeVm(
@@ -146,6 +156,11 @@ export class MicrovmSandbox implements BackendSandbox {
         }
         // Not awaited: the first exec follows the IDENTITY frame in order (start.ts identify).
         this.identified = identify(agent, qemu, p.spec.limits, restore?.vm);
+        this.phase('identity-sent');
+        this.identified.then(
+          () => this.phase('identity-answered'),
+          () => {},
+        );
       },
     });
     this.started = restore ? 'restored' : 'booted';
@@ -167,19 +182,22 @@ export class MicrovmSandbox implements BackendSandbox {
       stdin: req.stdin,
     });
     exec.catch(() => {}); // awaited below unless the IDENTITY was refused
+    this.phase('exec-sent');
     try {
       await this.identified;
     } catch (e) {
       if (!this.host.destroyed) throw e;
     }
     const proc = await exec;
+    this.phase('exec-started');
     this.host.track(proc);
     return proc;
   }
 
   /**
    * The guest's own counters (its sandbox cgroup's memory.events oom_kill and pids.events max), read
-   * through the agent; the guest is untrusted, so they only ever classify its own results.
+   * through the agent; the guest is untrusted, so they only ever classify its own results. Both
+   * reads are sent at once, now (one round trip; a later spawn's EXEC goes out behind them).
    */
   async counters(): Promise<LimitCounters> {
     const agent = this.agent;
@@ -193,10 +211,11 @@ export class MicrovmSandbox implements BackendSandbox {
         return 0;
       }
     };
-    return {
-      oomKills: await count('memory.events', 'oom_kill'),
-      pidsLimitHits: await count('pids.events', 'max'),
-    };
+    const [oomKills, pidsLimitHits] = await Promise.all([
+      count('memory.events', 'oom_kill'),
+      count('pids.events', 'max'),
+    ]);
+    return { oomKills, pidsLimitHits };
   }
 
   snapshot(signal?: AbortSignal): Promise<SnapshotRecord> {

@@ -275,11 +275,18 @@ export async function connectUnix(path: string, pollMs: number, check = (): void
  * A VM just loaded from a snapshot: wait for QEMU to have read the whole stream and run it (then
  * identify() makes it this sandbox's).
  */
-export async function resumeRestored(vmDir: string, signal?: AbortSignal): Promise<void> {
+export async function resumeRestored(
+  vmDir: string,
+  signal?: AbortSignal,
+  phase: (name: string) => void = () => {},
+): Promise<void> {
   const qmp = await Qmp.open(join(vmDir, 'qmp.sock'), BOOT_TIMEOUT_MS, signal);
+  phase('monitor-open');
   try {
     await qmp.migrated(MIGRATE_TIMEOUT_MS, signal);
+    phase('migrated');
     await qmp.execute('cont');
+    phase('running');
   } finally {
     qmp.close();
   }
