@@ -119,16 +119,16 @@ export class ImageStore implements ImageResolver {
   /**
    * Images resolved from the store alone, by normalised ref, each with an open fd of the ref file it
    * was read through: a resolve of a cached image then costs one fstat and parses nothing. An entry
-   * is used only while that file is still linked: a ref is changed only by a rename over it
-   * (re-pull) or an unlink (rm), never in place, moved or linked (writeRef, remove), and either drops
-   * the link count of the file held to 0 at once, in the kernel (that check is synchronous, as the
-   * stat of the path it replaces was, and walks no path). All entries are dropped at any change in
+   * is used only while that file is still linked and unchanged: the store changes a ref only by a
+   * rename over it (re-pull) or an unlink (rm), and either drops the link count of the file held to
+   * 0 at once, in the kernel; a write in place (by hand) changes its size or ctime, which the same
+   * fstat compares (as the stat of the path it replaces did; synchronous, and it walks no path). All entries are dropped at any change in
    * the blobs or layers dirs (`watching`: a blob written or removed, a layer added, renamed away or
    * removed; the event comes within a turn of the event loop). A layer gone from under a create is
    * still caught where it counts, by the per-layer check when the sandbox takes it (backends/host
    * takeImageSlot, mountImageRoot). Bounded (MAX_VERIFIED_BLOBS fds); close() closes them.
    */
-  private readonly resolved = new Map<string, { fd: number; image: ResolvedImage }>();
+  private readonly resolved = new Map<string, { fd: number; id: string; image: ResolvedImage }>();
   /** References parsed (parse), by their text, with their normalised name (formatImageRef). */
   private readonly parsed = new Map<string, { ref: ImageRef; name: string }>();
   /** Watches on the blobs and layers dirs (undefined: not set up yet; null: cannot watch, no cache). */
@@ -194,7 +194,7 @@ export class ImageStore implements ImageResolver {
   private current(name: string): ResolvedImage | undefined {
     const hit = this.resolved.get(name);
     if (!hit) return undefined;
-    if (fstatSync(hit.fd).nlink > 0) return hit.image;
+    if (heldId(hit.fd) === hit.id) return hit.image;
     this.resolved.delete(name);
     closeSync(hit.fd);
     return undefined;
@@ -467,6 +467,8 @@ export class ImageStore implements ImageResolver {
     const cache = this.watchStore();
     let fd = openOr(this.refFile(name));
     try {
+      // Its identity before its content: a write in between shows at the next check.
+      const id = fd === undefined ? undefined : heldId(fd);
       const ref = fd === undefined ? undefined : this.readRef(name, fd);
       const digest = r.digest ?? ref?.digest;
       if (!digest) return undefined;
@@ -481,9 +483,9 @@ export class ImageStore implements ImageResolver {
         config: imageConfigOf(s.config),
       });
       // Kept only when resolved through a ref file that was there all along (none written just now).
-      if (cache && ref && fd !== undefined) {
+      if (cache && ref && fd !== undefined && id !== undefined) {
         if (this.resolved.size >= MAX_VERIFIED_BLOBS) this.forget();
-        this.resolved.set(name, { fd, image });
+        this.resolved.set(name, { fd, id, image });
         fd = undefined; // the entry's now
       }
       return image;
@@ -613,6 +615,15 @@ export class ImageStore implements ImageResolver {
 
 /** Verified blobs a store keeps in memory (see ImageStore.verified). */
 const MAX_VERIFIED_BLOBS = 256;
+
+/**
+ * What a held ref file's entry is checked against: still linked (not renamed over, not removed), and
+ * its size and ctime (not written in place). undefined once unlinked. One fstat, no bigint.
+ */
+function heldId(fd: number): string | undefined {
+  const st = fstatSync(fd);
+  return st.nlink > 0 ? `${st.size}:${st.ctimeMs}` : undefined;
+}
 
 /** `file` opened for reading, or undefined when it is absent (or cannot be opened). */
 function openOr(file: string): number | undefined {

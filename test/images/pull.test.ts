@@ -253,6 +253,18 @@ describe.skipIf(!canRunRegistry)('image pull from a real registry', () => {
     expect(store.cached(ref)).toBeUndefined();
     expect((await store.resolve(ref, { pull: 'never' })).digest).toBe(second.digest);
     expect(store.cached(ref)?.digest).toBe(second.digest);
+    // The ref file written in place (same inode, still linked), as by hand, back to the first image:
+    // not cached any more, at once (its size/ctime changed), and resolve reads the new content.
+    const refs = join(stateDir, 'images', 'refs');
+    const refFile = readdirSync(refs)
+      .map((f) => join(refs, f))
+      .find((f) => (JSON.parse(readFileSync(f, 'utf8')) as { digest: string }).digest === second.digest)!;
+    const ino = statSync(refFile).ino;
+    const record = JSON.parse(readFileSync(refFile, 'utf8')) as { digest: string };
+    writeFileSync(refFile, JSON.stringify({ ...record, digest: a.digest }, null, 1));
+    expect(statSync(refFile).ino).toBe(ino);
+    expect(store.cached(ref)).toBeUndefined();
+    expect((await store.resolve(ref, { pull: 'never' })).digest).toBe(a.digest);
     // Removed by another store: not cached any more, at once.
     await other.remove(ref);
     expect(store.cached(ref)).toBeUndefined();
