@@ -121,8 +121,9 @@ export class ImageStore implements ImageResolver {
    * was read through: a resolve of a cached image then costs one fstat and parses nothing. An entry
    * is used only while that file is still linked and unchanged: the store changes a ref only by a
    * rename over it (re-pull) or an unlink (rm), and either drops the link count of the file held to
-   * 0 at once, in the kernel; a write in place (by hand) changes its size or ctime, which the same
-   * fstat compares (as the stat of the path it replaces did; synchronous, and it walks no path). All entries are dropped at any change in
+   * 0 at once, in the kernel; a write in place (by hand) changes its size or its ctime, which the
+   * same fstat compares (as the stat of the path it replaces did; synchronous, and it walks no path;
+   * like that stat, it misses a same-size write within the clock tick of the file's last change). All entries are dropped at any change in
    * the blobs or layers dirs (`watching`: a blob written or removed, a layer added, renamed away or
    * removed; the event comes within a turn of the event loop). A layer gone from under a create is
    * still caught where it counts, by the per-layer check when the sandbox takes it (backends/host
