@@ -5,16 +5,17 @@
 // started as the sandbox uid with Airlock's exact options (`--args` gate, seccomp, status and block
 // fds), enrolled in the cgroups before the gate opens, waited for, then everything torn down.
 // What it leaves out is what Airlock's JS adds: its bundle, validation, state scans, leases.
-//   node bench/cli-floor.privileged.cjs STATE_DIR UID SECCOMP_FILE
-// STATE_DIR must hold etc-*/ and dev/ made by Airlock (bench/lifecycle.ts runs this after the CLI
-// rows, on the CLI's state dir). koffi (mount, unshare, setns) is loaded as a plain dependency.
+//   node bench/cli-floor.privileged.cjs STATE_DIR ETC_DIR DEV_DIR UID SECCOMP_FILE
+// STATE_DIR/sandboxes must exist; ETC_DIR and DEV_DIR are trees Airlock made (its generated /etc and
+// shared /dev); SECCOMP_FILE holds Airlock's seccomp program (bench/lifecycle.ts passes all of them).
+// koffi (mount, unshare, setns) is loaded as a plain dependency.
 'use strict';
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const { join } = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 
-const [stateDir, uidArg, seccompFile] = process.argv.slice(2);
+const [stateDir, etc, devDir, uidArg, seccompFile] = process.argv.slice(2);
 const uid = Number(uidArg);
 const koffi = require('koffi');
 const lib = koffi.load('libc.so.6');
@@ -33,10 +34,6 @@ const must = (r, what) => {
 function main() {
   const id = `sbx-floor-${process.pid}`;
   const dir = join(stateDir, 'sandboxes', id);
-  const etc = join(
-    stateDir,
-    fs.readdirSync(stateDir).find((n) => n.startsWith('etc-')),
-  );
   fs.mkdirSync(dir, { mode: 0o711 });
   fs.writeFileSync(join(dir, 'owner.json'), JSON.stringify({ pid: process.pid, id }), { flag: 'wx' });
   const disk = join(dir, 'disk');
@@ -79,7 +76,7 @@ function main() {
     ...['--hostname', 'airlock', '--cap-drop', 'ALL', '--ro-bind', '/usr', '/usr'],
     ...['--symlink', 'usr/bin', '/bin', '--symlink', 'usr/sbin', '/sbin', '--symlink', 'usr/lib', '/lib'],
     ...['--symlink', 'usr/lib64', '/lib64', '--ro-bind', etc, '/etc', '--proc', '/proc'],
-    ...['--dev-bind', join(stateDir, 'dev'), '/dev', '--bind', b('disk/shm'), '/dev/shm'],
+    ...['--dev-bind', devDir, '/dev', '--bind', b('disk/shm'), '/dev/shm'],
     ...['--dev-bind', pts, '/dev/pts', '--bind', b('disk/tmp'), '/tmp', '--dir', '/home'],
     ...['--bind', b('disk/home'), '/home/user', '--bind', b('disk/ws'), '/workspace'],
     ...['--remount-ro', '/', '--chdir', '/workspace', '--clearenv'],

@@ -22,6 +22,8 @@ export const BENCH_UID_RANGE: UidRange = {
 /** Uids for raw bwrap baselines (outside the range, so the reaper never sees them). */
 export const RAW_UID = BENCH_UID_RANGE.first - 1;
 export const RAW_SAME_LAYOUT_UID = BENCH_UID_RANGE.first - 2;
+/** The uid of the CLI floor's sandbox (bench/cli-floor.privileged.cjs), outside the range as well. */
+export const FLOOR_UID = BENCH_UID_RANGE.first - 3;
 
 export type Log = (s: string) => void;
 

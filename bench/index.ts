@@ -216,6 +216,15 @@ function cliStartupRows(r: LifecycleReport): Row[] {
   const cli = r.cliRunTrue;
   return [
     row('`node -e 0` (floor of any Node CLI), p50', ms(node.p50), '1.00×'),
+    ...(r.cliFloor
+      ? [
+          row(
+            'the same one-shot from a plain node script, no Airlock code (bench/cli-floor.privileged.cjs), p50',
+            ms(r.cliFloor.p50),
+            ratioTo(r.cliFloor.p50, node.p50, 'node -e 0', ms(node.p50)),
+          ),
+        ]
+      : []),
     'error' in cli
       ? notMeasured('`airlock run -- true`, built CLI', cli.error, target)
       : row(

@@ -12,6 +12,7 @@
 // forked); raw bwrap through Node's child_process.spawn, which forks, is shown beside them.
 import { spawn } from 'node:child_process';
 import { chownSync, mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { Airlock, Sandbox } from '../src/index.js';
 import { bwrapOptions } from '../src/backends/namespaces/bwrap.js';
@@ -24,6 +25,7 @@ import {
   BENCH_STATE_DIR,
   BENCH_UID_RANGE,
   BUILT_CLI,
+  FLOOR_UID,
   RAW_SAME_LAYOUT_UID,
   RAW_UID,
   buildCli,
@@ -164,6 +166,11 @@ export interface LifecycleReport {
   readonly ratioToSameLayout: number;
   /** `node -e 0`: the floor of any Node CLI, in the same rounds. */
   readonly nodeStartup: Summary;
+  /**
+   * The same one-shot's host work in a fresh `node` with no Airlock code (bench/cli-floor.privileged.cjs),
+   * in the same rounds: what a Node CLI making this sandbox costs at least. A baseline, not the target's.
+   */
+  readonly cliFloor?: Summary; // absent from reports made before it existed
   /** `airlock run -- true` with the built CLI (dist/bin), in the same rounds; or why it could not run. */
   readonly cliRunTrue: Summary | { readonly error: string };
   /** Raw per-run samples (ms) for the distribution charts. */
@@ -171,6 +178,28 @@ export interface LifecycleReport {
     'spawnTrue' | 'rawBwrap' | 'rawBwrapSameLayout' | 'airlock' | 'airlockNoWarmPool' | 'airlockFull',
     number[]
   >;
+}
+
+/**
+ * The floor script's argv (see bench/cli-floor.privileged.cjs): a state dir of its own, /etc and /dev
+ * trees Airlock made, a uid below the bench range (as the raw baselines'), Airlock's seccomp program.
+ */
+function cliFloorArgs(seccomp: Buffer): string[] {
+  const root = `${BENCH_STATE_DIR}-floor`;
+  mkdirSync(join(root, 'sandboxes'), { recursive: true });
+  const filter = join(root, 'seccomp.bpf');
+  writeFileSync(filter, seccomp);
+  const dirs = new StateDirs(BENCH_STATE_DIR);
+  dirs.ensure();
+  dirs.ensureDev();
+  return [
+    fileURLToPath(new URL('./cli-floor.privileged.cjs', import.meta.url)),
+    root,
+    ensureEtc(root),
+    dirs.dev,
+    String(FLOOR_UID),
+    filter,
+  ];
 }
 
 export async function lifecycle(opts: { runs: number; log: (s: string) => void }): Promise<LifecycleReport> {
@@ -192,6 +221,7 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   const raw = (f: () => Promise<void>, runs?: number): Block => ({ kind: 'raw', f, total: [], runs });
   // The CLI start-up rows: a whole process per run, so fewer runs than the in-process rows.
   const cliPer = Math.max(3, Math.ceil(per / 5));
+  const floorArgs = cliFloorArgs(seccomp);
   const cliBuilt = await buildCli().then(
     () => undefined,
     (e: unknown) => (e as Error).message.split('\n')[0]!.slice(0, 300),
@@ -215,6 +245,10 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
       runForked('/usr/bin/bwrap', RAW_BWRAP, { uid: RAW_UID, seccomp }),
     ),
     'node -e 0': raw(() => runQuiet(process.execPath, ['-e', '0']), cliPer),
+    'one-shot floor (plain node script)': raw(
+      () => runQuiet(process.execPath, floorArgs, { env: cliEnv() }),
+      cliPer,
+    ),
     ...(cliBuilt === undefined
       ? {
           'airlock run -- true (built CLI)': raw(
@@ -272,6 +306,7 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
   const sameS = pick("raw bwrap, Airlock's layout").total;
   const forkedS = pick("raw bwrap through Node's child_process.spawn").total;
   const nodeS = pick('node -e 0').total;
+  const floorS = pick('one-shot floor (plain node script)').total;
   const cliS = blocks['airlock run -- true (built CLI)']?.total;
   const warm = summarizeAirlock(pick('airlock create→exec true→kill'));
   const cold = summarizeAirlock(pick('airlock without warm pool'));
@@ -300,6 +335,7 @@ export async function lifecycle(opts: { runs: number; log: (s: string) => void }
     ratioToRawBwrap: warm.total.p50 / rawBwrap.p50,
     ratioToSameLayout: warm.total.p50 / rawBwrapSameLayout.p50,
     nodeStartup: summarize(nodeS),
+    cliFloor: summarize(floorS),
     cliRunTrue: cliS ? summarize(cliS) : { error: `npm run build failed: ${cliBuilt}` },
     samples: {
       spawnTrue: spawnS,
