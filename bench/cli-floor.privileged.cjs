@@ -10,6 +10,10 @@
 // shared /dev); SECCOMP_FILE holds Airlock's seccomp program (bench/lifecycle.ts passes all of them).
 // koffi (mount, unshare, setns) is loaded as a plain dependency.
 'use strict';
+// AIRLOCK_CLI_PHASES=1: phase marks on stderr at exit, in the CLI's format (src/cli/phases.ts), so
+// the two runs compare phase by phase.
+const marks = process.env.AIRLOCK_CLI_PHASES === '1' ? [['node', process.uptime() * 1000]] : undefined;
+const phase = (name) => marks?.push([name, process.uptime() * 1000]);
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const { join } = require('node:path');
@@ -32,6 +36,7 @@ const must = (r, what) => {
 };
 
 function main() {
+  phase('koffi');
   const id = `sbx-floor-${process.pid}`;
   const dir = join(stateDir, 'sandboxes', id);
   fs.mkdirSync(dir, { mode: 0o711 });
@@ -101,6 +106,7 @@ function main() {
   ].join('\n');
   const argv = ['/usr/bin/bwrap', '--args', '3', '--', '/bin/sh', '-c', check, 'airlock-exec', 'true'];
   // The child starts in the sandbox's netns: this thread enters it for the spawn only.
+  phase('host state');
   must(setns(ns, CLONE_NEWNET), 'setns sandbox');
   const child = spawn(argv[0], argv.slice(1), {
     env: {
@@ -121,9 +127,11 @@ function main() {
     info += d;
     if (/"child-pid"/.test(info) && child.stdio[6].writable) child.stdio[6].end('1');
   });
+  phase('spawn');
   child.stdio[1].resume();
   child.stdio[2].resume();
   child.on('close', async (code) => {
+    phase('exec');
     // As Airlock's teardown: a cgroup stays busy a moment after its last process exits.
     for (const c of cgroups) {
       for (let i = 0; ; i++) {
@@ -140,6 +148,13 @@ function main() {
     must(umount2(disk, MNT_DETACH), 'umount disk');
     fs.rmSync(dir, { recursive: true });
     fs.closeSync(ns);
+    phase('teardown');
+    if (marks) {
+      const parts = marks.map(
+        ([n, at], i) => `${n} ${at.toFixed(1)} (+${(at - (marks[i - 1]?.[1] ?? 0)).toFixed(1)})`,
+      );
+      process.stderr.write(`floor phases (ms since the process started): ${parts.join(', ')}\n`);
+    }
     process.exitCode = code === 0 ? 0 : 1;
   });
 }
