@@ -5,9 +5,10 @@
 // started as the sandbox uid with Airlock's exact options (`--args` gate, seccomp, status and block
 // fds), enrolled in the cgroups before the gate opens, waited for, then everything torn down.
 // What it leaves out is what Airlock's JS adds: its bundle, validation, state scans, leases.
-//   node bench/cli-floor.privileged.cjs STATE_DIR ETC_DIR DEV_DIR UID SECCOMP_FILE
+//   node bench/cli-floor.privileged.cjs STATE_DIR ETC_DIR DEV_DIR UID SECCOMP_FILE CMD...
 // STATE_DIR/sandboxes must exist; ETC_DIR and DEV_DIR are trees Airlock made (its generated /etc and
-// shared /dev); SECCOMP_FILE holds Airlock's seccomp program (bench/lifecycle.ts passes all of them).
+// shared /dev); SECCOMP_FILE holds Airlock's seccomp program; CMD... is the sandbox's argv as Airlock's
+// exec makes it (its /bin/sh check wrapper: src/sandbox/exec-check.ts). bench/lifecycle.ts passes them all.
 // koffi (mount, unshare, setns) is loaded as a plain dependency.
 'use strict';
 // AIRLOCK_CLI_PHASES=1: phase marks on stderr at exit, in the CLI's format (src/cli/phases.ts), so
@@ -19,7 +20,7 @@ const fs = require('node:fs');
 const { join } = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 
-const [stateDir, etc, devDir, uidArg, seccompFile] = process.argv.slice(2);
+const [stateDir, etc, devDir, uidArg, seccompFile, ...command] = process.argv.slice(2);
 const uid = Number(uidArg);
 const koffi = require('koffi');
 const lib = koffi.load('libc.so.6');
@@ -89,22 +90,7 @@ function main() {
     ...['--setenv', 'HOME', '/home/user', '--setenv', 'USER', 'user', '--setenv', 'LANG', 'C.UTF-8'],
     ...['--seccomp', '4', '--json-status-fd', '5', '--block-fd', '6'],
   ];
-  // The same command wrapper as Airlock's exec (src/sandbox/exec-check.ts, copied from a real run).
-  const check = [
-    'case $1 in',
-    '*/*)',
-    '  if [ ! -e "$1" ]; then printf "airlock: %s: no such file or directory\\n" "$1" >&2; exit 127; fi',
-    '  if [ -d "$1" ]; then printf "airlock: %s: is a directory\\n" "$1" >&2; exit 126; fi',
-    '  if [ ! -x "$1" ]; then printf "airlock: %s: permission denied (not executable)\\n" "$1" >&2; exit 126; fi',
-    '  ;;',
-    '*)',
-    '  if ! command -v "$1" >/dev/null 2>&1; then printf "airlock: %s: command not found\\n" "$1" >&2; exit 127; fi',
-    '  ;;',
-    'esac',
-    'unset PWD',
-    'exec "$@"',
-  ].join('\n');
-  const argv = ['/usr/bin/bwrap', '--args', '3', '--', '/bin/sh', '-c', check, 'airlock-exec', 'true'];
+  const argv = ['/usr/bin/bwrap', '--args', '3', '--', ...command];
   // The child starts in the sandbox's netns: this thread enters it for the spawn only.
   phase('host state');
   must(setns(ns, CLONE_NEWNET), 'setns sandbox');

@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { Airlock, Sandbox } from '../src/index.js';
 import { bwrapOptions } from '../src/backends/namespaces/bwrap.js';
 import { defaultEnv } from '../src/core/env.js';
+import { checkedArgv } from '../src/sandbox/exec-check.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { StateDirs } from '../src/backends/host/state.js';
 import { buildSeccompFilter } from '../src/backends/host/seccomp.privileged.js';
@@ -182,7 +183,8 @@ export interface LifecycleReport {
 
 /**
  * The floor script's argv (see bench/cli-floor.privileged.cjs): a state dir of its own, /etc and /dev
- * trees Airlock made, a uid below the bench range (as the raw baselines'), Airlock's seccomp program.
+ * trees Airlock made, a uid below the bench range (as the raw baselines'), Airlock's seccomp program,
+ * and `true` behind the same check wrapper Airlock's exec puts it behind.
  */
 function cliFloorArgs(seccomp: Buffer): string[] {
   const root = `${BENCH_STATE_DIR}-floor`;
@@ -199,6 +201,7 @@ function cliFloorArgs(seccomp: Buffer): string[] {
     dirs.dev,
     String(FLOOR_UID),
     filter,
+    ...checkedArgv(['true'], defaultEnv()),
   ];
 }
 
