@@ -36,11 +36,25 @@ const must = (r, what) => {
   if (r !== 0) throw new Error(`${what}: errno ${koffi.errno()}`);
 };
 
+// What is made so far, undone in reverse if the run fails half-way (best effort, at exit): a failed
+// floor leaves no mount, cgroup or sandbox dir behind. The normal teardown empties it.
+const undo = [];
+process.on('exit', () => {
+  for (const f of undo.reverse()) {
+    try {
+      f();
+    } catch {
+      // best effort: the next step may still succeed
+    }
+  }
+});
+
 function main() {
   phase('koffi');
   const id = `sbx-floor-${process.pid}`;
   const dir = join(stateDir, 'sandboxes', id);
   fs.mkdirSync(dir, { mode: 0o711 });
+  undo.push(() => fs.rmSync(dir, { recursive: true }));
   fs.writeFileSync(join(dir, 'owner.json'), JSON.stringify({ pid: process.pid, id }), { flag: 'wx' });
   const disk = join(dir, 'disk');
   fs.mkdirSync(disk, { mode: 0o700 });
@@ -54,6 +68,7 @@ function main() {
     ),
     'mount disk',
   );
+  undo.push(() => umount2(disk, MNT_DETACH));
   for (const d of ['tmp', 'home', 'shm', 'ws']) {
     fs.mkdirSync(join(disk, d), { mode: 0o777 });
     fs.chownSync(join(disk, d), uid, uid);
@@ -63,11 +78,21 @@ function main() {
   must(unshare(CLONE_NEWNET), 'unshare');
   const ns = fs.openSync('/proc/thread-self/ns/net', 'r');
   must(setns(hostNs, CLONE_NEWNET), 'setns host');
+  undo.push(() => fs.closeSync(ns));
   const pts = join(dir, 'pts');
   fs.mkdirSync(pts, { mode: 0o755 });
   must(mount('devpts', pts, 'devpts', 2 | 8, 'newinstance,ptmxmode=0666,mode=0620,max=64'), 'devpts');
+  undo.push(() => umount2(pts, MNT_DETACH));
   const cgroups = ['memory', 'pids', 'cpu', 'freezer'].map((c) => `/sys/fs/cgroup/${c}/airlock/${id}`);
-  for (const c of cgroups) fs.mkdirSync(c);
+  for (const c of cgroups) {
+    fs.mkdirSync(c);
+    undo.push(() => {
+      for (const pid of fs.readFileSync(join(c, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) {
+        process.kill(Number(pid), 'SIGKILL');
+      }
+      fs.rmdirSync(c);
+    });
+  }
   const [mem, pids, cpu] = cgroups;
   fs.readFileSync(join(mem, 'memory.memsw.limit_in_bytes')); // lowering: limit first, then memsw
   fs.writeFileSync(join(mem, 'memory.limit_in_bytes'), '536870912');
@@ -134,6 +159,7 @@ function main() {
     must(umount2(disk, MNT_DETACH), 'umount disk');
     fs.rmSync(dir, { recursive: true });
     fs.closeSync(ns);
+    undo.length = 0;
     phase('teardown');
     if (marks) {
       const parts = marks.map(
