@@ -11,7 +11,8 @@
 //  - raw in a cgroup: the same, started inside a CPU cgroup beside the sandboxes' (under `airlock/`).
 //    On a loaded host the scheduler weighs the whole `airlock/` group as one task against every
 //    root-level one, so a sandbox's QEMU gets less CPU than a raw QEMU in the root group: this row
-//    shows how much of the gap is that weight, not Airlock's work (with it, the ratio here is 1.0).
+//    shows how much of the gap is that weight, not Airlock's work (with it, the ratio here is 1.0);
+//    and the raw restore the same way (the restore's row beside it).
 // Target (issue 33): Airlock ≤ 1.2× raw. The report names the accelerator (TCG here: no usable KVM).
 // Run: `npx tsx bench/microvm.ts [rounds] [--trace]` (as root, after scripts/setup.sh). VMs run one at a
 // time. --trace prints, per round, when each step of the Airlock restore and of the raw restore happened
@@ -219,6 +220,9 @@ export interface MicrovmReport {
   /** Raw QEMU `-incoming` of a migration file of the same VM → first exec finished. */
   readonly rawRestore: Summary;
   readonly restoreRatio: number;
+  /** The raw restore in a cgroup beside the sandboxes' (undefined without a cgroup hierarchy). */
+  readonly rawRestoreInCgroup?: Summary;
+  readonly restoreRatioInCgroup?: number;
   /** Fork of a user snapshot → first exec finished (the same VM restored from its stream). */
   readonly fork: Summary;
 }
@@ -256,6 +260,7 @@ export async function microvmBench(
   const rc: number[] = [];
   const b: number[] = [];
   const rr: number[] = [];
+  const rrc: number[] = [];
   const cg = benchCgroup();
   const f: number[] = [];
   const saved = mkdtempSync('/var/tmp/airlock-bench-microvm-');
@@ -292,6 +297,7 @@ export async function microvmBench(
       rr.push(await rawToFirstExec(vm, undefined, mig, rawPhases));
       if (rawPhases) trace?.(`round ${i} raw restore:     ${rawPhases.toString()}`);
       if (cg) rc.push(await rawToFirstExec(vm, cg));
+      if (cg) rrc.push(await rawToFirstExec(vm, cg, mig));
     }
   } finally {
     await airlock.killAll();
@@ -305,6 +311,7 @@ export async function microvmBench(
   const rawCg = rc.length ? summarize(rc) : undefined;
   const restoreS = summarize(b);
   const rawRestoreS = summarize(rr);
+  const rawRestoreCg = rrc.length ? summarize(rrc) : undefined;
   return {
     accel,
     accelDetail,
@@ -315,6 +322,9 @@ export async function microvmBench(
     restore: restoreS,
     rawRestore: rawRestoreS,
     restoreRatio: restoreS.p50 / rawRestoreS.p50,
+    ...(rawRestoreCg
+      ? { rawRestoreInCgroup: rawRestoreCg, restoreRatioInCgroup: restoreS.p50 / rawRestoreCg.p50 }
+      : {}),
     fork: summarize(f),
   };
 }
@@ -334,6 +344,9 @@ if (import.meta.url === `file://${process.argv[1]}`) {
         ? `  raw QEMU in a cgroup beside the sandboxes' ${row(rep.rawInCgroup)}; ratio ${rep.ratioInCgroup!.toFixed(2)}\n`
         : '') +
       `restore-to-first-exec: airlock (baked boot snapshot) ${row(rep.restore)}; raw QEMU -incoming ${row(rep.rawRestore)}; ratio ${rep.restoreRatio.toFixed(2)}\n` +
+      (rep.rawRestoreInCgroup
+        ? `  raw QEMU -incoming in a cgroup beside the sandboxes' ${row(rep.rawRestoreInCgroup)}; ratio ${rep.restoreRatioInCgroup!.toFixed(2)}\n`
+        : '') +
       `fork-to-first-exec: ${row(rep.fork)}\n`,
   );
 }

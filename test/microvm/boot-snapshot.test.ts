@@ -18,7 +18,7 @@ const SHAPE = { backend: 'microvm' as const, limits: { diskBytes: 96 * 1024 * 10
 const restored = (s: Sandbox): boolean => {
   const q = myQemus().filter(([, args]) => args.includes(`-name ${s.id} `));
   expect(q).toHaveLength(1);
-  return q[0]![1].includes(' -incoming fd:');
+  return q[0]![1].includes(' -incoming file:/dev/fdset/');
 };
 
 describe.skipIf(!canRunMicrovm)(

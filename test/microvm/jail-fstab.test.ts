@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { jailFstab } from '../../src/backends/microvm/qemu.privileged.js';
+import { jailFstab, jailSkeleton } from '../../src/backends/microvm/qemu.privileged.js';
 import { canRunNamespaces, SKIP_REASON } from '../helpers.js';
 
 const base = mkdtempSync(join(tmpdir(), 'airlock-jail fstab\n-'));
@@ -32,9 +32,12 @@ describe('microVM jail fstab', () => {
 
   it('has one six-field line per mount, whatever the paths hold', () => {
     const lines = jailFstab(jail, helper).trimEnd().split('\n');
-    expect(lines).toHaveLength(9);
+    expect(lines).toHaveLength(10);
     for (const l of lines) expect(l.split(' ')).toHaveLength(6);
-    expect(lines[3]).toBe(
+    // First the skeleton onto itself, read-only: the jail's root, a mount point for pivot_root.
+    const root = `${base.replaceAll('\n', '\\012').replaceAll(' ', '\\040')}/jail\\040root`;
+    expect(lines[0]).toBe(`${root} ${root} none bind,ro,nosuid,nodev 0 0`);
+    expect(lines[4]).toBe(
       `${base.replaceAll('\n', '\\012').replaceAll(' ', '\\040')}/root\\134fs\\040\\043x ${base.replaceAll('\n', '\\012').replaceAll(' ', '\\040')}/jail\\040root/boot/rootfs none bind,ro,nosuid,nodev 0 0`,
     );
     expect(jailFstab({ ...jail, kvm: true }, helper)).toContain(' none bind,nosuid,noexec 0 0\n');
@@ -44,6 +47,8 @@ describe('microVM jail fstab', () => {
     mkdirSync(jail.vmDir);
     mkdirSync(jail.spillDir);
     mkdirSync(jail.dir);
+    jailSkeleton(jail.dir, false);
+    jailSkeleton(jail.dir, false); // again: a second start of the sandbox
     const fstab = join(base, 'fstab');
     writeFileSync(fstab, jailFstab(jail, helper));
     // The jail's steps up to its mounts, then what each mount point shows and its flags.
@@ -56,11 +61,11 @@ describe('microVM jail fstab', () => {
         '/bin/sh',
         '-c',
         `set -e; J=$1
-/usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
-cd "$J"; /usr/bin/mkdir usr boot vm spill dev
-: >boot/vmlinuz; : >boot/initramfs; : >boot/rootfs; : >boot/vmm-seccomp; : >dev/null; : >dev/urandom
 /usr/bin/mount --all --fstab "$2"
+cd "$J"
 cat boot/rootfs boot/vmlinuz; echo
+if (: >new) 2>/dev/null; then echo root writable; exit 1; fi
+readlink lib lib64 | tr '\\n' ' '; echo
 cat /proc/self/mountinfo`,
         'jail',
         jail.dir,
@@ -68,17 +73,19 @@ cat /proc/self/mountinfo`,
       ],
       { encoding: 'utf8' },
     );
-    const [content, ...mountinfo] = out.trim().split('\n');
+    const [content, links, ...mountinfo] = out.trim().split('\n');
     expect(content).toBe('root\\fs #xvm linuz');
+    expect(links).toBe('usr/lib usr/lib64 ');
     // mountinfo escapes blanks and newlines as octal, as fstab does.
     const root = jail.dir.replaceAll(' ', '\\040').replaceAll('\n', '\\012');
     const flags = new Map(
       mountinfo
         .map((l) => l.split(' '))
-        .filter((f) => f[4]!.startsWith(`${root}/`))
-        .map((f) => [f[4]!.slice(root.length), f[5]!]),
+        .filter((f) => f[4] === root || f[4]!.startsWith(`${root}/`))
+        .map((f) => [f[4]!.slice(root.length) || '/', f[5]!]),
     );
-    expect(flags.size).toBe(9);
+    expect(flags.size).toBe(10);
+    expect(flags.get('/')).toMatch(/^ro,nosuid,nodev\b/);
     for (const at of ['/usr', '/boot/vmlinuz', '/boot/initramfs', '/boot/rootfs', '/boot/vmm-seccomp'])
       expect([at, flags.get(at)]).toEqual([at, expect.stringMatching(/^ro,nosuid,nodev\b/)]);
     for (const at of ['/vm', '/spill'])

@@ -6,8 +6,8 @@
 //     are close-on-exec first;
 //  2. move it into the sandbox's cgroup (QEMU and its threads inherit it);
 //  3. open the gate: it jails itself (JAIL below: a mount and a PID namespace of its own, pivot_root
-//     into a tmpfs holding only /usr read-only, the guest's kernel, initramfs and rootfs read-only,
-//     the VM's socket dir, /dev/null and /dev/urandom (and /dev/kvm under KVM)), then execs setpriv,
+//     into a read-only root of mount points holding only /usr read-only, the guest's kernel,
+//     initramfs and rootfs read-only, the VM's socket dir, /dev/null and /dev/urandom (and /dev/kvm under KVM)), then execs setpriv,
 //     which drops to the sandbox's leased uid and gid (no groups, no capabilities, no_new_privs,
 //     SIGKILL when its parent dies) and execs QEMU. If Airlock died before, the gate reads EOF and
 //     nothing runs.
@@ -15,7 +15,7 @@
 // QEMU lands as: an unprivileged uid in a cgroup, in a netns without routes, PID 1 of a PID namespace
 // of its own, with a root that holds no host file but /usr and the VM's own.
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import type { ProcessExit } from '../../core/backend.js';
@@ -27,26 +27,20 @@ const GATE_FD = 3;
 /**
  * The jail, as root in fresh mount and PID namespaces (unshare forks: this runs as the namespace's
  * PID 1 and QEMU becomes it; unshare waits outside and dies with Airlock, taking it along). $1 the
- * jail's (empty, root-owned) mount point, $2 "kvm" or not, $3 the jail's fstab (jailFstab below,
- * root-only: every bind mount, read-only ones with ro, all nosuid); the rest is setpriv's command
- * line (setpriv execs the seccomp helper shown at /boot/vmm-seccomp, which installs the filter from
- * fd 6 and execs QEMU). `set -e`: any failure and QEMU never starts (`mount --all` exits non-zero if
- * any entry fails). Each exec here costs a loaded host 10-20 ms before QEMU starts, so the mount
- * points are made by shell redirections and one `mount --all` makes every bind mount, instead of a
- * process each.
+ * jail's mount point (a root-owned skeleton of empty mount points, jailSkeleton below), $2 the jail's
+ * fstab (jailFstab below, root-only: the skeleton bound read-only onto itself, then every bind mount
+ * into it, read-only ones with ro, all nosuid); the rest is setpriv's command line (setpriv execs the
+ * seccomp helper shown at /boot/vmm-seccomp, which installs the filter from fd 6 and execs QEMU).
+ * `set -e`: any failure and QEMU never starts (`mount --all` exits non-zero if any entry fails).
+ * Each exec here costs a loaded host 10-20 ms before QEMU starts, so the skeleton is made by Airlock
+ * (file system calls, no process) and one `mount --all` makes every mount, the read-only root too.
  * After pivot_root there is no /proc, which util-linux's libmount needs: busybox (static) unmounts
- * the old root (its empty mount point stays: the jail's root is read-only by then).
+ * the old root (its empty mount point stays: the jail's root is read-only).
  */
 const JAIL = `set -e
-J=$1; A=$2; T=$3; shift 3
-/usr/bin/mount -t tmpfs -o size=64k,mode=0755,nosuid,nodev jail "$J"
-cd "$J"
-/usr/bin/mkdir usr boot vm spill dev .old
-/usr/bin/ln -s usr/lib64 usr/lib .
-: >boot/vmlinuz; : >boot/initramfs; : >boot/rootfs; : >boot/vmm-seccomp; : >dev/null; : >dev/urandom
-if [ "$A" = kvm ]; then : >dev/kvm; fi
+J=$1; T=$2; shift 2
 /usr/bin/mount --all --fstab "$T"
-/usr/bin/mount -o remount,bind,ro "$J"
+cd "$J"
 /usr/sbin/pivot_root . .old
 cd /
 /usr/bin/busybox umount -l /.old
@@ -130,8 +124,9 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     throw new AirlockError('INTERNAL', `jail paths must be absolute: ${sources.join(' ')}`);
   // Root-only, beside the jail's mount point in the sandbox's (root) dir.
   const fstab = `${j.dir}.fstab`;
+  jailSkeleton(j.dir, j.kvm);
   writeFileSync(fstab, jailFstab(j, o.seccomp.helper), { mode: 0o600 });
-  const jail = [j.dir, j.kvm ? 'kvm' : 'tcg', fstab];
+  const jail = [j.dir, fstab];
   libc().cloexecFrom(3);
   const child = o.enterNetns(() =>
     spawn('/bin/sh', ['-c', TRAMPOLINE, 'trampoline', ...jail, ...setpriv], {
@@ -182,14 +177,45 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
   return proc;
 }
 
+/** The jail root's entries: mount points only (dirs, and empty files where a file is bound). */
+const SKELETON_DIRS = ['usr', 'boot', 'vm', 'spill', 'dev', '.old'];
+const SKELETON_FILES = [
+  'boot/vmlinuz',
+  'boot/initramfs',
+  'boot/rootfs',
+  'boot/vmm-seccomp',
+  'dev/null',
+  'dev/urandom',
+];
+
 /**
- * The jail's bind mounts as an fstab for `mount --all` (util-linux applies `ro` to a bind mount, as
- * `mount --bind -o ro` does), in order, under `j.dir`: /usr, the guest's kernel, initramfs and rootfs
- * and the seccomp helper read-only; the VM dir and the spill dir writable but noexec; /dev/null and
- * /dev/urandom read-only (and /dev/kvm under KVM). Paths are octal-escaped (fstab splits on blanks).
+ * The jail's root in `dir` (root-owned, in the sandbox's root-owned dir, so the sandbox's uid can
+ * change none of it; the jail shows it read-only): the mount points jailFstab binds onto, and lib,
+ * lib64 → usr/lib, usr/lib64 (the dynamic loader's paths). Idempotent (a second start of a sandbox).
+ */
+export function jailSkeleton(dir: string, kvm: boolean): void {
+  for (const d of SKELETON_DIRS) mkdirSync(join(dir, d), { recursive: true, mode: 0o755 });
+  for (const f of [...SKELETON_FILES, ...(kvm ? ['dev/kvm'] : [])])
+    closeSync(openSync(join(dir, f), 'a', 0o644));
+  for (const l of ['lib', 'lib64'])
+    try {
+      symlinkSync(`usr/${l}`, join(dir, l));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+}
+
+/**
+ * The jail's mounts as an fstab for `mount --all` (util-linux applies `ro` to a bind mount, as
+ * `mount --bind -o ro` does), in order: `j.dir` bound onto itself read-only (the skeleton becomes the
+ * jail's read-only root, a mount point as pivot_root needs), then under it /usr, the guest's kernel,
+ * initramfs and rootfs and the seccomp helper read-only; the VM dir and the spill dir writable but
+ * noexec; /dev/null and /dev/urandom read-only (and /dev/kvm under KVM). Paths are octal-escaped
+ * (fstab splits on blanks).
  */
 export function jailFstab(j: QemuStart['jail'], seccompHelper: string): string {
   const rows: Array<[source: string, at: string, options: string]> = [
+    [j.dir, '.', 'ro,nosuid,nodev'],
     ['/usr', 'usr', 'ro,nosuid,nodev'],
     [j.kernel, 'boot/vmlinuz', 'ro,nosuid,nodev'],
     [j.initramfs, 'boot/initramfs', 'ro,nosuid,nodev'],

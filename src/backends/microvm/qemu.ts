@@ -69,6 +69,12 @@ export const JAILED = {
 export const TAP_FD = 4;
 /** Where a restoring QEMU finds the migration stream it inherits (opened by root, read-only). */
 export const INCOMING_FD = 5;
+/**
+ * The fdset QEMU puts INCOMING_FD in. A mapped-ram stream is loaded by offset (pread), which QEMU
+ * allows only on a channel it opened as a file: `fd:N` never is one, `file:/dev/fdset/N` is (QEMU's
+ * open of an fdset path dups the inherited fd, so nothing is opened by path in the jail).
+ */
+export const INCOMING_FDSET = 1;
 
 /**
  * The guest kernel's command line. Under TCG the guest has no clock it can calibrate (microvm has no
@@ -145,7 +151,20 @@ export function qemuArgs(c: VmConfig): string[] {
           'virtserialport,chardev=agent,name=airlock.agent',
         ]),
     ...(c.qmpSocket && !c.probe ? ['-qmp', `unix:${c.qmpSocket},server=on,wait=off`] : []),
-    ...(c.incomingFd !== undefined ? ['-incoming', `fd:${c.incomingFd}`] : []),
+    // Snapshots (save and restore alike) in QEMU's mapped-ram format: each RAM page at its own offset
+    // of the file, zero pages left as holes. A restore then reads only the pages the guest wrote and
+    // never touches the rest of its RAM; the plain stream has every zero page checked, which faults in
+    // the whole RAM (here, where a read fault allocates, all of it: slow, and slower still on memory
+    // the host's free page reporting handed back).
+    ...(c.probe ? [] : ['-global', 'migration.mapped-ram=on']),
+    ...(c.incomingFd !== undefined
+      ? [
+          '-add-fd',
+          `fd=${c.incomingFd},set=${INCOMING_FDSET}`,
+          '-incoming',
+          `file:/dev/fdset/${INCOMING_FDSET}`,
+        ]
+      : []),
   ];
 }
 

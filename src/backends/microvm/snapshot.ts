@@ -1,6 +1,7 @@
 // A microVM snapshot's memory: QEMU's migration stream of the stopped VM (guest RAM, which holds the
 // whole writable filesystem since the overlay's upper layer is a tmpfs in the guest, plus device
-// state), and a record of the VM it restores into (vm.json). Both sit in the snapshot layer's
+// state) in the mapped-ram format (qemu.ts: each page at its offset, zero pages as holes, so the file
+// is sparse and stays so when copied), and a record of the VM it restores into (vm.json). Both sit in the snapshot layer's
 // `memory/` dir, root-only (0700 dir, 0600 files), like gVisor's checkpoint images.
 //
 // SECURITY: QEMU runs as the sandbox's uid and writes the stream into the VM dir, which that uid owns.
@@ -12,6 +13,7 @@ import {
   closeSync,
   constants,
   fstatSync,
+  ftruncateSync,
   openSync,
   readFileSync,
   readSync,
@@ -32,14 +34,18 @@ export const VM_FILE = 'vm.json';
 /** Migration stream bytes beyond the guest's RAM (device state, headers) a snapshot may hold. */
 const STREAM_SLACK_BYTES = 64 * 1024 * 1024;
 const CHUNK = 4 * 1024 * 1024;
+const ZEROS = Buffer.alloc(CHUNK);
 /** How long saving a stopped VM's state to its stream may take (TCG, a loaded host, GiBs of RAM). */
 export const MIGRATE_TIMEOUT_MS = 300_000;
 
 /** What a restore must reproduce exactly: QEMU refuses a stream whose machine differs. */
 export const VmRecordSchema = z
   .object({
-    /** 2: the guest agent takes an IDENTITY frame after a restore (1: older agents, which cannot). */
-    version: z.literal(2),
+    /**
+     * 3: the stream is in QEMU's mapped-ram format (2: a plain stream, which a QEMU started for
+     * mapped-ram refuses; 1: also an agent that cannot take the IDENTITY frame a restore sends).
+     */
+    version: z.literal(3),
     /** The sandbox memory limit the VM was booted with (its RAM is this plus GUEST_KERNEL_BYTES). */
     memoryBytes: z.number().int().positive(),
     vcpus: z.number().positive(),
@@ -88,13 +94,21 @@ export function takeStream(
     for (;;) {
       const n = readSync(fd, buf, 0, CHUNK, null);
       if (n <= 0) break;
-      total += n;
       // Bounded by what was read, not by the size stat said: the file may grow meanwhile.
-      if (total > ramBytes + STREAM_SLACK_BYTES)
+      if (total + n > ramBytes + STREAM_SLACK_BYTES)
         throw new AirlockError('INTERNAL', "the VM's snapshot stream is larger than its RAM");
-      hash.update(buf.subarray(0, n));
-      writeSync(out, buf, 0, n);
+      // A chunk of zeros (mapped-ram's holes: the guest's untouched RAM) stays a hole in the copy;
+      // the hash frames each chunk by kind and length, so it is a function of the content alone.
+      const chunk = buf.subarray(0, n);
+      const zero = chunk.equals(ZEROS.subarray(0, n));
+      hash.update(`${zero ? 'Z' : 'D'}${n}\0`);
+      if (!zero) {
+        hash.update(chunk);
+        writeSync(out, chunk, 0, n, total);
+      }
+      total += n;
     }
+    ftruncateSync(out, total);
     return total;
   } finally {
     closeSync(fd);
@@ -112,8 +126,9 @@ export function readVmRecord(memoryDir: string): VmRecord {
     raw = undefined;
   }
   // A snapshot of an older Airlock holds a guest agent that does not know the IDENTITY frame every
-  // restored VM is given (it would power off): refused here, before any QEMU starts.
-  if ((raw as { version?: unknown } | undefined)?.version === 1)
+  // restored VM is given (it would power off), or a plain stream: refused here, before any QEMU starts.
+  const version = (raw as { version?: unknown } | undefined)?.version;
+  if (version === 1 || version === 2)
     throw new AirlockError(
       'INVALID_SPEC',
       `layers.0: the microVM snapshot in ${memoryDir} was taken by an older Airlock whose guest agent cannot be restored by this one; take the snapshot again`,
