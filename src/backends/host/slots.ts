@@ -308,8 +308,10 @@ export class SlotPool {
             this.noted = undefined;
             throw e;
           }
-          // Dropped meanwhile (evicted, or its layers removed): never handed out.
-          if (!this.images.includes(img) || !layersUnchanged(slot.image!.layerIds)) this.deps.discard(slot);
+          // Dropped meanwhile (evicted, or its layers removed): never handed out. (Noted again meanwhile,
+          // by a create that resolved the image anew, it is another entry of the same key: kept.)
+          if (!this.images.some((i) => i.key === img.key) || !layersUnchanged(slot.image!.layerIds))
+            this.deps.discard(slot);
           else this.slots.push(slot);
         }
         const plan = this.planned;
