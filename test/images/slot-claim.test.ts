@@ -126,8 +126,8 @@ describe.skipIf(!canRunNamespaces)(`warm image slots against image rm (${SKIP_RE
   it('image rm in a second process right after the take keeps every layer of the slot', async () => {
     const slot = await slotReady();
     const sbx = await airlock.create({ image: ref, pull: 'never' });
-    // At once, before this process runs another turn of its event loop (where the record that names
-    // the layers in use is put in place): the claim alone says they are.
+    // At once, before this process runs another turn of its event loop (the refill that puts the
+    // record naming the layers in use in place runs later): the claim alone says they are.
     const rm = runCliSync(['image', 'rm', '--json', ref]);
     try {
       expect(sbx.id).toBe(slot.id);

@@ -61,14 +61,11 @@ describe.skipIf(!canRunRegistry)(
         try {
           // The prepared slot is b's now: its claim is held (a remover's revoke is refused)...
           expect(slotClaimHeld(join(SANDBOXES, ready[0]!.id))).toBe(true);
-          // ...and from the next turn of the event loop its record names the layers in use too (the
-          // record staged when the slot was prepared, put in place after the take).
-          await new Promise((r) => setImmediate(r));
-          const rec = JSON.parse(readFileSync(join(SANDBOXES, ready[0]!.id, 'owner.json'), 'utf8')) as {
-            id?: string;
-            imageLayers?: string[];
-            preparedImageLayers?: string[];
-          };
+          // ...and soon its record names the layers in use too (the record staged when the slot was
+          // prepared, put in place by the refill the take scheduled).
+          const record = (): { id?: string; imageLayers?: string[]; preparedImageLayers?: string[] } =>
+            JSON.parse(readFileSync(join(SANDBOXES, ready[0]!.id, 'owner.json'), 'utf8'));
+          const rec = await until(record, (r) => r.imageLayers !== undefined);
           expect(rec.imageLayers).toEqual(ready[0]!.layers);
           expect([rec.id, rec.preparedImageLayers]).toEqual([ready[0]!.id, undefined]);
           expect(existsSync(join(SANDBOXES, ready[0]!.id, 'owner.json.staged'))).toBe(false);

@@ -399,14 +399,14 @@ export class SandboxHost {
    * Taking its claim (one lock, one fstat: slot-claim.privileged.ts) is what makes its layers in use:
    * a store removing one of them either revoked the claim first (the slot is dropped here) or finds
    * it held (and keeps the layer). The record that says so for readers of owner.json only (staged at
-   * prepare: it names these very layers) is put in place with one rename after this turn of the
-   * event loop, off the create's path.
+   * prepare: it names these very layers) is put in place with one rename by the refill this take
+   * schedules, off the create's path (a rename, and even a setImmediate, cost tens of µs on it).
    */
   private takeImageSlot(key: string): Slot | undefined {
     const slot = this.pool.takeImage(key);
     if (!slot) return undefined;
     if (slot.res.claimFd !== undefined && takeSlotClaim(slot.res.claimFd)) {
-      setImmediate(() => useStagedOwnerFile(slot.dir));
+      this.pool.afterTake(() => useStagedOwnerFile(slot.dir));
       return slot;
     }
     this.discardSlot(slot);
