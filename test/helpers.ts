@@ -1,6 +1,6 @@
 // Shared test helpers: a runtime on its own state dir and uid range, and a residue check that looks
 // at the host itself (mounts, cgroups, processes, dirs, leases), not at Airlock's own bookkeeping.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, readlinkSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -121,6 +121,19 @@ export async function settledResidue(maxWaitMs = 2000): Promise<Residue> {
 
 const ROOT = join(import.meta.dirname, '..');
 
+/** How the tests start the real `airlock` CLI: tsx and main.ts by absolute path, on the test state dir. */
+function cliCommand(args: readonly string[]): { argv: string[]; env: NodeJS.ProcessEnv } {
+  const tsx = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+  return {
+    argv: ['--import', tsx, join(ROOT, 'src', 'cli', 'main.ts'), ...args],
+    env: {
+      ...process.env,
+      AIRLOCK_STATE_DIR: TEST_STATE_DIR,
+      AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
+    },
+  };
+}
+
 /**
  * The real `airlock` CLI as a child process on the test state dir and uid range, from any cwd (tsx
  * and main.ts by absolute path, so the cwd need not hold node_modules). Rejects after `timeoutMs`.
@@ -129,15 +142,11 @@ export function runCli(
   args: readonly string[],
   o: { cwd?: string; timeoutMs?: number } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const tsx = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+  const { argv, env } = cliCommand(args);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', tsx, join(ROOT, 'src', 'cli', 'main.ts'), ...args], {
+    const child = spawn(process.execPath, argv, {
       cwd: o.cwd ?? ROOT,
-      env: {
-        ...process.env,
-        AIRLOCK_STATE_DIR: TEST_STATE_DIR,
-        AIRLOCK_UID_RANGE: `${TEST_UID_RANGE.first}:${TEST_UID_RANGE.count}`,
-      },
+      env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -157,10 +166,16 @@ export function runCli(
 }
 
 /**
- * Inotify watches this process holds on any of `dirs` (by inode, from /proc/self/fdinfo of each
- * inotify fd): libuv keeps one inotify fd open once anything was watched, so a watch closed shows
- * only as its line gone from there, not as an fd gone.
+ * runCli, blocking this process until the CLI exits: no turn of this process's event loop runs
+ * meanwhile (what a test needs to act between two steps that follow each other at once).
  */
+export function runCliSync(args: readonly string[]): { code: number | null; stdout: string; stderr: string } {
+  const { argv, env } = cliCommand(args);
+  const r = spawnSync(process.execPath, argv, { cwd: ROOT, env, encoding: 'utf8', timeout: 120_000 });
+  if (r.error) throw r.error;
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
 export function inotifyWatchesOn(dirs: readonly string[]): number {
   const inodes = new Set(dirs.map((d) => statSync(d).ino.toString(16)));
   let n = 0;

@@ -3,7 +3,7 @@
 // one JSON document at the end. Registry settings come from the environment (src/images/options.ts).
 import type { ResolvedImage } from '../core/image.js';
 import { formatBytes } from '../core/units.js';
-import { imageLayerUsers, preparedSlotMount } from '../backends/host/index.js';
+import { imageLayerInUse, preparedSlotMount } from '../backends/host/index.js';
 import { mountedLayerPredicate } from '../images/in-use.js';
 import { loadImages } from '../images/load.js';
 import { imageOptionsFromEnv } from '../images/options.js';
@@ -16,14 +16,15 @@ const short = (d: string): string => d.slice(0, 19); // sha256: + 12 hex
 
 /**
  * The CLI's store: a layer is "in use" while a live sandbox's record names it (written before the
- * sandbox mounts it) or any mount on the host names it.
+ * sandbox mounts it), a create holds the claim of a warm slot holding it, or any mount on the host
+ * names it (backends/host imageLayerInUse).
  */
 export function cliImageStore(env: NodeJS.ProcessEnv = process.env): ImageStore {
   const stateDir = env.AIRLOCK_STATE_DIR ?? DEFAULT_STATE_DIR;
   const store: ImageStore = new ImageStore({
     stateDir,
     ...imageOptionsFromEnv(env),
-    inUse: (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir),
+    inUse: (dir) => imageLayerInUse(stateDir, dir) || mounted(dir),
   });
   const mounted = mountedLayerPredicate(store.root, preparedSlotMount(stateDir));
   return store;
@@ -183,7 +184,7 @@ export async function imagePruneCommand(opts: { json?: boolean }, io: Io = proce
   // Allowlist roots (`executables`) no live sandbox and no snapshot uses go too.
   const { closuresDir, pruneClosures } = await import('../images/closure-cache.js');
   const mounted = mountedLayerPredicate(closuresDir(stateDir), preparedSlotMount(stateDir));
-  const c = pruneClosures(stateDir, (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir));
+  const c = pruneClosures(stateDir, (dir) => imageLayerInUse(stateDir, dir) || mounted(dir));
   if (opts.json) io.out(JSON.stringify({ ...r, ...c }, null, 2) + '\n');
   else
     io.out(

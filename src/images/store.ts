@@ -125,9 +125,10 @@ export class ImageStore implements ImageResolver {
    * same fstat compares (as the stat of the path it replaces did; synchronous, and it walks no path;
    * like that stat, it misses a same-size write within the clock tick of the file's last change). All entries are dropped at any change in
    * the blobs or layers dirs (`watching`: a blob written or removed, a layer added, renamed away or
-   * removed; the event comes within a turn of the event loop). A layer gone from under a create is
-   * still caught where it counts, by the per-layer check when the sandbox takes it (backends/host
-   * takeImageSlot, mountImageRoot). Bounded (MAX_VERIFIED_BLOBS fds); close() closes them.
+   * removed; the event comes within a turn of the event loop). A layer removed from under a create is
+   * still caught where it counts: a warm slot holding it is revoked by the remover before the layer
+   * goes (backends/host slot-claim.privileged.ts), and a create that mounts it itself fails to
+   * (mountImageRoot). Bounded (MAX_VERIFIED_BLOBS fds); close() closes them.
    */
   private readonly resolved = new Map<string, { fd: number; id: string; image: ResolvedImage }>();
   /** References parsed (parse), by their text, with their normalised name (formatImageRef). */

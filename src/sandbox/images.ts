@@ -10,18 +10,19 @@ import type { SnapshotRecord } from '../core/snapshot.js';
 import { RootfsSchema, type Rootfs, type SandboxSpec } from '../core/spec.js';
 import type { TemplateConfig } from '../core/template.js';
 import { parseOrThrow } from '../core/validate.js';
-import { imageLayerUsers, preparedSlotMount } from '../backends/host/index.js';
+import { imageLayerInUse, preparedSlotMount } from '../backends/host/index.js';
 import { SANDBOX_UID } from '../backends/host/rootfs.js';
 
 /**
- * True while a layer dir is in use: a live sandbox's record names it (written before it mounts), or
- * any mount on the host names it (a sandbox of another state dir or an older Airlock), but a warm
+ * True while a layer dir is in use: a live sandbox's record names it (written before it mounts), a
+ * create took a warm slot holding it (its claim; other such slots are revoked: see imageLayerInUse),
+ * or any mount on the host names it (a sandbox of another state dir or an older Airlock), but a warm
  * slot's image root mounted ahead (dropped by its pool once the layers are gone).
  */
 export async function layerInUse(stateDir: string, storeRoot: string): Promise<(dir: string) => boolean> {
   const { mountedLayerPredicate } = await import('../images/in-use.js');
   const mounted = mountedLayerPredicate(storeRoot, preparedSlotMount(stateDir));
-  return (dir) => imageLayerUsers(stateDir, dir).length > 0 || mounted(dir);
+  return (dir) => imageLayerInUse(stateDir, dir) || mounted(dir);
 }
 
 export function defaultImageResolver(stateDir: string, env: NodeJS.ProcessEnv = process.env): ImageResolver {

@@ -2,7 +2,7 @@
 // registry's upload API (monolithic blob uploads, manifest PUT): what `docker push` does, in 40 lines.
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { pack } from 'tar-stream';
@@ -235,4 +235,27 @@ export function overlayEntries(): TarEntry[] {
     { name: 'opt/data/c', content: 'c from layer 2\n' },
     { name: 'opt/data/c2', type: 'link', linkname: 'opt/data/c' },
   ];
+}
+
+/** `img` as an OCI image layout directory at `dir`, its one manifest named `refName`. */
+export function writeLayout(dir: string, img: TestImage, refName: string): void {
+  const blobs = join(dir, 'blobs', 'sha256');
+  mkdirSync(blobs, { recursive: true });
+  for (const b of [img.config, img.manifest, ...img.layers.map((l) => l.blob)])
+    writeFileSync(join(blobs, sha256(b).slice(7)), b);
+  writeFileSync(join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
+  writeFileSync(
+    join(dir, 'index.json'),
+    JSON.stringify({
+      schemaVersion: 2,
+      manifests: [
+        {
+          mediaType: OCI_MANIFEST,
+          digest: img.digest,
+          size: img.manifest.length,
+          annotations: { 'org.opencontainers.image.ref.name': refName },
+        },
+      ],
+    }),
+  );
 }

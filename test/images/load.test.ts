@@ -1,6 +1,6 @@
 // Loading without a registry: an OCI image layout directory and a `docker save` tarball, built here
 // from busybox-static's files, with the same verification as a pull (tampered blobs are refused).
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/core/errors.js';
@@ -13,34 +13,12 @@ import {
   overlayEntries,
   sha256,
   tarOf,
-  OCI_MANIFEST,
+  writeLayout,
   type TestImage,
 } from './build.js';
 
 const ROOT = `${process.env.AIRLOCK_TEST_STATE_DIR ?? '/var/tmp/airlock-test'}-images-load`;
 const canRun = process.getuid?.() === 0;
-
-function writeLayout(dir: string, img: TestImage, refName: string): void {
-  const blobs = join(dir, 'blobs', 'sha256');
-  mkdirSync(blobs, { recursive: true });
-  for (const b of [img.config, img.manifest, ...img.layers.map((l) => l.blob)])
-    writeFileSync(join(blobs, sha256(b).slice(7)), b);
-  writeFileSync(join(dir, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-  writeFileSync(
-    join(dir, 'index.json'),
-    JSON.stringify({
-      schemaVersion: 2,
-      manifests: [
-        {
-          mediaType: OCI_MANIFEST,
-          digest: img.digest,
-          size: img.manifest.length,
-          annotations: { 'org.opencontainers.image.ref.name': refName },
-        },
-      ],
-    }),
-  );
-}
 
 describe.skipIf(!canRun)('image load (no registry)', () => {
   let img: TestImage;

@@ -6,6 +6,7 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { imageLayerUsers } from '../../src/backends/host/index.js';
+import { slotClaimHeld } from '../../src/backends/host/slot-claim.privileged.js';
 import { AirlockError } from '../../src/core/errors.js';
 import { ImageStore } from '../../src/images/store.js';
 import { Airlock } from '../../src/sandbox/airlock.js';
@@ -19,40 +20,9 @@ import {
   TEST_STATE_DIR,
   TEST_UID_RANGE,
 } from '../helpers.js';
+import { SANDBOXES, preparedSlots, rootMounts, until } from './slots.js';
 import { busyboxEntries, imageOf, layerOf, pushImage, tarOf } from './build.js';
 import { REGISTRY_SKIP_REASON, canRunRegistry, startRegistry, type TestRegistry } from './registry.js';
-
-const SANDBOXES = join(TEST_STATE_DIR, 'sandboxes');
-
-/** Sandbox dirs with an image root mounted (live sandboxes' and warm slots'). */
-function rootMounts(): string[] {
-  return residue()
-    .mounts.map((m) => /\/sandboxes\/([^/]+)\/root$/.exec(m)?.[1])
-    .filter((id): id is string => id !== undefined);
-}
-
-/** Warm slots holding an image root mounted ahead (their record names the layers as prepared only). */
-function preparedSlots(): Array<{ id: string; layers: string[] }> {
-  const out: Array<{ id: string; layers: string[] }> = [];
-  for (const id of rootMounts()) {
-    const rec = JSON.parse(readFileSync(join(SANDBOXES, id, 'owner.json'), 'utf8')) as {
-      preparedImageLayers?: string[];
-      imageLayers?: string[];
-    };
-    if (rec.preparedImageLayers && !rec.imageLayers) out.push({ id, layers: rec.preparedImageLayers });
-  }
-  return out;
-}
-
-/** Waits (bounded) until `cond` holds; returns its last value. */
-async function until<T>(f: () => T, cond: (v: T) => boolean, maxMs = 10_000): Promise<T> {
-  let v = f();
-  for (let i = 0; i < maxMs / 25 && !cond(v); i++) {
-    await new Promise((r) => setTimeout(r, 25));
-    v = f();
-  }
-  return v;
-}
 
 describe.skipIf(!canRunRegistry)(
   `warm slots with an image root mounted ahead (${REGISTRY_SKIP_REASON})`,
@@ -89,13 +59,13 @@ describe.skipIf(!canRunRegistry)(
         expect(ready).toHaveLength(1);
         const b = await airlock.create({ image: refD });
         try {
-          // The prepared slot is b's now: its record names the layers in use (the record staged
-          // when the slot was prepared, put in place by the take).
-          const rec = JSON.parse(readFileSync(join(SANDBOXES, ready[0]!.id, 'owner.json'), 'utf8')) as {
-            id?: string;
-            imageLayers?: string[];
-            preparedImageLayers?: string[];
-          };
+          // The prepared slot is b's now: its claim is held (a remover's revoke is refused)...
+          expect(slotClaimHeld(join(SANDBOXES, ready[0]!.id))).toBe(true);
+          // ...and soon its record names the layers in use too (the record staged when the slot was
+          // prepared, put in place by the refill the take scheduled).
+          const record = (): { id?: string; imageLayers?: string[]; preparedImageLayers?: string[] } =>
+            JSON.parse(readFileSync(join(SANDBOXES, ready[0]!.id, 'owner.json'), 'utf8'));
+          const rec = await until(record, (r) => r.imageLayers !== undefined);
           expect(rec.imageLayers).toEqual(ready[0]!.layers);
           expect([rec.id, rec.preparedImageLayers]).toEqual([ready[0]!.id, undefined]);
           expect(existsSync(join(SANDBOXES, ready[0]!.id, 'owner.json.staged'))).toBe(false);

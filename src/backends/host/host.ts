@@ -53,13 +53,13 @@ import {
   discardSlotUserns,
   discardUserns,
   layerIds,
-  layersUnchanged,
   SlotPool,
   takeWsUserns,
   type Slot,
   type WsOwner,
 } from './slots.js';
 import { ensureEtc } from './rootfs.js';
+import { openSlotClaim, takeSlotClaim } from './slot-claim.privileged.js';
 import { DEFAULT_UID_RANGE, ownerAlive, selfOwner, StateDirs, type UidRange } from './state.js';
 import { Teardowns } from './teardowns.js';
 import {
@@ -352,14 +352,14 @@ export class SandboxHost {
    * Mount the root of image `rootfs` in a warm slot ahead of a create from it: the layer views, the
    * upper with Airlock's /etc files and mount points, the overlay, the helper bind, all added to the
    * slot's launch namespace. The slot's record names the layers as prepared only, not as in use: an
-   * image store may remove them, and the pool then drops the slot (SlotPool.sweep; create checks too).
-   * The record that names them in use is written now beside it, for the create that takes the slot
-   * to put in place with one rename (takeImageSlot).
+   * image store may remove them: it revokes the slot's claim first (slot-claim.privileged.ts), and
+   * the pool drops the slot (SlotPool.sweep; the take checks the claim). The claim is made before the
+   * record, and the layers are checked after it: a remover that looked before the record existed had
+   * renamed its layer away already. The record that names them in use is written now beside it, for
+   * the create that takes the slot to put in place with one rename, after the take (takeImageSlot).
    */
   private async prepareImage(slot: Slot, key: string, rootfs: Rootfs): Promise<void> {
-    const ids = layerIds(rootfs.layers);
-    if (!ids)
-      throw new AirlockError('IMAGE_NOT_FOUND', `a layer of image ${key} is gone`, { field: 'image' });
+    slot.res.claimFd = openSlotClaim(slot.dir);
     writeOwnerFile(slot.dir, {
       id: slot.id,
       uid: slot.uid,
@@ -367,6 +367,9 @@ export class SandboxHost {
       preparedImageLayers: rootfs.layers,
     });
     stageOwnerFile(slot.dir, inUseRecord(slot, rootfs));
+    const ids = layerIds(rootfs.layers);
+    if (!ids)
+      throw new AirlockError('IMAGE_NOT_FOUND', `a layer of image ${key} is gone`, { field: 'image' });
     const helperPath = this.helperPath();
     const root = await mountImageRoot({
       rootfs,
@@ -392,17 +395,20 @@ export class SandboxHost {
   }
 
   /**
-   * The warm slot holding the root of image `key`, if one is ready and its layers are still the ones
-   * it mounted. The sandbox's record names them in use first, then they are checked: an image store
-   * that removes them either sees that record (and keeps them) or has renamed them away (the check
-   * fails, and the slot is dropped). The record was written when the slot was prepared (its key
-   * names these very layers): here it only replaces the slot's with one rename.
+   * The warm slot holding the root of image `key`, if one is ready and no image store has revoked it.
+   * Taking its claim (one lock, one fstat: slot-claim.privileged.ts) is what makes its layers in use:
+   * a store removing one of them either revoked the claim first (the slot is dropped here) or finds
+   * it held (and keeps the layer). The record that says so for readers of owner.json only (staged at
+   * prepare: it names these very layers) is put in place with one rename by the refill this take
+   * schedules, off the create's path (a rename, and even a setImmediate, cost tens of µs on it).
    */
-  private takeImageSlot(key: string, rootfs: Rootfs): Slot | undefined {
+  private takeImageSlot(key: string): Slot | undefined {
     const slot = this.pool.takeImage(key);
     if (!slot) return undefined;
-    if (!useStagedOwnerFile(slot.dir)) writeOwnerFile(slot.dir, inUseRecord(slot, rootfs));
-    if (layersUnchanged(slot.image!.layerIds)) return slot;
+    if (slot.res.claimFd !== undefined && takeSlotClaim(slot.res.claimFd)) {
+      this.pool.afterTake(() => useStagedOwnerFile(slot.dir));
+      return slot;
+    }
     this.discardSlot(slot);
     return undefined;
   }
@@ -444,7 +450,7 @@ export class SandboxHost {
     // Without a ready slot of its image, it makes its own rather than take the host-root slot (a
     // create on the host root would then wait for a new one).
     let slot =
-      (imageKey !== undefined ? this.takeImageSlot(imageKey, spec.rootfs!) : this.pool.take()) ??
+      (imageKey !== undefined ? this.takeImageSlot(imageKey) : this.pool.take()) ??
       (await this.prepareSlot(want));
     // A slot whose workspace is being mounted ahead: that is nearly done; wait for it.
     if (

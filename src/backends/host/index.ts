@@ -21,4 +21,4 @@ export { SandboxHost, type HostOptions, type HostTier } from './host.js';
 export { HostSandbox, launchSharesKey, type HostSandboxParts, type PrepareCapture } from './sandbox.js';
 export type { SandboxLayout } from './layout.js';
 export { childExited, type ExitSource } from './child-exit.js';
-export { imageLayerUsers, preparedSlotMount } from './resources.js';
+export { imageLayerInUse, imageLayerUsers, preparedSlotMount } from './resources.js';

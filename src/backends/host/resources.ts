@@ -1,13 +1,14 @@
 // Everything one sandbox holds on the host (its dir and mounts, netns, cgroup, launch namespace, uid
 // lease), released in dependency order; and its owner.json, which says whose it is (the reaper and
 // the layer store read it).
-import { linkSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { closeSync, linkSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AirlockError } from '../../core/errors.js';
 import type { CgroupHandle } from './cgroups.privileged.js';
 import { closeLaunchNamespace } from './launcher.privileged.js';
 import { unmountAsync } from './mount.privileged.js';
 import type { NetnsHandle } from './netns.privileged.js';
+import { slotClaimHeld } from './slot-claim.privileged.js';
 import { ownerAlive, type Owner, type StateDirs } from './state.js';
 
 /** Everything a sandbox holds on the host, released in dependency order, each step attempted. */
@@ -17,6 +18,11 @@ export class HostResources {
   netns: NetnsHandle | undefined;
   /** The mount namespace its bwrap starts in (launcher.privileged.ts), once made. */
   launchNs: number | undefined;
+  /**
+   * The open fd of its image-claim file (a warm slot with an image root mounted ahead), locked once
+   * a create took the slot: closed last, after the unmounts (slot-claim.privileged.ts).
+   */
+  claimFd: number | undefined;
   constructor(
     readonly dir: string,
     readonly uid: number | undefined,
@@ -54,6 +60,9 @@ export class HostResources {
     if (this.netns) await step(() => this.netns!.close());
     else await unmount('netns');
     await unmount('pts');
+    // The claim (and its lock: a remover may take the layers now) goes once nothing is mounted.
+    if (this.claimFd !== undefined) await step(() => closeSync(this.claimFd!));
+    this.claimFd = undefined;
     await step(() => this.dirs.removeTree(this.dir));
     if (this.uid !== undefined) await step(() => this.dirs.releaseUid(this.uid!));
     if (errors.length) {
@@ -138,6 +147,25 @@ export function imageLayerUsers(root: string, layerDir: string): string[] {
       return meta?.imageLayers?.includes(layerDir) === true && ownerAlive(meta.owner);
     })
     .sort();
+}
+
+/**
+ * Whether a live sandbox of the state dir `root` uses the image layer dir `layerDir`: asked by a
+ * remover (an image store's or the closure prune's `inUse`) after it renamed that dir away. A record
+ * naming it in use counts, and so does a warm slot holding it prepared whose claim a create took;
+ * every other live slot holding it prepared is revoked on the way, so that no create takes it from
+ * now on (slot-claim.privileged.ts says why that is safe across processes).
+ */
+export function imageLayerInUse(root: string, layerDir: string): boolean {
+  const sandboxes = join(root, 'sandboxes');
+  for (const id of readdirOr(sandboxes)) {
+    const dir = join(sandboxes, id);
+    const meta = readOwnerFile(dir);
+    if (!meta || !ownerAlive(meta.owner)) continue;
+    if (meta.imageLayers?.includes(layerDir)) return true;
+    if (meta.preparedImageLayers?.includes(layerDir) && slotClaimHeld(dir)) return true;
+  }
+  return false;
 }
 
 /**

@@ -156,6 +156,8 @@ export class SlotPool {
    * once). Cleared whenever the images or the watches change.
    */
   private noted: Rootfs | undefined;
+  /** What takes left to do off the create's path (afterTake). */
+  private readonly afterTakes: Array<() => void> = [];
 
   constructor(private readonly deps: SlotPoolDeps) {}
 
@@ -258,6 +260,18 @@ export class SlotPool {
     }
   }
 
+  /**
+   * Run `f` with the refill a take schedules (off the create's path: when the new sandbox's first
+   * process has started, or shortly after), or at drain. Best effort: `f` must not throw.
+   */
+  afterTake(f: () => void): void {
+    this.afterTakes.push(f);
+  }
+
+  private runAfterTake(): void {
+    for (const f of this.afterTakes.splice(0)) f();
+  }
+
   /** Refill shortly (or when a process of the new sandbox has started: processStarted). */
   scheduleRefill(): void {
     if (this.deps.size > 0 && this.refillTimer === undefined)
@@ -278,6 +292,7 @@ export class SlotPool {
    */
   private refill(): void {
     this.refillTimer = undefined;
+    this.runAfterTake();
     if (this.refilling) return; // its loop sees the slot just taken
     const run = async (): Promise<void> => {
       try {
@@ -308,8 +323,10 @@ export class SlotPool {
             this.noted = undefined;
             throw e;
           }
-          // Dropped meanwhile (evicted, or its layers removed): never handed out.
-          if (!this.images.includes(img) || !layersUnchanged(slot.image!.layerIds)) this.deps.discard(slot);
+          // Dropped meanwhile (evicted, or its layers removed): never handed out. (Noted again meanwhile,
+          // by a create that resolved the image anew, it is another entry of the same key: kept.)
+          if (!this.images.some((i) => i.key === img.key) || !layersUnchanged(slot.image!.layerIds))
+            this.deps.discard(slot);
           else this.slots.push(slot);
         }
         const plan = this.planned;
@@ -355,6 +372,7 @@ export class SlotPool {
   async drain(): Promise<Slot[]> {
     clearTimeout(this.refillTimer);
     this.refillTimer = undefined;
+    this.runAfterTake();
     while (this.refilling) await this.refilling;
     for (const w of this.watchers.values()) w.close();
     this.watchers.clear();
