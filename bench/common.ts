@@ -24,6 +24,8 @@ export const RAW_UID = BENCH_UID_RANGE.first - 1;
 export const RAW_SAME_LAYOUT_UID = BENCH_UID_RANGE.first - 2;
 /** The uid of the CLI floor's sandbox (bench/cli-floor.privileged.cjs), outside the range as well. */
 export const FLOOR_UID = BENCH_UID_RANGE.first - 3;
+/** The uid bench/microvm-jail.ts runs a raw QEMU as (its `uid` piece), outside the range as well. */
+export const JAIL_BENCH_UID = BENCH_UID_RANGE.first - 4;
 
 export type Log = (s: string) => void;
 

@@ -42,18 +42,17 @@ import {
 } from '../src/backends/microvm/assets.js';
 import { microvmHostLimits } from '../src/backends/microvm/index.js';
 import { INCOMING_FD, findQemu, qemuArgs } from '../src/backends/microvm/qemu.js';
+import { setprivDrop } from '../src/backends/microvm/qemu.privileged.js';
 import { Qmp } from '../src/backends/microvm/qmp.js';
 import { vmmSeccompFilter } from '../src/backends/microvm/seccomp.js';
 import { connectUnix } from '../src/backends/microvm/start.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { LimitsSchema } from '../src/core/spec.js';
-import { BENCH_STATE_DIR, BENCH_UID_RANGE } from './common.js';
+import { BENCH_STATE_DIR, JAIL_BENCH_UID as JAIL_UID } from './common.js';
 
 const MiB = 1024 * 1024;
 const PIECES = ['mapped', 'fd', 'serial', 'mem', 'cpu', 'seccomp', 'uid', 'ns'] as const;
 type Piece = (typeof PIECES)[number];
-/** A uid below the bench's range (never leased, never reaped). */
-const JAIL_UID = BENCH_UID_RANGE.first - 3;
 
 interface Machine {
   readonly qemu: string;
@@ -184,19 +183,7 @@ async function restore(
     cmd.push('/bin/sh', '-c', 'for d in $CGS; do echo $$ > "$d/cgroup.procs"; done; exec "$@"', 'cg');
   if (pieces.has('ns'))
     cmd.push('/usr/bin/unshare', '--mount', '--pid', '--net', '--fork', '--kill-child', '--');
-  if (pieces.has('uid'))
-    cmd.push(
-      '/usr/bin/setpriv',
-      `--reuid=${JAIL_UID}`,
-      `--regid=${JAIL_UID}`,
-      '--clear-groups',
-      '--inh-caps=-all',
-      '--bounding-set=-all',
-      '--no-new-privs',
-      '--pdeathsig',
-      'KILL',
-      '--',
-    );
+  if (pieces.has('uid')) cmd.push('/usr/bin/setpriv', ...setprivDrop(JAIL_UID));
   if (pieces.has('seccomp')) cmd.push(m.helper);
   // mapped-ram needs a seekable channel, which QEMU's fd: never is: the fd goes in an fdset instead.
   const incoming = !pieces.has('fd')

@@ -135,9 +135,8 @@ export function readOwnerFile(dir: string): OwnerFile | undefined {
 
 /**
  * Ids of the live sandboxes (of any process on the state dir `root`) whose owner.json names the image
- * layer dir `layerDir`. A sandbox writes that record before it mounts its layers, and an image store
- * renames a layer away before asking this, so a layer is never deleted from under a sandbox starting
- * at the same moment (that sandbox fails to mount instead).
+ * layer dir `layerDir` in use. Records only: a create that took a warm slot holds its claim before its
+ * record lands, so a remover asks imageLayerInUse (below), which counts held claims too.
  */
 export function imageLayerUsers(root: string, layerDir: string): string[] {
   const sandboxes = join(root, 'sandboxes');

@@ -95,12 +95,15 @@ export interface QemuProcess {
   stderr(): string;
 }
 
-export async function startQemu(o: QemuStart): Promise<QemuProcess> {
-  if (!Number.isInteger(o.uid) || o.uid <= 0)
-    throw new AirlockError('INTERNAL', `refusing to run QEMU as uid ${o.uid}`);
-  const setpriv = [
-    `--reuid=${o.uid}`,
-    `--regid=${o.uid}`,
+/**
+ * setpriv's options that drop the jail to the sandbox's leased `uid` before QEMU runs (the command
+ * follows them): that uid and gid, no supplementary groups, no capabilities (inheritable or bounding),
+ * no_new_privs, and SIGKILL when its parent dies. bench/microvm-jail.ts runs a raw QEMU behind them.
+ */
+export function setprivDrop(uid: number): string[] {
+  return [
+    `--reuid=${uid}`,
+    `--regid=${uid}`,
     '--clear-groups',
     '--inh-caps=-all',
     '--bounding-set=-all',
@@ -108,10 +111,13 @@ export async function startQemu(o: QemuStart): Promise<QemuProcess> {
     '--pdeathsig',
     'KILL',
     '--',
-    '/boot/vmm-seccomp',
-    o.qemu,
-    ...o.args,
   ];
+}
+
+export async function startQemu(o: QemuStart): Promise<QemuProcess> {
+  if (!Number.isInteger(o.uid) || o.uid <= 0)
+    throw new AirlockError('INTERNAL', `refusing to run QEMU as uid ${o.uid}`);
+  const setpriv = [...setprivDrop(o.uid), '/boot/vmm-seccomp', o.qemu, ...o.args];
   // The jail shows QEMU the host's /usr and nothing else of it.
   if (!o.qemu.startsWith('/usr/'))
     throw new AirlockError(
