@@ -7,8 +7,9 @@
 //   serial   -serial file:console.log (Airlock's console log) instead of -serial none (its own stream)
 //   mem      inside a memory cgroup under airlock/ with the sandbox's limit (microvmHostLimits)
 //   cpu      inside a CPU cgroup under airlock/ with the sandbox's CFS quota (1 CPU of 100 ms periods)
-//   seccomp  under Airlock's own filter (the jail's vmm-seccomp helper, filter on fd 6)
-//   uid      as an unprivileged uid (setpriv, as the jail does: no groups, no caps, no_new_privs)
+//   uid      as an unprivileged uid (setpriv: no groups, no caps, no_new_privs; the jail itself
+//            drops in its helper, guest/vmm-seccomp.c, which needs the whole jail and runs in the
+//            microvm bench's Airlock row, so Airlock's seccomp filter has no piece here)
 //   ns       in fresh mount, PID and network namespaces (unshare)
 // Each round runs every variant once, interleaved; each prints QEMU start → migrated → first exec
 // done (ms), QEMU's CPU time, and the cgroups' counters (memory.failcnt, pgmajfault, cache, CFS
@@ -37,29 +38,37 @@ import {
   ensureInitramfs,
   ensurePackageLayer,
   ensureRootfs,
-  ensureVmmSeccomp,
   findKernel,
 } from '../src/backends/microvm/assets.js';
 import { microvmHostLimits } from '../src/backends/microvm/index.js';
 import { INCOMING_FD, findQemu, qemuArgs } from '../src/backends/microvm/qemu.js';
-import { setprivDrop } from '../src/backends/microvm/qemu.privileged.js';
 import { Qmp } from '../src/backends/microvm/qmp.js';
-import { vmmSeccompFilter } from '../src/backends/microvm/seccomp.js';
 import { connectUnix } from '../src/backends/microvm/start.js';
 import { ensureEtc } from '../src/backends/host/rootfs.js';
 import { LimitsSchema } from '../src/core/spec.js';
 import { BENCH_STATE_DIR, JAIL_BENCH_UID as JAIL_UID } from './common.js';
 
 const MiB = 1024 * 1024;
-const PIECES = ['mapped', 'fd', 'serial', 'mem', 'cpu', 'seccomp', 'uid', 'ns'] as const;
+const PIECES = ['mapped', 'fd', 'serial', 'mem', 'cpu', 'uid', 'ns'] as const;
 type Piece = (typeof PIECES)[number];
+/** setpriv's options for the `uid` piece: the drop the jail helper makes, as a raw baseline. */
+const SETPRIV_DROP = [
+  `--reuid=${JAIL_UID}`,
+  `--regid=${JAIL_UID}`,
+  '--clear-groups',
+  '--inh-caps=-all',
+  '--bounding-set=-all',
+  '--no-new-privs',
+  '--pdeathsig',
+  'KILL',
+  '--',
+];
 
 interface Machine {
   readonly qemu: string;
   readonly kernel: string;
   readonly initramfs: string;
   readonly rootfs: string;
-  readonly helper: string;
 }
 
 function args(m: Machine, dir: string, serial: boolean, mapped: boolean, incoming?: string): string[] {
@@ -167,7 +176,6 @@ async function restore(
   m: Machine,
   pieces: ReadonlySet<Piece>,
   stream: string,
-  seccompFile: string,
   round: number,
 ): Promise<string> {
   const dir = mkdtempSync('/var/tmp/airlock-bench-jail-');
@@ -183,8 +191,7 @@ async function restore(
     cmd.push('/bin/sh', '-c', 'for d in $CGS; do echo $$ > "$d/cgroup.procs"; done; exec "$@"', 'cg');
   if (pieces.has('ns'))
     cmd.push('/usr/bin/unshare', '--mount', '--pid', '--net', '--fork', '--kill-child', '--');
-  if (pieces.has('uid')) cmd.push('/usr/bin/setpriv', ...setprivDrop(JAIL_UID));
-  if (pieces.has('seccomp')) cmd.push(m.helper);
+  if (pieces.has('uid')) cmd.push('/usr/bin/setpriv', ...SETPRIV_DROP);
   // mapped-ram needs a seekable channel, which QEMU's fd: never is: the fd goes in an fdset instead.
   const incoming = !pieces.has('fd')
     ? `file:${stream}`
@@ -203,7 +210,6 @@ async function restore(
     'ignore',
   ];
   if (pieces.has('fd')) fds.push((stdio[INCOMING_FD] = openSync(stream, 'r')));
-  if (pieces.has('seccomp')) fds.push((stdio[6] = openSync(seccompFile, 'r')));
   await new Promise((r) => setTimeout(r, GAP_MS));
   const resident = (await out('fincore', ['-nb', '-o', 'RES', stream])).trim();
   const t0 = performance.now();
@@ -311,13 +317,10 @@ const m: Machine = {
     { dir: await ensurePackageLayer(DEFAULT_CACHE_DIR) },
     { dir: ensureEtc(BENCH_STATE_DIR), at: '/etc' },
   ]),
-  helper: await ensureVmmSeccomp(DEFAULT_CACHE_DIR),
 };
 const work = mkdtempSync('/var/tmp/airlock-bench-jail-');
 chmodSync(work, 0o755);
 try {
-  const seccompFile = join(work, 'filter.bpf');
-  writeFileSync(seccompFile, vmmSeccompFilter(), { mode: 0o600 });
   const streams: Record<string, string> = {};
   const key = (p: ReadonlySet<Piece>): string => `${p.has('serial')}-${p.has('mapped')}`;
   for (const v of parsed) {
@@ -332,7 +335,7 @@ try {
   }
   for (let i = 0; i < rounds; i++)
     for (const v of parsed) {
-      const line = await restore(m, v.pieces, streams[key(v.pieces)]!, seccompFile, i);
+      const line = await restore(m, v.pieces, streams[key(v.pieces)]!, i);
       process.stdout.write(`round ${i} ${v.name.padEnd(12)} ${line}\n`);
     }
 } finally {

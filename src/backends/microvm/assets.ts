@@ -146,8 +146,9 @@ export function ensureAgent(cacheDir: string): Promise<string> {
 }
 
 /**
- * The VMM jail's seccomp helper (guest/vmm-seccomp.c, a host program despite its folder: it is built
- * the same way as the agent): installs the filter it reads from fd 6, then execs QEMU under it.
+ * The VMM jail helper (guest/vmm-seccomp.c, a host program despite its folder: it is built the same
+ * way as the agent): namespaces, pivot_root, the uid drop, then the seccomp filter it reads from fd 6,
+ * then QEMU (qemu.privileged.ts startQemu).
  */
 export function ensureVmmSeccomp(cacheDir: string): Promise<string> {
   const src = join(GUEST_DIR, 'vmm-seccomp.c');
@@ -158,7 +159,7 @@ export function ensureVmmSeccomp(cacheDir: string): Promise<string> {
     } catch (e) {
       throw new AirlockError(
         'BACKEND_UNAVAILABLE',
-        `building the microVM's seccomp helper failed (needs gcc and libc6-dev): ${(e as { stderr?: string }).stderr ?? (e as Error).message}`,
+        `building the microVM's jail helper failed (needs gcc and libc6-dev): ${(e as { stderr?: string }).stderr ?? (e as Error).message}`,
       );
     }
     chmodSync(tmp, 0o755);
