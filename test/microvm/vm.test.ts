@@ -49,10 +49,13 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const uid = sbx.info.hostUid;
     expect(status).toMatch(new RegExp(`^Uid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'));
-    expect(status).toMatch(/^CapEff:\s+0+$/m);
+    for (const cap of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+      expect(status).toMatch(new RegExp(`^${cap}:\\s+0+$`, 'm'));
+    expect(status).toMatch(new RegExp(`^Gid:\\s+${uid}\\s+${uid}\\s+${uid}\\s+${uid}$`, 'm'));
+    expect(status).toMatch(/^Groups:[\t ]*$/m);
     expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(status).toMatch(/^Seccomp:\s+2$/m);
-    // Two filters: Airlock's own (vmm-seccomp, installed before QEMU's exec) and QEMU's -sandbox.
+    // Two filters: Airlock's own (the jail helper's, installed before QEMU's exec) and QEMU's -sandbox.
     expect(status).toMatch(/^Seccomp_filters:\s+2$/m);
     expect(readFileSync(`/proc/${pid}/cgroup`, 'utf8')).toContain(sbx.id);
     // The jail: QEMU is PID 1 of a PID namespace of its own, and its root holds none of the host's
@@ -74,7 +77,6 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
         '/boot/vmlinuz',
         '/boot/initramfs',
         '/boot/rootfs',
-        '/boot/vmm-seccomp',
         '/vm',
         '/spill',
         '/dev/null',
@@ -89,7 +91,6 @@ describe.skipIf(!canRunMicrovm)(`microvm tier (${MICROVM_SKIP_REASON})`, () => {
       '/boot/vmlinuz': ro,
       '/boot/initramfs': ro,
       '/boot/rootfs': ro,
-      '/boot/vmm-seccomp': ro,
       '/vm': ['rw', 'nosuid', 'nodev', 'noexec'],
       '/spill': ['rw', 'nosuid', 'nodev', 'noexec'],
       '/dev/null': ['ro', 'nosuid', 'noexec'],
