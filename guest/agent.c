@@ -55,6 +55,8 @@ struct exec {
 static struct exec execs[MAX_EXECS];
 static int port = -1;
 static int have_cgroups = 0;
+/** /dev/urandom, opened once at start (a snapshot keeps it open): IDENTITY seeds the CRNG through it. */
+static int urandom = -1;
 
 
 // ---- frames -------------------------------------------------------------------------------------
@@ -334,18 +336,17 @@ static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
     unsigned char buf[AGENT_SEED_BYTES];
   } seed = {AGENT_SEED_BYTES * 8, AGENT_SEED_BYTES, {0}};
   memcpy(seed.buf, p + 24, AGENT_SEED_BYTES);
-  int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-  int ok = fd >= 0 && ioctl(fd, RNDADDENTROPY, &seed) == 0 && ioctl(fd, RNDRESEEDCRNG) == 0;
-  if (fd >= 0) close(fd);
+  if (urandom < 0) urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  int ok = urandom >= 0 && ioctl(urandom, RNDADDENTROPY, &seed) == 0 && ioctl(urandom, RNDRESEEDCRNG) == 0;
   memset(&seed, 0, sizeof seed);
   if (!ok) return refuse_identity(id, "cannot seed the RNG");
   if (sethostname(host, strlen(host)) != 0) return refuse_identity(id, "cannot set the hostname");
   if (have_cgroups) {
     char v[32];
     snprintf(v, sizeof v, "%u", get32(p + 12));
-    if (!put_file(SANDBOX_CG "/pids.max", v)) return refuse_identity(id, "cannot set pids.max");
+    if (!put_limit(SANDBOX_CG "/pids.max", v)) return refuse_identity(id, "cannot set pids.max");
     snprintf(v, sizeof v, "%llu", (unsigned long long)get32(p + 16) | (unsigned long long)get32(p + 20) << 32);
-    if (!put_file(SANDBOX_CG "/memory.max", v)) return refuse_identity(id, "cannot set memory.max");
+    if (!put_limit(SANDBOX_CG "/memory.max", v)) return refuse_identity(id, "cannot set memory.max");
   }
   send_frame(FR_OK, id, NULL, 0);
 }
@@ -435,6 +436,7 @@ int main(void) {
   inbuf = malloc(AGENT_HEADER_BYTES + AGENT_MAX_PAYLOAD);
   if (!inbuf) die("malloc");
   port = open_port();
+  urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
   // Until the host has the port open, the port reports POLLHUP and writes fail: wait for it.
   for (int i = 0; i < 60000; i++) {
     struct pollfd pf = {port, POLLOUT, 0};
