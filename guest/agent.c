@@ -98,6 +98,39 @@ static void send_frame(uint8_t type, uint32_t id, const void *payload, uint32_t 
 
 static void send_error(uint32_t id, const char *msg) { send_frame(FR_ERROR, id, msg, strlen(msg)); }
 
+// ---- limit counters -----------------------------------------------------------------------------
+
+// The sandbox cgroup's memory.events and pids.events, opened once at start (a snapshot keeps them
+// open): STARTED and EXIT carry their counts as the exec starts and once it is gone, so the host
+// needs no reads of its own around an exec (src/backends/microvm/agent.ts).
+static int events_mem = -1, events_pids = -1;
+
+static void put64(unsigned char *p, uint64_t v) {
+  put32(p, (uint32_t)v);
+  put32(p + 4, (uint32_t)(v >> 32));
+}
+
+// The value of the line "<key> <n>" of an events file (0 if unreadable: the counts only classify).
+static uint64_t event_count(int fd, const char *key) {
+  char buf[512];
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;  // offset 0: the kernel reads anew
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  size_t kl = strlen(key);
+  for (char *l = buf;;) {
+    if (strncmp(l, key, kl) == 0 && l[kl] == ' ') return strtoull(l + kl + 1, NULL, 10);
+    l = strchr(l, '\n');
+    if (!l) return 0;
+    l++;
+  }
+}
+
+// 16 bytes: u64 oom kills (memory.events oom_kill), u64 fork refusals (pids.events max).
+static void put_counters(unsigned char *p) {
+  put64(p, event_count(events_mem, "oom_kill"));
+  put64(p + 8, event_count(events_pids, "max"));
+}
+
 // ---- exec ---------------------------------------------------------------------------------------
 
 static struct exec *find_exec(uint32_t id) {
@@ -147,6 +180,8 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
     die("pipe");
   memset(x, 0, sizeof *x);
   x->id = id;
+  unsigned char pl[20];  // STARTED: u32 pid, the counters before the process could count in them
+  put_counters(pl + 4);
   if (have_cgroups) {
     snprintf(x->cg, sizeof x->cg, SANDBOX_CG "/x%u", id);
     if (mkdir(x->cg, 0755) != 0) x->cg[0] = 0;
@@ -198,9 +233,8 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
     x->in = in[1];
     fcntl(x->in, F_SETFL, O_NONBLOCK);
   }
-  unsigned char pl[4];
   put32(pl, (uint32_t)pid);
-  send_frame(FR_STARTED, id, pl, 4);
+  send_frame(FR_STARTED, id, pl, sizeof pl);
 }
 
 static void kill_exec(struct exec *x, int sig) {
@@ -254,15 +288,16 @@ static void maybe_finish(struct exec *x) {
   if (x->cg[0]) {
     if (rmdir(x->cg) != 0 && errno == EBUSY) return;  // descendants left: retried on each SIGCHLD
   }
-  unsigned char pl[8];
+  unsigned char pl[24];  // EXIT: code, signal, the counters with every process of it gone
   int code = WIFEXITED(x->status) ? WEXITSTATUS(x->status) : -1;
   int sig = WIFSIGNALED(x->status) ? WTERMSIG(x->status) : 0;
   put32(pl, (uint32_t)code);
   put32(pl + 4, (uint32_t)sig);
+  put_counters(pl + 8);
   close_stdin(x);
   uint32_t id = x->id;
   memset(x, 0, sizeof *x);
-  send_frame(FR_EXIT, id, pl, 8);
+  send_frame(FR_EXIT, id, pl, sizeof pl);
 }
 
 // ---- files (bounded, as root: the host decides what a path may be) -------------------------------
@@ -437,6 +472,10 @@ int main(void) {
   if (!inbuf) die("malloc");
   port = open_port();
   urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  if (have_cgroups) {
+    events_mem = open(SANDBOX_CG "/memory.events", O_RDONLY | O_CLOEXEC);
+    events_pids = open(SANDBOX_CG "/pids.events", O_RDONLY | O_CLOEXEC);
+  }
   // Until the host has the port open, the port reports POLLHUP and writes fail: wait for it.
   for (int i = 0; i < 60000; i++) {
     struct pollfd pf = {port, POLLOUT, 0};

@@ -20,6 +20,13 @@ function u32(...v: number[]): Buffer {
   return b;
 }
 
+/** The limit counters STARTED and EXIT end with: u64 each. */
+function u64(...v: number[]): Buffer {
+  const b = Buffer.alloc(8 * v.length);
+  v.forEach((x, i) => b.writeBigUInt64LE(BigInt(x), 8 * i));
+  return b;
+}
+
 function hello(): Buffer {
   return encodeFrame(Frame.HELLO, 0, Buffer.from(AGENT_VERSION));
 }
@@ -38,11 +45,11 @@ describe('microvm protocol: frames from the guest', () => {
   it('decodes every frame type the guest sends, split at any byte', () => {
     const stream = Buffer.concat([
       hello(),
-      encodeFrame(Frame.STARTED, 7, u32(1234)),
+      encodeFrame(Frame.STARTED, 7, Buffer.concat([u32(1234), u64(2, 5)])),
       encodeFrame(Frame.STDOUT, 7, Buffer.from('out')),
       encodeFrame(Frame.STDERR, 7, Buffer.from([0, 255])),
-      encodeFrame(Frame.EXIT, 7, u32(3, 0)),
-      encodeFrame(Frame.EXIT, 8, Buffer.concat([u32(0xffffffff), u32(9)])),
+      encodeFrame(Frame.EXIT, 7, Buffer.concat([u32(3, 0), u64(3, 5)])),
+      encodeFrame(Frame.EXIT, 8, Buffer.concat([u32(0xffffffff), u32(9), u64(0, Number.MAX_SAFE_INTEGER)])),
       encodeFrame(Frame.ERROR, 9, Buffer.from('no such file\x01')),
       encodeFrame(Frame.FILE_DATA, 10, Buffer.from('data')),
       encodeFrame(Frame.OK, 11),
@@ -53,11 +60,17 @@ describe('microvm protocol: frames from the guest', () => {
       for (let o = 0; o < stream.length; o += step) out.push(...d.push(stream.subarray(o, o + step)));
       expect(out).toEqual([
         { type: 'hello', version: AGENT_VERSION },
-        { type: 'started', id: 7, pid: 1234 },
+        { type: 'started', id: 7, pid: 1234, counters: { oomKills: 2, pidsLimitHits: 5 } },
         { type: 'stdout', id: 7, data: Buffer.from('out') },
         { type: 'stderr', id: 7, data: Buffer.from([0, 255]) },
-        { type: 'exit', id: 7, code: 3, signal: null },
-        { type: 'exit', id: 8, code: null, signal: 9 },
+        { type: 'exit', id: 7, code: 3, signal: null, counters: { oomKills: 3, pidsLimitHits: 5 } },
+        {
+          type: 'exit',
+          id: 8,
+          code: null,
+          signal: 9,
+          counters: { oomKills: 0, pidsLimitHits: Number.MAX_SAFE_INTEGER },
+        },
         { type: 'error', id: 9, message: 'no such file?' },
         { type: 'file-data', id: 10, data: Buffer.from('data') },
         { type: 'ok', id: 11 },
@@ -80,12 +93,22 @@ describe('microvm protocol: frames from the guest', () => {
     ['a host-only type (EXEC)', encodeFrame(Frame.EXEC, 1, Buffer.alloc(16))],
     ['a host-only type (KILL)', encodeFrame(Frame.KILL, 1, u32(9))],
     ['a wrong HELLO version', encodeFrame(Frame.HELLO, 0, Buffer.from('airlock-agent/999'))],
-    ['a short STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(3))],
-    ['a long STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(5))],
-    ['an EXIT with code 256', encodeFrame(Frame.EXIT, 1, u32(256, 0))],
-    ['an EXIT with both code and signal', encodeFrame(Frame.EXIT, 1, u32(1, 9))],
-    ['an EXIT with signal 65', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(65)]))],
-    ['an EXIT with neither', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(0)]))],
+    ['a short STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(19))],
+    ['a long STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(21))],
+    ['an older STARTED (no counters)', encodeFrame(Frame.STARTED, 1, u32(1234))],
+    ['an older EXIT (no counters)', encodeFrame(Frame.EXIT, 1, u32(0, 0))],
+    ['a short EXIT', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0, 0), Buffer.alloc(15)]))],
+    ['an EXIT with code 256', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(256, 0), u64(0, 0)]))],
+    ['an EXIT with both code and signal', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(1, 9), u64(0, 0)]))],
+    [
+      'an EXIT with signal 65',
+      encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(65), u64(0, 0)])),
+    ],
+    ['an EXIT with neither', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(0), u64(0, 0)]))],
+    [
+      'a limit counter over 2^53',
+      encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0, 0), u64(Number.MAX_SAFE_INTEGER + 1, 0)])),
+    ],
     ['an OK with a payload', encodeFrame(Frame.OK, 1, Buffer.from('x'))],
     ['an ERROR over 4096 bytes', encodeFrame(Frame.ERROR, 1, Buffer.alloc(4097, 'e'))],
   ])('refuses %s', (_what, frame) => {
