@@ -1,7 +1,11 @@
 // The host's parser of the guest agent's frames: the guest is untrusted, so every way a frame can be
 // wrong must end the connection with a typed error, never buffer without bound or misattribute data.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect, createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
+import { AgentConnection } from '../../src/backends/microvm/agent.js';
 import {
   AGENT_VERSION,
   Frame,
@@ -174,6 +178,81 @@ describe('microvm protocol: frames to the guest', () => {
     expect(violation(() => encodeIdentity(1, { ...base, seed: Buffer.alloc(31) })).code).toBe('INTERNAL');
     for (const hostname of ['', 'a\0b', 'x'.repeat(65), 'a b', 'A/'])
       expect(violation(() => encodeIdentity(1, { ...base, hostname })).code).toBe('INTERNAL');
+  });
+});
+
+describe('microvm agent connection: an exec carries its limit counters', () => {
+  /** A connection whose guest side the test plays, over a real unix socket. */
+  async function pair(): Promise<{
+    agent: AgentConnection;
+    guest: Socket;
+    sent: Buffer[];
+    done: () => void;
+  }> {
+    const dir = mkdtempSync('/tmp/airlock-agent-test-');
+    const path = join(dir, 's');
+    const server = createServer();
+    const accepted = new Promise<Socket>((r) => server.once('connection', r));
+    await new Promise<void>((r) => server.listen(path, r));
+    const host = connect(path);
+    const guest = await accepted;
+    const sent: Buffer[] = [];
+    guest.on('data', (c: Buffer) => sent.push(c));
+    const agent = new AgentConnection(host);
+    guest.write(hello());
+    await agent.ready();
+    return {
+      agent,
+      guest,
+      sent,
+      done: () => {
+        agent.close(new Error('done'));
+        guest.destroy();
+        server.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  }
+  const req = { uid: 1000, argv: ['true'], env: {}, cwd: '/', stdin: false };
+  const types = (bufs: Buffer[]): number[] => {
+    const all = Buffer.concat(bufs);
+    const out: number[] = [];
+    for (let o = 0; o < all.length; o += 12 + all.readUInt32LE(o)) out.push(all[o + 4]!);
+    return out;
+  };
+
+  it('takes them from STARTED and EXIT, sending nothing but the EXEC', async () => {
+    const { agent, guest, sent, done } = await pair();
+    try {
+      const exec = agent.exec(req);
+      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
+      const id = Buffer.concat(sent).readUInt32LE(8);
+      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(1, 2)])));
+      const p = await exec;
+      expect(p.counters?.atStart).toEqual({ oomKills: 1, pidsLimitHits: 2 });
+      guest.write(encodeFrame(Frame.EXIT, id, Buffer.concat([u32(0xffffffff, 9), u64(2, 2)])));
+      expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
+      expect(await p.counters?.atExit).toEqual({ oomKills: 2, pidsLimitHits: 2 });
+      expect(types(sent)).toEqual([Frame.EXEC]);
+    } finally {
+      done();
+    }
+  });
+
+  it('a VM gone mid-exec reads as no change (atExit is atStart)', async () => {
+    const { agent, guest, sent, done } = await pair();
+    try {
+      const exec = agent.exec(req);
+      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
+      const id = Buffer.concat(sent).readUInt32LE(8);
+      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(3, 4)])));
+      const p = await exec;
+      guest.destroy();
+      expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
+      expect(await p.counters?.atExit).toEqual({ oomKills: 3, pidsLimitHits: 4 });
+    } finally {
+      done();
+    }
   });
 });
 
