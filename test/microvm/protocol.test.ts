@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
 import { AgentConnection } from '../../src/backends/microvm/agent.js';
+import type { BackendProcess } from '../../src/core/backend.js';
 import {
   AGENT_VERSION,
   Frame,
@@ -182,12 +183,16 @@ describe('microvm protocol: frames to the guest', () => {
 });
 
 describe('microvm agent connection: an exec carries its limit counters', () => {
-  /** A connection whose guest side the test plays, over a real unix socket. */
+  const req = { uid: 1000, argv: ['true'], env: {}, cwd: '/', stdin: false };
+  /**
+   * A connection whose guest side the test plays, over a real unix socket; start() execs and
+   * answers STARTED with the given counters.
+   */
   async function pair(): Promise<{
-    agent: AgentConnection;
     guest: Socket;
     sent: Buffer[];
     done: () => void;
+    start: (oom: number, pids: number) => Promise<{ id: number; p: BackendProcess }>;
   }> {
     const dir = mkdtempSync('/tmp/airlock-agent-test-');
     const path = join(dir, 's');
@@ -201,10 +206,17 @@ describe('microvm agent connection: an exec carries its limit counters', () => {
     const agent = new AgentConnection(host);
     guest.write(hello());
     await agent.ready();
+    const start = async (oom: number, pids: number): Promise<{ id: number; p: BackendProcess }> => {
+      const exec = agent.exec(req);
+      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
+      const id = Buffer.concat(sent).readUInt32LE(8);
+      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(oom, pids)])));
+      return { id, p: await exec };
+    };
     return {
-      agent,
       guest,
       sent,
+      start,
       done: () => {
         agent.close(new Error('done'));
         guest.destroy();
@@ -213,7 +225,6 @@ describe('microvm agent connection: an exec carries its limit counters', () => {
       },
     };
   }
-  const req = { uid: 1000, argv: ['true'], env: {}, cwd: '/', stdin: false };
   const types = (bufs: Buffer[]): number[] => {
     const all = Buffer.concat(bufs);
     const out: number[] = [];
@@ -222,13 +233,9 @@ describe('microvm agent connection: an exec carries its limit counters', () => {
   };
 
   it('takes them from STARTED and EXIT, sending nothing but the EXEC', async () => {
-    const { agent, guest, sent, done } = await pair();
+    const { guest, sent, done, start } = await pair();
     try {
-      const exec = agent.exec(req);
-      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
-      const id = Buffer.concat(sent).readUInt32LE(8);
-      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(1, 2)])));
-      const p = await exec;
+      const { id, p } = await start(1, 2);
       expect(p.counters?.atStart).toEqual({ oomKills: 1, pidsLimitHits: 2 });
       guest.write(encodeFrame(Frame.EXIT, id, Buffer.concat([u32(0xffffffff, 9), u64(2, 2)])));
       expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
@@ -240,13 +247,9 @@ describe('microvm agent connection: an exec carries its limit counters', () => {
   });
 
   it('a VM gone mid-exec reads as no change (atExit is atStart)', async () => {
-    const { agent, guest, sent, done } = await pair();
+    const { guest, done, start } = await pair();
     try {
-      const exec = agent.exec(req);
-      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
-      const id = Buffer.concat(sent).readUInt32LE(8);
-      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(3, 4)])));
-      const p = await exec;
+      const { p } = await start(3, 4);
       guest.destroy();
       expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
       expect(await p.counters?.atExit).toEqual({ oomKills: 3, pidsLimitHits: 4 });
