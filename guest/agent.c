@@ -139,6 +139,39 @@ static struct exec *find_exec(uint32_t id) {
   return NULL;
 }
 
+// The facade's command check (src/sandbox/exec-check.ts runs it in /bin/sh on the other tiers),
+// done here so that an exec is one execve in the guest, not a shell first (on a restored guest
+// every new binary runs on a cold translation cache): a command that cannot run fails with one
+// line naming it and 127 (not found) or 126 (found, cannot run). Run as the exec's user, in its cwd
+// and environment.
+static void check_command(const char *cmd) {
+  struct stat st;
+  const char *why = NULL;
+  int code = 126;
+  if (strchr(cmd, '/')) {
+    if (stat(cmd, &st) != 0) why = "no such file or directory", code = 127;
+    else if (S_ISDIR(st.st_mode)) why = "is a directory";
+    else if (access(cmd, X_OK) != 0) why = "permission denied (not executable)";
+  } else {
+    // Looked up in the exec's PATH as `command -v` does (dash's default path without one).
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    why = "command not found", code = 127;
+    for (const char *p = path; why;) {
+      size_t n = strcspn(p, ":");
+      char full[4096];
+      if (snprintf(full, sizeof full, "%.*s/%s", (int)n, n ? p : ".", cmd) < (int)sizeof full &&
+          stat(full, &st) == 0 && S_ISREG(st.st_mode))
+        why = NULL;
+      if (!p[n]) break;
+      p += n + 1;
+    }
+  }
+  if (!why) return;
+  dprintf(2, "airlock: %s: %s\n", cmd, why);
+  _exit(code);
+}
+
 // EXEC payload: u32 uid, u32 argc, u32 envc, u8 stdin, 3 pad; then NUL-terminated strings:
 // cwd, argv[argc], env[envc] ("K=V"). Nothing may follow the last string.
 static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
@@ -214,6 +247,7 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
       _exit(126);
     }
     environ = envp;  // execvp searches the PATH of the new environment
+    check_command(argvz[0]);
     execvp(argvz[0], argvz);
     int err = errno;
     dprintf(2, "airlock: %s: %s\n", argvz[0], strerror(err));

@@ -94,6 +94,12 @@ export interface BackendSandbox {
    * them from there and does not call counters() around an exec.
    */
   readonly countsWithProcesses?: boolean;
+  /**
+   * spawn() checks an argv's command itself as the facade's shell check does (sandbox/exec-check.ts:
+   * one line on stderr naming it; 127 not found, 126 found but not runnable), so the facade starts
+   * it directly instead of behind /bin/sh.
+   */
+  readonly checksCommands?: boolean;
   /** The sandbox's only way out, if the backend supports egress (see src/egress/). */
   readonly egress?: EgressPlumbing;
   /**

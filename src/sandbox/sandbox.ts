@@ -560,7 +560,8 @@ export class SandboxBase {
   /** The argv that runs a command: behind the exec check (a shell string too, on an image root). */
   private execArgv(cmd: ExecCommand, argv: string[], env: Readonly<Record<string, string>>): string[] {
     if (this.spec.rootfs) return imageCheckedArgv(argv, env);
-    return typeof cmd === 'string' ? argv : checkedArgv(argv, env);
+    if (typeof cmd === 'string' || this.backend.checksCommands) return argv;
+    return checkedArgv(argv, env);
   }
 
   /** Egress attempts so far (newest last; at most the latest 10,000). */

@@ -71,6 +71,11 @@ export class MicrovmSandbox implements BackendSandbox {
    * them), so an exec costs no reads of its own (agent.ts exec).
    */
   readonly countsWithProcesses = true;
+  /**
+   * The guest agent checks an argv's command before its execve (guest/agent.c check_command): no
+   * shell runs first, which on a restored guest's cold translation cache is a second program to load.
+   */
+  readonly checksCommands = true;
   /** How the VM started: a cold boot, or a restore (of a baked boot snapshot or a fork's snapshot). */
   started: 'booted' | 'restored' | undefined;
 
