@@ -55,6 +55,8 @@ struct exec {
 static struct exec execs[MAX_EXECS];
 static int port = -1;
 static int have_cgroups = 0;
+/** /dev/urandom, opened once at start (a snapshot keeps it open): IDENTITY seeds the CRNG through it. */
+static int urandom = -1;
 
 
 // ---- frames -------------------------------------------------------------------------------------
@@ -96,12 +98,78 @@ static void send_frame(uint8_t type, uint32_t id, const void *payload, uint32_t 
 
 static void send_error(uint32_t id, const char *msg) { send_frame(FR_ERROR, id, msg, strlen(msg)); }
 
+// ---- limit counters -----------------------------------------------------------------------------
+
+// The sandbox cgroup's memory.events and pids.events, opened once at start (a snapshot keeps them
+// open): STARTED and EXIT carry their counts as the exec starts and once it is gone, so the host
+// needs no reads of its own around an exec (src/backends/microvm/agent.ts).
+static int events_mem = -1, events_pids = -1;
+
+static void put64(unsigned char *p, uint64_t v) {
+  put32(p, (uint32_t)v);
+  put32(p + 4, (uint32_t)(v >> 32));
+}
+
+// The value of the line "<key> <n>" of an events file (0 if unreadable: the counts only classify).
+static uint64_t event_count(int fd, const char *key) {
+  char buf[512];
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;  // offset 0: the kernel reads anew
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  size_t kl = strlen(key);
+  for (char *l = buf;;) {
+    if (strncmp(l, key, kl) == 0 && l[kl] == ' ') return strtoull(l + kl + 1, NULL, 10);
+    l = strchr(l, '\n');
+    if (!l) return 0;
+    l++;
+  }
+}
+
+// 16 bytes: u64 oom kills (memory.events oom_kill), u64 fork refusals (pids.events max).
+static void put_counters(unsigned char *p) {
+  put64(p, event_count(events_mem, "oom_kill"));
+  put64(p + 8, event_count(events_pids, "max"));
+}
+
 // ---- exec ---------------------------------------------------------------------------------------
 
 static struct exec *find_exec(uint32_t id) {
   for (int i = 0; i < MAX_EXECS; i++)
     if (execs[i].pid && execs[i].id == id) return &execs[i];
   return NULL;
+}
+
+// The facade's command check (src/sandbox/exec-check.ts runs it in /bin/sh on the other tiers),
+// done here so that an exec is one execve in the guest, not a shell first (on a restored guest
+// every new binary runs on a cold translation cache): a command that cannot run fails with one
+// line naming it and 127 (not found) or 126 (found, cannot run). Run as the exec's user, in its cwd
+// and environment.
+static void check_command(const char *cmd) {
+  struct stat st;
+  const char *why = NULL;
+  int code = 126;
+  if (strchr(cmd, '/')) {
+    if (stat(cmd, &st) != 0) why = "no such file or directory", code = 127;
+    else if (S_ISDIR(st.st_mode)) why = "is a directory";
+    else if (access(cmd, X_OK) != 0) why = "permission denied (not executable)";
+  } else {
+    // Looked up in the exec's PATH as `command -v` does (dash's default path without one).
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    why = "command not found", code = 127;
+    for (const char *p = path; why;) {
+      size_t n = strcspn(p, ":");
+      char full[4096];
+      if (snprintf(full, sizeof full, "%.*s/%s", (int)n, n ? p : ".", cmd) < (int)sizeof full &&
+          stat(full, &st) == 0 && S_ISREG(st.st_mode))
+        why = NULL;
+      if (!p[n]) break;
+      p += n + 1;
+    }
+  }
+  if (!why) return;
+  dprintf(2, "airlock: %s: %s\n", cmd, why);
+  _exit(code);
 }
 
 // EXEC payload: u32 uid, u32 argc, u32 envc, u8 stdin, 3 pad; then NUL-terminated strings:
@@ -145,6 +213,8 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
     die("pipe");
   memset(x, 0, sizeof *x);
   x->id = id;
+  unsigned char pl[20];  // STARTED: u32 pid, the counters before the process could count in them
+  put_counters(pl + 4);
   if (have_cgroups) {
     snprintf(x->cg, sizeof x->cg, SANDBOX_CG "/x%u", id);
     if (mkdir(x->cg, 0755) != 0) x->cg[0] = 0;
@@ -177,6 +247,7 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
       _exit(126);
     }
     environ = envp;  // execvp searches the PATH of the new environment
+    check_command(argvz[0]);
     execvp(argvz[0], argvz);
     int err = errno;
     dprintf(2, "airlock: %s: %s\n", argvz[0], strerror(err));
@@ -196,9 +267,8 @@ static void do_exec(uint32_t id, unsigned char *p, uint32_t len) {
     x->in = in[1];
     fcntl(x->in, F_SETFL, O_NONBLOCK);
   }
-  unsigned char pl[4];
   put32(pl, (uint32_t)pid);
-  send_frame(FR_STARTED, id, pl, 4);
+  send_frame(FR_STARTED, id, pl, sizeof pl);
 }
 
 static void kill_exec(struct exec *x, int sig) {
@@ -252,15 +322,16 @@ static void maybe_finish(struct exec *x) {
   if (x->cg[0]) {
     if (rmdir(x->cg) != 0 && errno == EBUSY) return;  // descendants left: retried on each SIGCHLD
   }
-  unsigned char pl[8];
+  unsigned char pl[24];  // EXIT: code, signal, the counters with every process of it gone
   int code = WIFEXITED(x->status) ? WEXITSTATUS(x->status) : -1;
   int sig = WIFSIGNALED(x->status) ? WTERMSIG(x->status) : 0;
   put32(pl, (uint32_t)code);
   put32(pl + 4, (uint32_t)sig);
+  put_counters(pl + 8);
   close_stdin(x);
   uint32_t id = x->id;
   memset(x, 0, sizeof *x);
-  send_frame(FR_EXIT, id, pl, 8);
+  send_frame(FR_EXIT, id, pl, sizeof pl);
 }
 
 // ---- files (bounded, as root: the host decides what a path may be) -------------------------------
@@ -334,18 +405,17 @@ static void do_identity(uint32_t id, unsigned char *p, uint32_t len) {
     unsigned char buf[AGENT_SEED_BYTES];
   } seed = {AGENT_SEED_BYTES * 8, AGENT_SEED_BYTES, {0}};
   memcpy(seed.buf, p + 24, AGENT_SEED_BYTES);
-  int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-  int ok = fd >= 0 && ioctl(fd, RNDADDENTROPY, &seed) == 0 && ioctl(fd, RNDRESEEDCRNG) == 0;
-  if (fd >= 0) close(fd);
+  if (urandom < 0) urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  int ok = urandom >= 0 && ioctl(urandom, RNDADDENTROPY, &seed) == 0 && ioctl(urandom, RNDRESEEDCRNG) == 0;
   memset(&seed, 0, sizeof seed);
   if (!ok) return refuse_identity(id, "cannot seed the RNG");
   if (sethostname(host, strlen(host)) != 0) return refuse_identity(id, "cannot set the hostname");
   if (have_cgroups) {
     char v[32];
     snprintf(v, sizeof v, "%u", get32(p + 12));
-    if (!put_file(SANDBOX_CG "/pids.max", v)) return refuse_identity(id, "cannot set pids.max");
+    if (!put_limit(SANDBOX_CG "/pids.max", v)) return refuse_identity(id, "cannot set pids.max");
     snprintf(v, sizeof v, "%llu", (unsigned long long)get32(p + 16) | (unsigned long long)get32(p + 20) << 32);
-    if (!put_file(SANDBOX_CG "/memory.max", v)) return refuse_identity(id, "cannot set memory.max");
+    if (!put_limit(SANDBOX_CG "/memory.max", v)) return refuse_identity(id, "cannot set memory.max");
   }
   send_frame(FR_OK, id, NULL, 0);
 }
@@ -435,6 +505,11 @@ int main(void) {
   inbuf = malloc(AGENT_HEADER_BYTES + AGENT_MAX_PAYLOAD);
   if (!inbuf) die("malloc");
   port = open_port();
+  urandom = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+  if (have_cgroups) {
+    events_mem = open(SANDBOX_CG "/memory.events", O_RDONLY | O_CLOEXEC);
+    events_pids = open(SANDBOX_CG "/pids.events", O_RDONLY | O_CLOEXEC);
+  }
   // Until the host has the port open, the port reports POLLHUP and writes fail: wait for it.
   for (int i = 0; i < 60000; i++) {
     struct pollfd pf = {port, POLLOUT, 0};

@@ -124,6 +124,28 @@ int put_file(const char *path, const char *value) {
   return n == (ssize_t)strlen(value);
 }
 
+// The sandbox cgroup's limits as this agent last wrote them. A snapshot restores the guest's memory
+// whole, this table and the kernel's cgroup state alike, so a restored agent knows what its cgroup
+// holds and IDENTITY writes only a limit that changes (a restore of the baked boot snapshot of the
+// same shape, or a fork with its parent's limits, writes none). Nothing else in the guest writes
+// these root-owned files: every exec runs as the sandbox's user, with no_new_privs.
+static struct {
+  const char *file;
+  char last[32];  // empty: unknown (never written, or the last write failed)
+} limits[] = {{SANDBOX_CG "/pids.max", ""}, {SANDBOX_CG "/memory.max", ""}};
+
+int put_limit(const char *file, const char *value) {
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+    if (strcmp(limits[i].file, file) != 0) continue;
+    if (limits[i].last[0] && strcmp(limits[i].last, value) == 0) return 1;
+    limits[i].last[0] = 0;
+    if (!put_file(file, value)) return 0;
+    if (strlen(value) < sizeof limits[i].last) strcpy(limits[i].last, value);
+    return 1;
+  }
+  return put_file(file, value);
+}
+
 static void mnt(const char *src, const char *dst, const char *type, unsigned long fl, const char *data) {
   mkdir(dst, 0755);
   if (mount(src, dst, type, fl, data) != 0) die(dst);
@@ -175,8 +197,8 @@ int boot(void) {
   if (have_cgroups) {
     have_cgroups = put_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids +memory") &&
                    mkdir(SANDBOX_CG, 0755) == 0 &&
-                   put_file(SANDBOX_CG "/pids.max", cmdline("pids", "max")) &&
-                   put_file(SANDBOX_CG "/memory.max", cmdline("mem", "max")) &&
+                   put_limit(SANDBOX_CG "/pids.max", cmdline("pids", "max")) &&
+                   put_limit(SANDBOX_CG "/memory.max", cmdline("mem", "max")) &&
                    put_file(SANDBOX_CG "/cgroup.subtree_control", "+pids +memory");
     if (!have_cgroups) die("sandbox cgroup");
   }

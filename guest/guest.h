@@ -13,6 +13,8 @@ const char *cmdline(const char *key, const char *def);
 int boot(void);
 /** Write value to the file at path (a cgroup or /proc knob); returns whether all of it was written. */
 int put_file(const char *path, const char *value);
+/** put_file for a limit of SANDBOX_CG, skipped when it already holds that value (boot.c limits). */
+int put_limit(const char *path, const char *value);
 /** Open the virtio-serial port named AGENT_PORT_NAME. */
 int open_port(void);
 

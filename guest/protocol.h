@@ -5,7 +5,7 @@
 #ifndef AIRLOCK_AGENT_PROTOCOL_H
 #define AIRLOCK_AGENT_PROTOCOL_H
 
-#define AGENT_VERSION "airlock-agent/1"
+#define AGENT_VERSION "airlock-agent/2"
 #define AGENT_PORT_NAME "airlock.agent"
 #define AGENT_HEADER_BYTES 12
 /** Largest payload either side sends (host->guest stdin chunks and file writes are split below it). */
@@ -18,12 +18,13 @@
 enum frame_type {
   FR_HELLO = 1,       // guest: payload = AGENT_VERSION
   FR_EXEC = 2,        // host: see do_exec
-  FR_STARTED = 3,     // guest: u32 pid
+  FR_STARTED = 3,     // guest: u32 pid, u64 oom kills, u64 pids.max hits (the sandbox's, at start)
   FR_STDOUT = 4,      // guest: bytes
   FR_STDERR = 5,      // guest: bytes
   FR_STDIN = 6,       // host: bytes
   FR_STDIN_EOF = 7,   // host: empty
-  FR_EXIT = 8,        // guest: i32 code (-1 if signalled), u32 signal (0 if exited)
+  FR_EXIT = 8,        // guest: i32 code (-1 if signalled), u32 signal (0 if exited), then the
+                      // counters as in STARTED, read once every process of the exec is gone
   FR_KILL = 9,        // host: u32 signal, to every process of the exec
   FR_ERROR = 10,      // guest: message (the request `id` failed)
   FR_FILE_READ = 11,  // host: path NUL

@@ -61,6 +61,14 @@ export interface BackendProcess {
   readonly exited: Promise<ProcessExit>;
   /** SIGKILL the whole process tree of this exec. Idempotent. */
   kill(): void;
+  /**
+   * The sandbox's limit counters read with this process, where it runs (optional: the microVM
+   * tier's guest agent reads them in the guest, so an exec costs no round trips of its own):
+   * `atStart` before the process started; `atExit` once it and every descendant are gone (settles
+   * with `exited`; `atStart` again when no reading came, e.g. the sandbox died). Required of every
+   * process of a sandbox that sets BackendSandbox.countsWithProcesses.
+   */
+  readonly counters?: { readonly atStart: LimitCounters; readonly atExit: Promise<LimitCounters> };
 }
 
 /** Counters the kernel keeps for the sandbox's limits; deltas classify why a process died. */
@@ -81,6 +89,17 @@ export interface BackendSandbox {
    * settles, starts after the reading, so the facade need not wait for it before spawning.
    */
   counters(): Promise<LimitCounters>;
+  /**
+   * Every process spawn() gives carries its counters (BackendProcess.counters): the facade takes
+   * them from there and does not call counters() around an exec.
+   */
+  readonly countsWithProcesses?: boolean;
+  /**
+   * spawn() checks an argv's command itself as the facade's shell check does (sandbox/exec-check.ts:
+   * one line on stderr naming it; 127 not found, 126 found but not runnable), so the facade starts
+   * it directly instead of behind /bin/sh.
+   */
+  readonly checksCommands?: boolean;
   /** The sandbox's only way out, if the backend supports egress (see src/egress/). */
   readonly egress?: EgressPlumbing;
   /**

@@ -313,13 +313,20 @@ export class SandboxBase {
   }
 
   /**
-   * The limit counters before a process, and the process. counters() takes its reading when called
-   * (core/backend.ts), so the spawn does not wait for it: on the microVM tier the reading is a round
-   * trip to the guest agent, which handles frames in order (the EXEC frame goes out behind the
-   * reads). If the reading fails after the spawn, the process is killed and waited for, and the
+   * The limit counters before a process, and the process. A backend that reads them with each
+   * process (countsWithProcesses: the microVM's guest agent, in the guest) gives them with it.
+   * Otherwise counters() takes its reading when called (core/backend.ts), so the spawn does not wait
+   * for it; if the reading fails after the spawn, the process is killed and waited for, and the
    * reading's error is the answer, as when it failed before the spawn.
    */
   private async spawnCounted(req: SpawnRequest): Promise<{ before: LimitCounters; proc: BackendProcess }> {
+    if (this.backend.countsWithProcesses) {
+      const proc = await this.backend.spawn(req);
+      if (proc.counters) return { before: proc.counters.atStart, proc };
+      proc.kill();
+      await proc.exited;
+      throw new AirlockError('INTERNAL', 'the backend started a process without its limit counters');
+    }
     const reading = this.backend.counters();
     reading.catch(() => {}); // surfaced below once the spawn succeeded (a failed spawn is the answer)
     const proc = await this.backend.spawn(req);
@@ -330,6 +337,11 @@ export class SandboxBase {
       await proc.exited;
       throw e;
     }
+  }
+
+  /** The limit counters once `proc` is gone: read with it if the backend did, else now. */
+  private countersAfter(proc: BackendProcess, before: LimitCounters): Promise<LimitCounters> {
+    return (proc.counters?.atExit ?? this.backend.counters()).catch(() => before);
   }
 
   /**
@@ -370,7 +382,7 @@ export class SandboxBase {
       this.running.delete(entry);
       opts.signal?.removeEventListener('abort', onAbort);
       // Read after every exit, as exec does: a child can be OOM-killed under a parent that exits 0.
-      const after = await this.backend.counters().catch(() => before);
+      const after = await this.countersAfter(proc, before);
       const oomKills = Math.max(0, after.oomKills - before.oomKills);
       if (killedBy === undefined && exit.exitCode !== 0) {
         if (oomKills > 0) killedBy = 'oom';
@@ -454,7 +466,7 @@ export class SandboxBase {
       this.running.delete(entry);
       // Read after every exec, not only a failed one: a child can be OOM-killed under a parent
       // that carries on and exits 0.
-      const after = await this.backend.counters().catch(() => o.before);
+      const after = await this.countersAfter(proc, o.before);
       const oomKills = Math.max(0, after.oomKills - o.before.oomKills);
       if (killedBy === undefined && exit.exitCode !== 0) {
         if (oomKills > 0) killedBy = 'oom';
@@ -548,7 +560,8 @@ export class SandboxBase {
   /** The argv that runs a command: behind the exec check (a shell string too, on an image root). */
   private execArgv(cmd: ExecCommand, argv: string[], env: Readonly<Record<string, string>>): string[] {
     if (this.spec.rootfs) return imageCheckedArgv(argv, env);
-    return typeof cmd === 'string' ? argv : checkedArgv(argv, env);
+    if (typeof cmd === 'string' || this.backend.checksCommands) return argv;
+    return checkedArgv(argv, env);
   }
 
   /** Egress attempts so far (newest last; at most the latest 10,000). */

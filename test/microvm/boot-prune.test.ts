@@ -52,7 +52,7 @@ function bake(shape: BootShape): string {
   const claim = boots.claim(key, shape)!;
   writeFileSync(join(claim.dir, RAM_FILE), RAM, { mode: 0o600 });
   const { kernel, initramfs, rootfs, memoryBytes, vcpus, diskBytes, net } = shape;
-  const vm = { version: 3, kernel, initramfs, rootfs, memoryBytes, vcpus, diskBytes, net };
+  const vm = { version: 4, kernel, initramfs, rootfs, memoryBytes, vcpus, diskBytes, net };
   Object.assign(vm, { pids: 256, nextId: 1, processes: 0 });
   writeFileSync(join(claim.dir, VM_FILE), JSON.stringify(vm), { mode: 0o600 });
   claim.commit();

@@ -95,6 +95,20 @@ describe.skipIf(!canRunMicrovm)(
       await killAll();
     });
 
+    it("a restore with the baked VM's own limits keeps them: IDENTITY skips writing what the cgroup holds", async () => {
+      // The baked VM booted with this shape's limits on its command line; the agent remembers them,
+      // so this create's IDENTITY writes neither (guest/boot.c put_limit). The kernel holds the
+      // spec's values all the same (77 above was written: it changed).
+      const e = await create();
+      expect(restored(e)).toBe(true);
+      const r = await e.exec('cat /sys/fs/cgroup/sbx/pids.max /sys/fs/cgroup/sbx/memory.max');
+      expect(r.stdout.trim().split('\n')).toEqual([
+        String(e.spec.limits.pids),
+        String(e.spec.limits.memoryBytes),
+      ]);
+      await killAll();
+    });
+
     it('a baked snapshot QEMU refuses falls back to a cold boot and is baked again', async () => {
       const [key] = mine();
       const ram = join(BOOTS, key!, 'ram');

@@ -1,7 +1,12 @@
 // The host's parser of the guest agent's frames: the guest is untrusted, so every way a frame can be
 // wrong must end the connection with a typed error, never buffer without bound or misattribute data.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect, createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { AirlockError } from '../../src/index.js';
+import { AgentConnection } from '../../src/backends/microvm/agent.js';
+import type { BackendProcess } from '../../src/core/backend.js';
 import {
   AGENT_VERSION,
   Frame,
@@ -17,6 +22,13 @@ import { INCOMING_FD, INCOMING_FDSET, kernelCmdline, qemuArgs } from '../../src/
 function u32(...v: number[]): Buffer {
   const b = Buffer.alloc(4 * v.length);
   v.forEach((x, i) => b.writeUInt32LE(x >>> 0, 4 * i));
+  return b;
+}
+
+/** The limit counters STARTED and EXIT end with: u64 each. */
+function u64(...v: number[]): Buffer {
+  const b = Buffer.alloc(8 * v.length);
+  v.forEach((x, i) => b.writeBigUInt64LE(BigInt(x), 8 * i));
   return b;
 }
 
@@ -38,11 +50,11 @@ describe('microvm protocol: frames from the guest', () => {
   it('decodes every frame type the guest sends, split at any byte', () => {
     const stream = Buffer.concat([
       hello(),
-      encodeFrame(Frame.STARTED, 7, u32(1234)),
+      encodeFrame(Frame.STARTED, 7, Buffer.concat([u32(1234), u64(2, 5)])),
       encodeFrame(Frame.STDOUT, 7, Buffer.from('out')),
       encodeFrame(Frame.STDERR, 7, Buffer.from([0, 255])),
-      encodeFrame(Frame.EXIT, 7, u32(3, 0)),
-      encodeFrame(Frame.EXIT, 8, Buffer.concat([u32(0xffffffff), u32(9)])),
+      encodeFrame(Frame.EXIT, 7, Buffer.concat([u32(3, 0), u64(3, 5)])),
+      encodeFrame(Frame.EXIT, 8, Buffer.concat([u32(0xffffffff), u32(9), u64(0, Number.MAX_SAFE_INTEGER)])),
       encodeFrame(Frame.ERROR, 9, Buffer.from('no such file\x01')),
       encodeFrame(Frame.FILE_DATA, 10, Buffer.from('data')),
       encodeFrame(Frame.OK, 11),
@@ -53,11 +65,17 @@ describe('microvm protocol: frames from the guest', () => {
       for (let o = 0; o < stream.length; o += step) out.push(...d.push(stream.subarray(o, o + step)));
       expect(out).toEqual([
         { type: 'hello', version: AGENT_VERSION },
-        { type: 'started', id: 7, pid: 1234 },
+        { type: 'started', id: 7, pid: 1234, counters: { oomKills: 2, pidsLimitHits: 5 } },
         { type: 'stdout', id: 7, data: Buffer.from('out') },
         { type: 'stderr', id: 7, data: Buffer.from([0, 255]) },
-        { type: 'exit', id: 7, code: 3, signal: null },
-        { type: 'exit', id: 8, code: null, signal: 9 },
+        { type: 'exit', id: 7, code: 3, signal: null, counters: { oomKills: 3, pidsLimitHits: 5 } },
+        {
+          type: 'exit',
+          id: 8,
+          code: null,
+          signal: 9,
+          counters: { oomKills: 0, pidsLimitHits: Number.MAX_SAFE_INTEGER },
+        },
         { type: 'error', id: 9, message: 'no such file?' },
         { type: 'file-data', id: 10, data: Buffer.from('data') },
         { type: 'ok', id: 11 },
@@ -80,12 +98,22 @@ describe('microvm protocol: frames from the guest', () => {
     ['a host-only type (EXEC)', encodeFrame(Frame.EXEC, 1, Buffer.alloc(16))],
     ['a host-only type (KILL)', encodeFrame(Frame.KILL, 1, u32(9))],
     ['a wrong HELLO version', encodeFrame(Frame.HELLO, 0, Buffer.from('airlock-agent/999'))],
-    ['a short STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(3))],
-    ['a long STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(5))],
-    ['an EXIT with code 256', encodeFrame(Frame.EXIT, 1, u32(256, 0))],
-    ['an EXIT with both code and signal', encodeFrame(Frame.EXIT, 1, u32(1, 9))],
-    ['an EXIT with signal 65', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(65)]))],
-    ['an EXIT with neither', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(0)]))],
+    ['a short STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(19))],
+    ['a long STARTED', encodeFrame(Frame.STARTED, 1, Buffer.alloc(21))],
+    ['an older STARTED (no counters)', encodeFrame(Frame.STARTED, 1, u32(1234))],
+    ['an older EXIT (no counters)', encodeFrame(Frame.EXIT, 1, u32(0, 0))],
+    ['a short EXIT', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0, 0), Buffer.alloc(15)]))],
+    ['an EXIT with code 256', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(256, 0), u64(0, 0)]))],
+    ['an EXIT with both code and signal', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(1, 9), u64(0, 0)]))],
+    [
+      'an EXIT with signal 65',
+      encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(65), u64(0, 0)])),
+    ],
+    ['an EXIT with neither', encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0xffffffff), u32(0), u64(0, 0)]))],
+    [
+      'a limit counter over 2^53',
+      encodeFrame(Frame.EXIT, 1, Buffer.concat([u32(0, 0), u64(Number.MAX_SAFE_INTEGER + 1, 0)])),
+    ],
     ['an OK with a payload', encodeFrame(Frame.OK, 1, Buffer.from('x'))],
     ['an ERROR over 4096 bytes', encodeFrame(Frame.ERROR, 1, Buffer.alloc(4097, 'e'))],
   ])('refuses %s', (_what, frame) => {
@@ -151,6 +179,83 @@ describe('microvm protocol: frames to the guest', () => {
     expect(violation(() => encodeIdentity(1, { ...base, seed: Buffer.alloc(31) })).code).toBe('INTERNAL');
     for (const hostname of ['', 'a\0b', 'x'.repeat(65), 'a b', 'A/'])
       expect(violation(() => encodeIdentity(1, { ...base, hostname })).code).toBe('INTERNAL');
+  });
+});
+
+describe('microvm agent connection: an exec carries its limit counters', () => {
+  const req = { uid: 1000, argv: ['true'], env: {}, cwd: '/', stdin: false };
+  /**
+   * A connection whose guest side the test plays, over a real unix socket; start() execs and
+   * answers STARTED with the given counters.
+   */
+  async function pair(): Promise<{
+    guest: Socket;
+    sent: Buffer[];
+    done: () => void;
+    start: (oom: number, pids: number) => Promise<{ id: number; p: BackendProcess }>;
+  }> {
+    const dir = mkdtempSync('/tmp/airlock-agent-test-');
+    const path = join(dir, 's');
+    const server = createServer();
+    const accepted = new Promise<Socket>((r) => server.once('connection', r));
+    await new Promise<void>((r) => server.listen(path, r));
+    const host = connect(path);
+    const guest = await accepted;
+    const sent: Buffer[] = [];
+    guest.on('data', (c: Buffer) => sent.push(c));
+    const agent = new AgentConnection(host);
+    guest.write(hello());
+    await agent.ready();
+    const start = async (oom: number, pids: number): Promise<{ id: number; p: BackendProcess }> => {
+      const exec = agent.exec(req);
+      while (!sent.length) await new Promise((r) => setTimeout(r, 5));
+      const id = Buffer.concat(sent).readUInt32LE(8);
+      guest.write(encodeFrame(Frame.STARTED, id, Buffer.concat([u32(42), u64(oom, pids)])));
+      return { id, p: await exec };
+    };
+    return {
+      guest,
+      sent,
+      start,
+      done: () => {
+        agent.close(new Error('done'));
+        guest.destroy();
+        server.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  }
+  const types = (bufs: Buffer[]): number[] => {
+    const all = Buffer.concat(bufs);
+    const out: number[] = [];
+    for (let o = 0; o < all.length; o += 12 + all.readUInt32LE(o)) out.push(all[o + 4]!);
+    return out;
+  };
+
+  it('takes them from STARTED and EXIT, sending nothing but the EXEC', async () => {
+    const { guest, sent, done, start } = await pair();
+    try {
+      const { id, p } = await start(1, 2);
+      expect(p.counters?.atStart).toEqual({ oomKills: 1, pidsLimitHits: 2 });
+      guest.write(encodeFrame(Frame.EXIT, id, Buffer.concat([u32(0xffffffff, 9), u64(2, 2)])));
+      expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
+      expect(await p.counters?.atExit).toEqual({ oomKills: 2, pidsLimitHits: 2 });
+      expect(types(sent)).toEqual([Frame.EXEC]);
+    } finally {
+      done();
+    }
+  });
+
+  it('a VM gone mid-exec reads as no change (atExit is atStart)', async () => {
+    const { guest, done, start } = await pair();
+    try {
+      const { p } = await start(3, 4);
+      guest.destroy();
+      expect(await p.exited).toEqual({ exitCode: null, signal: 'SIGKILL' });
+      expect(await p.counters?.atExit).toEqual({ oomKills: 3, pidsLimitHits: 4 });
+    } finally {
+      done();
+    }
   });
 });
 

@@ -21,7 +21,7 @@ const dir = mkdtempSync(join(tmpdir(), 'airlock-vm-record-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const record = {
-  version: 3,
+  version: 4,
   memoryBytes: 256 << 20,
   vcpus: 1,
   pids: 256,
@@ -42,8 +42,8 @@ describe('microVM snapshot record', () => {
     expect(readVmRecord(dir)).toEqual(record);
   });
 
-  it('refuses a record of an older Airlock (version 1: no IDENTITY; 2: a plain stream) with a message saying to take it again', () => {
-    for (const version of [1, 2]) {
+  it('refuses a record of an older Airlock (version 1: no IDENTITY; 2: a plain stream; 3: older STARTED and EXIT frames) with a message saying to take it again', () => {
+    for (const version of [1, 2, 3]) {
       write({ ...record, version });
       expect(() => readVmRecord(dir)).toThrow(
         expect.objectContaining({
@@ -59,7 +59,7 @@ describe('microVM snapshot record', () => {
       '{',
       '',
       'null',
-      { ...record, version: 4 },
+      { ...record, version: 5 },
       { ...record, extra: 1 },
       { ...record, vcpus: -1 },
     ]) {

@@ -4,7 +4,7 @@
 import { constants } from 'node:os';
 import type { Socket } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
-import type { BackendProcess, ProcessExit } from '../../core/backend.js';
+import type { BackendProcess, LimitCounters, ProcessExit } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 import {
   Frame,
@@ -28,10 +28,15 @@ const SIGNAL_NAMES = new Map<number, NodeJS.Signals>(
 interface Exec {
   readonly stdout: PassThrough;
   readonly stderr: PassThrough;
-  started?: (pid: number) => void;
+  /** `counters`: the sandbox's as the process started (STARTED carries them). */
+  started?: (pid: number, counters: LimitCounters) => void;
   failed?: (e: Error) => void;
-  exit: (x: ProcessExit) => void;
+  /** `counters`: the sandbox's once the exec was gone (EXIT carries them); none if the VM went. */
+  exit: (x: ProcessExit, counters?: LimitCounters) => void;
 }
+
+/** What a process whose VM went away was counted with (no reading, so no delta). */
+const NO_COUNTS: LimitCounters = { oomKills: 0, pidsLimitHits: 0 };
 
 interface Request {
   readonly resolve: (f: GuestFrame) => void;
@@ -115,7 +120,7 @@ export class AgentConnection {
     switch (f.type) {
       case 'started':
         if (!x?.started) return this.close(new AirlockError('INTERNAL', `unexpected STARTED for ${f.id}`));
-        x.started(f.pid);
+        x.started(f.pid, f.counters);
         x.started = undefined;
         x.failed = undefined;
         return;
@@ -128,10 +133,13 @@ export class AgentConnection {
       case 'exit':
         if (!x || x.started) return this.close(new AirlockError('INTERNAL', `exit of unknown exec ${f.id}`));
         this.execs.delete(f.id);
-        x.exit({
-          exitCode: f.code,
-          signal: f.signal === null ? null : (SIGNAL_NAMES.get(f.signal) ?? 'SIGKILL'),
-        });
+        x.exit(
+          {
+            exitCode: f.code,
+            signal: f.signal === null ? null : (SIGNAL_NAMES.get(f.signal) ?? 'SIGKILL'),
+          },
+          f.counters,
+        );
         return;
       case 'error':
         if (x?.failed) {
@@ -163,7 +171,7 @@ export class AgentConnection {
     // An exec whose start was in flight is reported started and killed with the VM, like one
     // that had started: killing a sandbox ends its execs, it does not fail them.
     for (const [, x] of this.execs) {
-      x.started?.(0);
+      x.started?.(0, NO_COUNTS);
       x.exit({ exitCode: null, signal: 'SIGKILL' });
     }
     this.execs.clear();
@@ -182,7 +190,10 @@ export class AgentConnection {
     return id;
   }
 
-  /** Start a process in the guest; resolves once the agent reports it started. */
+  /**
+   * Start a process in the guest; resolves once the agent reports it started. The process carries
+   * the sandbox's limit counters the agent read as it started and once it was gone.
+   */
   async exec(req: ExecRequest): Promise<BackendProcess> {
     await this.ready();
     const id = this.id();
@@ -190,29 +201,34 @@ export class AgentConnection {
     const stderr = new PassThrough();
     let exitResolve!: (x: ProcessExit) => void;
     const exited = new Promise<ProcessExit>((r) => (exitResolve = r));
+    let countsResolve!: (c: LimitCounters) => void;
+    const atExit = new Promise<LimitCounters>((r) => (countsResolve = r));
     let done = false;
-    const started = new Promise<number>((resolve, reject) => {
+    let atStartSeen = NO_COUNTS;
+    const started = new Promise<LimitCounters>((resolve, reject) => {
       this.execs.set(id, {
         stdout,
         stderr,
-        started: resolve,
+        started: (_pid, counters) => resolve((atStartSeen = counters)),
         failed: reject,
-        exit: (x) => {
+        exit: (x, counters) => {
           done = true;
           stdout.end();
           stderr.end();
+          countsResolve(counters ?? atStartSeen); // no reading (the VM went): no change
           exitResolve(x);
         },
       });
     });
     this.send(encodeExec(id, req));
-    await started;
+    const atStart = await started;
     const stdin = req.stdin ? this.stdinOf(id, () => done) : null;
     const proc: BackendProcess = {
       stdout,
       stderr,
       stdin,
       exited,
+      counters: { atStart, atExit },
       kill: () => {
         if (done || this.closedWith) return;
         const p = Buffer.alloc(4);

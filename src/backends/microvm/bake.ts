@@ -40,7 +40,7 @@ import { Qmp } from './qmp.js';
 import { RAM_FILE, VM_FILE, readVmRecord, type VmRecord } from './snapshot.js';
 
 /** Bumped when what a baked VM holds changes (the agent's boot steps, the record's shape). */
-const BAKE_FORMAT = 'microvm-boot-v2';
+const BAKE_FORMAT = 'microvm-boot-v5';
 /** The shape a key was baked from (beside ram and vm.json), read back by prune(). */
 const SHAPE_FILE = 'shape.json';
 /** A key being removed (renamed out of the way first): never a key, removed by the next prune. */

@@ -4,9 +4,10 @@
 // type, zero padding, exact payload shape per type) and anything else ends the connection, so a
 // hostile guest can make its own sandbox fail but never make Airlock buffer without bound or
 // misattribute output.
+import type { LimitCounters } from '../../core/backend.js';
 import { AirlockError } from '../../core/errors.js';
 
-export const AGENT_VERSION = 'airlock-agent/1';
+export const AGENT_VERSION = 'airlock-agent/2';
 export const AGENT_PORT_NAME = 'airlock.agent';
 export const HEADER_BYTES = 12;
 /** Largest payload either side sends (guest/protocol.h AGENT_MAX_PAYLOAD). */
@@ -52,13 +53,21 @@ export interface Identity {
 /** A frame the guest may send, decoded and checked. */
 export type GuestFrame =
   | { readonly type: 'hello'; readonly version: string }
-  | { readonly type: 'started'; readonly id: number; readonly pid: number }
+  | {
+      readonly type: 'started';
+      readonly id: number;
+      readonly pid: number;
+      /** The sandbox cgroup's counters before the process started. */
+      readonly counters: LimitCounters;
+    }
   | { readonly type: 'stdout' | 'stderr' | 'file-data'; readonly id: number; readonly data: Buffer }
   | {
       readonly type: 'exit';
       readonly id: number;
       readonly code: number | null;
       readonly signal: number | null;
+      /** The sandbox cgroup's counters once every process of the exec was gone. */
+      readonly counters: LimitCounters;
     }
   | { readonly type: 'error'; readonly id: number; readonly message: string }
   | { readonly type: 'ok'; readonly id: number };
@@ -177,13 +186,21 @@ function decode(type: number, id: number, p: Buffer): GuestFrame {
   const size = (n: number): void => {
     if (p.length !== n) throw violation(`frame type ${type} with a ${p.length}-byte payload (want ${n})`);
   };
+  /** STARTED and EXIT end with u64 oom kills, u64 pids.max hits (guest/agent.c put_counters). */
+  const counters = (at: number): LimitCounters => {
+    const [oomKills, pidsLimitHits] = [p.readBigUInt64LE(at), p.readBigUInt64LE(at + 8)].map((n) => {
+      if (n > BigInt(Number.MAX_SAFE_INTEGER)) throw violation(`a limit counter of ${n}`);
+      return Number(n);
+    });
+    return { oomKills: oomKills!, pidsLimitHits: pidsLimitHits! };
+  };
   switch (type) {
     case Frame.HELLO:
       if (p.toString('latin1') !== AGENT_VERSION) throw violation('unknown agent version');
       return { type: 'hello', version: AGENT_VERSION };
     case Frame.STARTED:
-      size(4);
-      return { type: 'started', id, pid: p.readUInt32LE(0) };
+      size(20);
+      return { type: 'started', id, pid: p.readUInt32LE(0), counters: counters(4) };
     case Frame.STDOUT:
       return { type: 'stdout', id, data: p };
     case Frame.STDERR:
@@ -192,13 +209,16 @@ function decode(type: number, id: number, p: Buffer): GuestFrame {
       if (p.length > MAX_FILE_BYTES) throw violation('file data over the bound');
       return { type: 'file-data', id, data: p };
     case Frame.EXIT: {
-      size(8);
+      size(24);
       const code = p.readInt32LE(0);
       const signal = p.readUInt32LE(4);
       const exited = code >= 0 && code <= 255 && signal === 0;
       const signalled = code === -1 && signal >= 1 && signal <= 64;
       if (!exited && !signalled) throw violation(`exit with code ${code} and signal ${signal}`);
-      return exited ? { type: 'exit', id, code, signal: null } : { type: 'exit', id, code: null, signal };
+      const c = counters(8);
+      return exited
+        ? { type: 'exit', id, code, signal: null, counters: c }
+        : { type: 'exit', id, code: null, signal, counters: c };
     }
     case Frame.ERROR:
       if (p.length > 4096) throw violation('error message over 4096 bytes');

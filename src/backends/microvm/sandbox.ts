@@ -66,6 +66,16 @@ export class MicrovmSandbox implements BackendSandbox {
    * which inside the guest is the guest's own loopback; interception hooks prerouting.
    */
   readonly egress?: EgressPlumbing;
+  /**
+   * The guest agent reads the sandbox's limit counters with every exec (STARTED and EXIT carry
+   * them), so an exec costs no reads of its own (agent.ts exec).
+   */
+  readonly countsWithProcesses = true;
+  /**
+   * The guest agent checks an argv's command before its execve (guest/agent.c check_command): no
+   * shell runs first, which on a restored guest's cold translation cache is a second program to load.
+   */
+  readonly checksCommands = true;
   /** How the VM started: a cold boot, or a restore (of a baked boot snapshot or a fork's snapshot). */
   started: 'booted' | 'restored' | undefined;
 
@@ -197,7 +207,8 @@ export class MicrovmSandbox implements BackendSandbox {
   /**
    * The guest's own counters (its sandbox cgroup's memory.events oom_kill and pids.events max), read
    * through the agent; the guest is untrusted, so they only ever classify its own results. Both
-   * reads are sent at once, now (one round trip; a later spawn's EXEC goes out behind them).
+   * reads are sent at once, now (one round trip; a later spawn's EXEC goes out behind them). An
+   * exec's own readings come with it instead (countsWithProcesses).
    */
   async counters(): Promise<LimitCounters> {
     const agent = this.agent;

@@ -36,7 +36,7 @@ export function saveVmStream(
   return saveStream(qmp, {
     spillDir: v.spillDir,
     uid: v.host.p.hostUid,
-    vm: { version: 3, ...v.vm, nextId: v.agent.nextRequestId, processes: v.agent.running },
+    vm: { version: 4, ...v.vm, nextId: v.agent.nextRequestId, processes: v.agent.running },
     dir,
     gone: () => (v.host.destroyed ? `sandbox ${v.id} was killed` : undefined),
     ...(signal ? { signal } : {}),

@@ -42,10 +42,11 @@ export const MIGRATE_TIMEOUT_MS = 300_000;
 export const VmRecordSchema = z
   .object({
     /**
-     * 3: the stream is in QEMU's mapped-ram format (2: a plain stream, which a QEMU started for
-     * mapped-ram refuses; 1: also an agent that cannot take the IDENTITY frame a restore sends).
+     * 4: the guest agent's STARTED and EXIT frames carry the limit counters (3: an agent whose
+     * frames this host refuses; 2: a plain stream, which a QEMU started for mapped-ram refuses;
+     * 1: also an agent that cannot take the IDENTITY frame a restore sends).
      */
-    version: z.literal(3),
+    version: z.literal(4),
     /** The sandbox memory limit the VM was booted with (its RAM is this plus GUEST_KERNEL_BYTES). */
     memoryBytes: z.number().int().positive(),
     vcpus: z.number().positive(),
@@ -126,9 +127,10 @@ export function readVmRecord(memoryDir: string): VmRecord {
     raw = undefined;
   }
   // A snapshot of an older Airlock holds a guest agent that does not know the IDENTITY frame every
-  // restored VM is given (it would power off), or a plain stream: refused here, before any QEMU starts.
+  // restored VM is given (it would power off) or speaks an older frame format, or a plain stream:
+  // refused here, before any QEMU starts.
   const version = (raw as { version?: unknown } | undefined)?.version;
-  if (version === 1 || version === 2)
+  if (version === 1 || version === 2 || version === 3)
     throw new AirlockError(
       'INVALID_SPEC',
       `layers.0: the microVM snapshot in ${memoryDir} was taken by an older Airlock whose guest agent cannot be restored by this one; take the snapshot again`,
