@@ -8,7 +8,7 @@
 //   mem      inside a memory cgroup under airlock/ with the sandbox's limit (microvmHostLimits)
 //   cpu      inside a CPU cgroup under airlock/ with the sandbox's CFS quota (1 CPU of 100 ms periods)
 //   uid      as an unprivileged uid (setpriv: no groups, no caps, no_new_privs; the jail itself
-//            drops in its helper, guest/vmm-seccomp.c, which needs the whole jail and runs in the
+//            drops in its helper, guest/vmm-jail.c, which needs the whole jail and runs in the
 //            microvm bench's Airlock row, so Airlock's seccomp filter has no piece here)
 //   ns       in fresh mount, PID and network namespaces (unshare)
 // Each round runs every variant once, interleaved; each prints QEMU start → migrated → first exec

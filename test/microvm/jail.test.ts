@@ -1,4 +1,4 @@
-// The VMM jail helper (guest/vmm-seccomp.c, spawned by src/backends/microvm/qemu.privileged.ts
+// The VMM jail helper (guest/vmm-jail.c, spawned by src/backends/microvm/qemu.privileged.ts
 // startQemu with jailArgv's argv), run for real as root with a shell payload in QEMU's place. What the
 // payload is, seen from the host: its mounts (only the jail's, each with its flags, the root
 // read-only), its credentials (the leased uid, no groups, no capabilities at all, no_new_privs, a
@@ -21,7 +21,7 @@ import {
 import { join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureVmmSeccomp } from '../../src/backends/microvm/assets.js';
+import { ensureVmmJail } from '../../src/backends/microvm/assets.js';
 import { jailArgv, jailSkeleton } from '../../src/backends/microvm/qemu.privileged.js';
 import { vmmSeccompFilter } from '../../src/backends/microvm/seccomp.js';
 import { canRunNamespaces, SKIP_REASON, TEST_STATE_DIR, TEST_UID_RANGE } from '../helpers.js';
@@ -36,7 +36,7 @@ describe.skipIf(!canRunNamespaces)(`microVM jail helper (${SKIP_REASON})`, () =>
   beforeAll(async () => {
     mkdirSync(TEST_STATE_DIR, { recursive: true });
     base = mkdtempSync(join(TEST_STATE_DIR, 'jail test-'));
-    helper = await ensureVmmSeccomp(join(base, 'cache'));
+    helper = await ensureVmmJail(join(base, 'cache'));
     const file = (name: string): string => {
       writeFileSync(join(base, name), name);
       return join(base, name);
@@ -152,11 +152,15 @@ describe.skipIf(!canRunNamespaces)(`microVM jail helper (${SKIP_REASON})`, () =>
     expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(base.replaceAll(' ', '\\040'));
   }, 60_000);
 
-  it('relays the payload exit status', async () => {
+  it('relays how the payload ended: its exit status, or the signal that killed it', async () => {
     const r = run(jailArgv(UID, jail, payload(': > /vm/ran; exit 7')));
     expect((await r.exited).code).toBe(7);
     expect(existsSync(ran())).toBe(true);
     rmSync(ran());
+    // Killed from outside (as the host's OOM killer would end QEMU): the outer dies of that signal.
+    const k = run(jailArgv(UID, jail, payload('exec /usr/bin/sleep 600')));
+    process.kill(await inner(k.child.pid!), 'SIGKILL');
+    expect(await k.exited).toEqual({ code: null, signal: 'SIGKILL' });
   });
 
   const touch = (): string[] => jailArgv(UID, jail, payload(': > /vm/ran'));

@@ -1,5 +1,5 @@
 // Airlock's own seccomp filter on QEMU (src/backends/microvm/seccomp.ts, installed by the jail
-// helper guest/vmm-seccomp.c right before QEMU's exec). QEMU itself cannot be made to call what the
+// helper guest/vmm-jail.c right before QEMU's exec). QEMU itself cannot be made to call what the
 // filter denies, so small programs run under the same filter instead, as root (which would be allowed
 // every one of these calls), so a refusal is the filter's doing, not a missing privilege. The jail
 // helper installs it only after dropping root, so here a python3 installer (prctl PR_SET_SECCOMP,

@@ -146,13 +146,13 @@ export function ensureAgent(cacheDir: string): Promise<string> {
 }
 
 /**
- * The VMM jail helper (guest/vmm-seccomp.c, a host program despite its folder: it is built the same
+ * The VMM jail helper (guest/vmm-jail.c, a host program despite its folder: it is built the same
  * way as the agent): namespaces, pivot_root, the uid drop, then the seccomp filter it reads from fd 6,
  * then QEMU (qemu.privileged.ts startQemu).
  */
-export function ensureVmmSeccomp(cacheDir: string): Promise<string> {
-  const src = join(GUEST_DIR, 'vmm-seccomp.c');
-  const out = join(cacheDir, `vmm-seccomp-${sha('vmm-seccomp.c', readFileSync(src))}`);
+export function ensureVmmJail(cacheDir: string): Promise<string> {
+  const src = join(GUEST_DIR, 'vmm-jail.c');
+  const out = join(cacheDir, `vmm-jail-${sha('vmm-jail.c', readFileSync(src))}`);
   return once(out, async (tmp) => {
     try {
       await run('gcc', ['-static', '-Os', '-Wall', '-o', tmp, src], { timeout: 120_000 });

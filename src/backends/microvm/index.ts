@@ -28,7 +28,7 @@ import {
   ensureInitramfs,
   ensurePackageLayer,
   ensureRootfs,
-  ensureVmmSeccomp,
+  ensureVmmJail,
   findKernel,
   type Kernel,
 } from './assets.js';
@@ -181,13 +181,13 @@ export class MicrovmBackend implements BackendV1 {
     this.bootAssets ??= (async () => {
       const agent = await ensureAgent(this.cacheDir);
       const initramfs = await ensureInitramfs(this.cacheDir, this.kernel!, agent);
-      const vmmSeccomp = await ensureVmmSeccomp(this.cacheDir);
+      const vmmJail = await ensureVmmJail(this.cacheDir);
       return {
         qemu: this.qemuPath!,
         accel: 'tcg' as Accel,
         kernel: this.kernel!.vmlinuz,
         initramfs,
-        vmmSeccomp,
+        vmmJail,
       };
     })();
     this.bootAssets.catch(() => (this.bootAssets = undefined));

@@ -1,7 +1,7 @@
 // SECURITY-CRITICAL: starting one sandbox's QEMU so that none of it ever runs outside the sandbox's
 // cgroup or as root, even if Airlock dies half-way. The gate of the gVisor tier
 // (src/backends/gvisor/process.privileged.ts):
-//  1. spawn the jail helper (guest/vmm-seccomp.c, one static C program, empty env, cwd /) inside
+//  1. spawn the jail helper (guest/vmm-jail.c, one static C program, empty env, cwd /) inside
 //     the sandbox's netns (which has no route: QEMU's only network device is the sandbox's tap);
 //     Airlock's inherited fds are close-on-exec first; it blocks reading a gate pipe;
 //  2. move it into the sandbox's cgroup (QEMU and its threads inherit it);
@@ -42,7 +42,7 @@ export interface QemuStart {
   /** An fd QEMU inherits as its fd 5 (INCOMING_FD in qemu.ts): a snapshot's migration stream. */
   readonly incomingFd?: number;
   /**
-   * The jail helper (guest/vmm-seccomp.c, built by assets.ts: namespaces, mounts, uid drop, and
+   * The jail helper (guest/vmm-jail.c, built by assets.ts: namespaces, mounts, uid drop, and
    * Airlock's own seccomp filter on QEMU beside QEMU's `-sandbox`) and an fd holding the filter's raw
    * program (seccomp.ts), read by the helper as fd 6.
    */
@@ -155,7 +155,7 @@ export function jailSkeleton(dir: string, kvm: boolean): void {
 }
 
 /**
- * The jail helper's argv (guest/vmm-seccomp.c: UID ROOT N (SRC DEST FLAGS){N} -- PROGRAM ARGS...):
+ * The jail helper's argv (guest/vmm-jail.c: UID ROOT N (SRC DEST FLAGS){N} -- PROGRAM ARGS...):
  * `j.dir` becomes the read-only root (the helper binds it onto itself), and into it, in order, /usr,
  * the guest's kernel, initramfs and rootfs read-only; the VM dir and the spill dir writable but
  * noexec; /dev/null and /dev/urandom read-only (and /dev/kvm under KVM). Every path is absolute (the

@@ -3,7 +3,7 @@
 // x86_64 only, no ptrace or process_vm_*, no mount/umount2/pivot_root/setns or new mounts, no
 // kexec, bpf, perf_event_open, userfaultfd, keyrings or module loading, no new user namespaces),
 // plus unshare of any namespace at all. QEMU needs none of them: the jail is built before the
-// filter is installed (by guest/vmm-seccomp.c, after its uid drop), and migration here is a plain stream
+// filter is installed (by guest/vmm-jail.c, after its uid drop), and migration here is a plain stream
 // (no postcopy, so no userfaultfd). Stacked filters each apply, so the strictest answer wins.
 import { buildSeccompFilter } from '../host/seccomp.privileged.js';
 

@@ -40,8 +40,8 @@ export interface VmAssets {
   readonly kernel: string;
   readonly initramfs: string;
   readonly rootfs: string;
-  /** The VMM jail's seccomp helper (assets.ts ensureVmmSeccomp). */
-  readonly vmmSeccomp: string;
+  /** The VMM jail helper (assets.ts ensureVmmJail): namespaces, mounts, the drop, the seccomp filter. */
+  readonly vmmJail: string;
 }
 
 /** The machine a VM is: what a snapshot records and a restore must reproduce. */
@@ -162,7 +162,7 @@ export async function launchVm(o: {
       enterNetns: (f) => withNetns(p.netns, f),
       ...(tap !== undefined ? { tapFd: tap } : {}),
       ...(incoming !== undefined ? { incomingFd: incoming } : {}),
-      seccomp: { helper: a.vmmSeccomp, filterFd },
+      seccomp: { helper: a.vmmJail, filterFd },
       jail: {
         dir: join(p.res.dir, 'jail'),
         kernel: vm.kernel,

@@ -1,5 +1,5 @@
 // SECURITY-CRITICAL. The VMM jail in one host-side program (not part of the guest; built static by
-// src/backends/microvm/assets.ts ensureVmmSeccomp). Airlock spawns it as root (empty env, cwd /,
+// src/backends/microvm/assets.ts ensureVmmJail). Airlock spawns it as root (empty env, cwd /,
 // inside the sandbox's netns, its own fds close-on-exec) and it does, in this order, what a chain of
 // sh, setpriv, unshare, mount, pivot_root, umount and setpriv did before it:
 //  1. block reading the gate (fd 3): EOF means Airlock died before enrolling it in the sandbox's
@@ -237,7 +237,11 @@ int main(int argc, char **argv) {
     while (waitpid(child, &st, 0) < 0)
       if (errno != EINTR) fail_errno("waitpid", NULL);
     if (WIFEXITED(st)) _exit(WEXITSTATUS(st));
-    _exit(128 + WTERMSIG(st));
+    // Die of the same signal (as unshare --fork does), so Airlock sees how QEMU ended.
+    int sig = WTERMSIG(st);
+    signal(sig, SIG_DFL);
+    kill(getpid(), sig);
+    _exit(128 + sig);
   }
   close(alive[1]);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) fail_errno("pdeathsig", NULL);
