@@ -37,7 +37,7 @@ const py = (call: string): string[] => [
 
 const canBuild = canRunNamespaces;
 
-describe.skipIf(!canBuild)('the VMM seccomp filter (needs root and gcc: run scripts/setup.sh)', () => {
+describe.skipIf(!canBuild)('the VMM seccomp filter (needs root and bubblewrap: run scripts/setup.sh)', () => {
   let dir: string;
   beforeAll(() => {
     dir = mkdtempSync('/var/tmp/airlock-vmm-seccomp-');
